@@ -1,0 +1,53 @@
+"""Cache tensors of the hybrid model: paged KV for attention layers, conv-state rows for conv layers.
+
+Only storage lives here; which block or row belongs to whom is the engine's decision.
+
+    attention layer j:  k[j], v[j]   [num_blocks * block_size, kv_heads, head_dim]
+                        slot of (block b, offset o) = b * block_size + o
+    conv layer j:       conv[j]      [num_conv_rows, conv_L_cache - 1, hidden]
+                        row 0 = zeros (the state before a sequence's first token)
+"""
+
+from __future__ import annotations
+
+import torch
+
+from model.config import Lfm2Config
+
+
+class HybridCache:
+    """Preallocated KV block pool and conv-state rows for one model."""
+
+    ZERO_ROW = 0
+
+    def __init__(
+        self,
+        config: Lfm2Config,
+        num_blocks: int,
+        block_size: int,
+        num_conv_rows: int,
+        dtype: torch.dtype,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        if num_blocks < 1 or block_size < 1 or num_conv_rows < 1:
+            raise ValueError("a cache needs at least one block, one slot per block and one conv row")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.num_conv_rows = num_conv_rows
+        kv_shape = (num_blocks * block_size, config.num_key_value_heads, config.head_dim)
+        self.k = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in config.attention_layers]
+        self.v = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in config.attention_layers]
+        conv_shape = (num_conv_rows, config.conv_state_len, config.hidden_size)
+        self.conv = [torch.zeros(conv_shape, dtype=dtype, device=device) for _ in config.conv_layers]
+
+    @staticmethod
+    def bytes_per_block(config: Lfm2Config, block_size: int, dtype: torch.dtype) -> int:
+        """KV of one block over all attention layers plus one conv snapshot row over all conv layers."""
+        item = torch.empty((), dtype=dtype).element_size()
+        kv = 2 * block_size * config.num_key_value_heads * config.head_dim * len(config.attention_layers)
+        conv = config.conv_state_len * config.hidden_size * len(config.conv_layers)
+        return (kv + conv) * item
+
+    @property
+    def nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v, *self.conv))

@@ -1,0 +1,175 @@
+"""LFM2 hyper-parameters, read from a checkpoint's config.json.
+
+Real LFM2 checkpoints carry several generations of field names (``block_ff_dim`` vs
+``intermediate_size``, ``full_attn_idxs`` vs ``layer_types``, ``rope_theta`` vs
+``rope_parameters``, ``tie_embedding`` vs ``tie_word_embeddings``). This module folds them
+into one normalised dataclass so the rest of the code never looks at raw JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from model.errors import CheckpointError
+
+ATTENTION = "full_attention"
+CONV = "conv"
+SUPPORTED_MODEL_TYPES = ("lfm2",)
+
+
+@dataclass(slots=True)
+class Lfm2Config:
+    """Normalised LFM2 hyper-parameters (names follow transformers' ``Lfm2Config``)."""
+
+    vocab_size: int = 65536
+    hidden_size: int = 1024
+    intermediate_size: int = 6656
+    num_hidden_layers: int = 16
+    num_attention_heads: int = 16
+    num_key_value_heads: int = 8
+    layer_types: list[str] = field(default_factory=list)
+    max_position_embeddings: int = 128_000
+    norm_eps: float = 1e-5
+    rope_theta: float = 1_000_000.0
+    conv_L_cache: int = 3
+    conv_bias: bool = False
+    block_auto_adjust_ff_dim: bool = True
+    block_multiple_of: int = 256
+    block_ffn_dim_multiplier: float | None = 1.0
+    tie_word_embeddings: bool = True
+    pad_token_id: int | None = 0
+    bos_token_id: int | None = 1
+    eos_token_id: list[int] = field(default_factory=lambda: [2])
+    model_type: str = "lfm2"
+
+    def __post_init__(self) -> None:
+        if not self.layer_types:
+            self.layer_types = [ATTENTION] * self.num_hidden_layers
+        self.validate()
+
+    # ----------------------------------------------------------------- derived
+    @property
+    def head_dim(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        """The SwiGLU width actually used, after LFM2's auto-adjust rule (350M: 6656 -> 4608)."""
+        dim = self.intermediate_size
+        if self.block_auto_adjust_ff_dim:
+            dim = int(2 * dim / 3)
+            if self.block_ffn_dim_multiplier is not None:
+                dim = int(self.block_ffn_dim_multiplier * dim)
+                multiple = self.block_multiple_of
+                dim = multiple * ((dim + multiple - 1) // multiple)
+        return dim
+
+    @property
+    def attention_layers(self) -> list[int]:
+        return [i for i, t in enumerate(self.layer_types) if t == ATTENTION]
+
+    @property
+    def conv_layers(self) -> list[int]:
+        return [i for i, t in enumerate(self.layer_types) if t == CONV]
+
+    @property
+    def conv_state_len(self) -> int:
+        """Columns of past conv input a sequence must carry between steps."""
+        return self.conv_L_cache - 1
+
+    # ------------------------------------------------------------------ checks
+    def validate(self) -> None:
+        if self.model_type not in SUPPORTED_MODEL_TYPES:
+            raise CheckpointError(
+                f"model_type {self.model_type!r} is not supported: lfm-chat runs LFM2 checkpoints "
+                f"(model_type 'lfm2')."
+            )
+        problems = []
+        if len(self.layer_types) != self.num_hidden_layers:
+            problems.append(
+                f"layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers"
+            )
+        unknown = sorted(set(self.layer_types) - {ATTENTION, CONV})
+        if unknown:
+            problems.append(f"unknown layer types {unknown}")
+        if self.hidden_size % self.num_attention_heads:
+            problems.append("hidden_size is not divisible by num_attention_heads")
+        if self.num_attention_heads % self.num_key_value_heads:
+            problems.append("num_attention_heads is not divisible by num_key_value_heads")
+        if self.conv_L_cache < 2:
+            problems.append("conv_L_cache must be at least 2")
+        if problems:
+            raise CheckpointError("invalid LFM2 config: " + "; ".join(problems))
+
+    # ------------------------------------------------------------------ (de)serialise
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> Lfm2Config:
+        """Build from a config.json dict, accepting every historical LFM2 field name."""
+        model_type = raw.get("model_type")
+        if model_type not in SUPPORTED_MODEL_TYPES:
+            raise CheckpointError(
+                f"config.json has model_type {model_type!r}; "
+                "lfm-chat runs LFM2 checkpoints (model_type 'lfm2')."
+            )
+        n_layers = int(raw.get("num_hidden_layers", 16))
+        layer_types = raw.get("layer_types")
+        if layer_types is None:
+            attn_idxs = raw.get("full_attn_idxs")
+            attn_idxs = set(range(n_layers) if attn_idxs is None else attn_idxs)
+            layer_types = [ATTENTION if i in attn_idxs else CONV for i in range(n_layers)]
+        rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+        rope_type = rope.get("rope_type", rope.get("type", "default"))
+        if rope_type not in ("default", None):
+            raise CheckpointError(f"rope type {rope_type!r} is not supported (only default RoPE)")
+        eos = raw.get("eos_token_id", 2)
+        eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        return cls(
+            vocab_size=int(raw.get("vocab_size", 65536)),
+            hidden_size=int(raw.get("hidden_size", raw.get("block_dim", 1024))),
+            intermediate_size=int(raw.get("block_ff_dim", raw.get("intermediate_size", 6656))),
+            num_hidden_layers=n_layers,
+            num_attention_heads=int(raw.get("num_attention_heads", raw.get("num_heads", 16))),
+            num_key_value_heads=int(raw.get("num_key_value_heads", 8)),
+            layer_types=list(layer_types),
+            max_position_embeddings=int(raw.get("max_position_embeddings", 128_000)),
+            norm_eps=float(raw.get("norm_eps", raw.get("block_norm_eps", 1e-5))),
+            rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0))),
+            conv_L_cache=int(raw.get("conv_L_cache", 3)),
+            conv_bias=bool(raw.get("conv_bias", False)),
+            block_auto_adjust_ff_dim=bool(raw.get("block_auto_adjust_ff_dim", True)),
+            block_multiple_of=int(raw.get("block_multiple_of", 256)),
+            block_ffn_dim_multiplier=raw.get("block_ffn_dim_multiplier", 1.0),
+            tie_word_embeddings=bool(raw.get("tie_embedding", raw.get("tie_word_embeddings", True))),
+            pad_token_id=raw.get("pad_token_id", 0),
+            bos_token_id=raw.get("bos_token_id", 1),
+            eos_token_id=eos_ids,
+            model_type=model_type,
+        )
+
+    @classmethod
+    def from_pretrained(cls, checkpoint_dir: str | Path) -> Lfm2Config:
+        """Read ``config.json`` from a local checkpoint directory."""
+        path = Path(checkpoint_dir) / "config.json"
+        if not Path(checkpoint_dir).is_dir():
+            raise CheckpointError(f"checkpoint directory {str(checkpoint_dir)!r} does not exist")
+        if not path.is_file():
+            raise CheckpointError(f"{path} is missing: not an LFM2 checkpoint directory")
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
+        if not isinstance(raw, dict):
+            raise CheckpointError(f"{path} does not hold a JSON object")
+        return cls.from_dict(raw)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A config.json dict that both this loader and transformers' Lfm2Config read back."""
+        out = asdict(self)
+        out["architectures"] = ["Lfm2ForCausalLM"]
+        out["eos_token_id"] = self.eos_token_id[0] if len(self.eos_token_id) == 1 else self.eos_token_id
+        out["block_ff_dim"] = self.intermediate_size
+        out["rope_parameters"] = {"rope_type": "default", "rope_theta": self.rope_theta}
+        return out

@@ -1,0 +1,9 @@
+"""Errors a user can act on. Their message is shown as-is, on one line, without a traceback."""
+
+
+class CheckpointError(ValueError):
+    """A checkpoint is missing, unreadable, or not an LFM2 model."""
+
+
+class ModelNotAvailableError(RuntimeError):
+    """A Hub model could not be fetched (offline, unknown repo, no permission)."""

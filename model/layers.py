@@ -1,0 +1,153 @@
+"""LFM2 building blocks, operating on packed tokens ``[T, hidden]``.
+
+Parameter names match the Hugging Face checkpoint, so weights load without renaming.
+Only attention and the short conv look at sequence boundaries, through ``ForwardBatch``.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from model.batch import ForwardBatch
+from model.config import Lfm2Config
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm with fp32 statistics; the weight is applied in the input dtype, as the reference does."""
+
+    def __init__(self, dim: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(x.dtype)
+
+
+class SwiGLU(nn.Module):
+    """LFM2's feed-forward: w2(silu(w1 x) * w3 x)."""
+
+    def __init__(self, hidden: int, ffn: int) -> None:
+        super().__init__()
+        self.w1 = nn.Linear(hidden, ffn, bias=False)
+        self.w3 = nn.Linear(hidden, ffn, bias=False)
+        self.w2 = nn.Linear(ffn, hidden, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+
+
+class RotaryTable:
+    """cos/sin for every position, in fp32, grown on demand (no per-step trig)."""
+
+    def __init__(self, head_dim: int, theta: float) -> None:
+        exponents = torch.arange(0, head_dim, 2, dtype=torch.float32, device="cpu") / head_dim
+        self.inv_freq = 1.0 / (theta**exponents)
+        self.cos = torch.empty(0, device="cpu")
+        self.sin = torch.empty(0, device="cpu")
+
+    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin of shape [T, head_dim // 2] for the given positions."""
+        needed = int(positions.max()) + 1
+        if self.cos.shape[0] < needed or self.cos.device != positions.device:
+            size = max(needed, 2 * self.cos.shape[0], 4096)
+            freqs = torch.outer(torch.arange(size, dtype=torch.float32, device="cpu"), self.inv_freq)
+            self.cos, self.sin = freqs.cos().to(positions.device), freqs.sin().to(positions.device)
+        return self.cos[positions], self.sin[positions]
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate-half RoPE on [T, heads, head_dim], computed in fp32."""
+    x32 = x.float()
+    half = x.shape[-1] // 2
+    x1, x2 = x32[..., :half], x32[..., half:]
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(x.dtype)
+
+
+class Attention(nn.Module):
+    """GQA attention with per-head q/k RMSNorm, reading and writing the paged KV pool."""
+
+    def __init__(self, config: Lfm2Config) -> None:
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.num_kv_heads = config.num_key_value_heads
+        self.head_dim = config.head_dim
+        h = config.hidden_size
+        self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=False)
+        self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
+        self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
+        self.out_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=False)
+        self.q_layernorm = RMSNorm(self.head_dim, config.norm_eps)
+        self.k_layernorm = RMSNorm(self.head_dim, config.norm_eps)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        batch: ForwardBatch,
+        rope: tuple[torch.Tensor, torch.Tensor],
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        t = x.shape[0]
+        q = self.q_layernorm(self.q_proj(x).view(t, self.num_heads, self.head_dim))
+        k = self.k_layernorm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
+        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+        k_cache[batch.kv_write_slots] = k
+        v_cache[batch.kv_write_slots] = v
+        out = torch.empty_like(q)
+        for group in batch.attention_groups:
+            g, n_q = group.query_index.shape
+            rows = group.query_index.flatten()
+            q_g = q[rows].view(g, n_q, self.num_heads, self.head_dim).transpose(1, 2)
+            k_g = k_cache[group.kv_slots].transpose(1, 2)  # [G, kv_heads, C, D]
+            v_g = v_cache[group.kv_slots].transpose(1, 2)
+            o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=group.mask, enable_gqa=True)
+            out[rows] = o.transpose(1, 2).reshape(g * n_q, self.num_heads, self.head_dim)
+        return self.out_proj(out.view(t, -1))
+
+
+class ShortConv(nn.Module):
+    """LFM2's double-gated short convolution: out_proj(C * causal_depthwise_conv(B * x)).
+
+    The conv state between steps is the last ``L-1`` values of ``B * x``; see model/batch.py
+    for how windows reach back into it.
+    """
+
+    def __init__(self, config: Lfm2Config) -> None:
+        super().__init__()
+        h, kernel = config.hidden_size, config.conv_L_cache
+        self.conv = nn.Conv1d(h, h, kernel_size=kernel, groups=h, bias=config.conv_bias, padding=kernel - 1)
+        self.in_proj = nn.Linear(h, 3 * h, bias=config.conv_bias)
+        self.out_proj = nn.Linear(h, h, bias=config.conv_bias)
+
+    def forward(self, x: torch.Tensor, batch: ForwardBatch, state: torch.Tensor) -> torch.Tensor:
+        b_gate, c_gate, xv = self.in_proj(x).chunk(3, dim=-1)
+        bx = b_gate * xv
+        ext = torch.cat((state[batch.conv_src_rows].flatten(0, 1), bx))
+        weight = self.conv.weight[:, 0, :].t().float()  # [L, hidden], oldest tap first
+        conv = (ext[batch.conv_window].float() * weight).sum(1)
+        if self.conv.bias is not None:
+            conv = conv + self.conv.bias.float()
+        state[batch.conv_write_rows] = ext[batch.conv_write_index]
+        return self.out_proj(c_gate * conv.to(x.dtype))
+
+
+class DecoderLayer(nn.Module):
+    """operator_norm -> (attention | conv) -> residual -> ffn_norm -> SwiGLU -> residual."""
+
+    def __init__(self, config: Lfm2Config, kind: str) -> None:
+        super().__init__()
+        self.is_attention = kind == "full_attention"
+        if self.is_attention:
+            self.self_attn = Attention(config)
+        else:
+            self.conv = ShortConv(config)
+        self.feed_forward = SwiGLU(config.hidden_size, config.ffn_dim)
+        self.operator_norm = RMSNorm(config.hidden_size, config.norm_eps)
+        self.ffn_norm = RMSNorm(config.hidden_size, config.norm_eps)

@@ -1,0 +1,62 @@
+"""The LFM2 causal language model over packed ragged batches.
+
+``Lfm2ForCausalLM(batch, cache)`` runs one engine step: every sequence's new tokens in one
+``[T, hidden]`` tensor, caches read and written in place, logits only for the rows the
+batch asks for.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from model.batch import ForwardBatch
+from model.cache import HybridCache
+from model.config import Lfm2Config
+from model.layers import DecoderLayer, RMSNorm, RotaryTable
+
+
+class Lfm2Model(nn.Module):
+    """Embedding, decoder stack and final ``embedding_norm`` (HF module names)."""
+
+    def __init__(self, config: Lfm2Config) -> None:
+        super().__init__()
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(config, kind) for kind in config.layer_types)
+        self.embedding_norm = RMSNorm(config.hidden_size, config.norm_eps)
+
+
+class Lfm2ForCausalLM(nn.Module):
+    """LFM2 with a tied or untied head."""
+
+    def __init__(self, config: Lfm2Config) -> None:
+        super().__init__()
+        self.config = config
+        self.model = Lfm2Model(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.rotary = RotaryTable(config.head_dim, config.rope_theta)
+        # cache list index of each layer: attention layers index k/v, conv layers index conv rows
+        self._cache_index = [
+            (config.attention_layers if kind == "full_attention" else config.conv_layers).index(i)
+            for i, kind in enumerate(config.layer_types)
+        ]
+
+    def tie_weights(self) -> None:
+        if self.config.tie_word_embeddings:
+            self.lm_head.weight = self.model.embed_tokens.weight
+
+    @torch.inference_mode()
+    def forward(self, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:
+        """Run one step; returns float32 logits ``[len(batch.logits_index), vocab]``."""
+        hidden = self.model.embed_tokens(batch.input_ids)
+        rope = self.rotary.lookup(batch.positions)
+        for layer, index in zip(self.model.layers, self._cache_index, strict=True):
+            normed = layer.operator_norm(hidden)
+            if layer.is_attention:
+                mixed = layer.self_attn(normed, batch, rope, cache.k[index], cache.v[index])
+            else:
+                mixed = layer.conv(normed, batch, cache.conv[index])
+            hidden = hidden + mixed
+            hidden = hidden + layer.feed_forward(layer.ffn_norm(hidden))
+        last = self.model.embedding_norm(hidden[batch.logits_index])
+        return self.lm_head(last).float()

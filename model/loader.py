@@ -1,0 +1,52 @@
+"""Build an ``Lfm2ForCausalLM`` from a local checkpoint directory."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+
+from model.config import Lfm2Config
+from model.lfm2 import Lfm2ForCausalLM
+from model.weights import load_state_dict
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def parse_dtype(name: str | torch.dtype) -> torch.dtype:
+    """Map a user-facing dtype name to torch, with a clear error for anything else."""
+    if isinstance(name, torch.dtype):
+        return name
+    if name not in DTYPES:
+        raise ValueError(f"dtype {name!r} is not supported; use one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def build_model(
+    config: Lfm2Config,
+    state_dict: dict[str, torch.Tensor],
+    device: torch.device | str = "cpu",
+) -> Lfm2ForCausalLM:
+    """Wrap already-validated tensors in the module without an extra random init (meta device)."""
+    with torch.device("meta"):
+        model = Lfm2ForCausalLM(config)
+    tensors = dict(state_dict)
+    if config.tie_word_embeddings:
+        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
+    model.load_state_dict(tensors, strict=True, assign=True)
+    model.tie_weights()
+    return model.to(device).eval()
+
+
+def load_model(
+    checkpoint_dir: str | Path,
+    dtype: str | torch.dtype = "float32",
+    device: torch.device | str = "cpu",
+    progress: Callable[[int, int], None] | None = None,
+) -> Lfm2ForCausalLM:
+    """Read config.json and the safetensors weights of a local LFM2 checkpoint."""
+    checkpoint_dir = Path(checkpoint_dir)
+    config = Lfm2Config.from_pretrained(checkpoint_dir)
+    tensors = load_state_dict(checkpoint_dir, config, parse_dtype(dtype), progress)
+    return build_model(config, tensors, device)

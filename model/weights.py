@@ -1,0 +1,148 @@
+"""Checkpoint tensors: the expected name/shape table, and loading ``*.safetensors`` against it.
+
+Names are the Hugging Face ones (``model.layers.N.self_attn.q_proj.weight``...), so a
+checkpoint written by ``save_pretrained`` loads with no renaming. Every problem is
+reported by tensor name, because "size mismatch" alone never tells a user what is wrong.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import torch
+from safetensors import SafetensorError, safe_open
+from safetensors.torch import save_file
+
+from model.config import ATTENTION, Lfm2Config
+from model.errors import CheckpointError
+
+INDEX_FILE = "model.safetensors.index.json"
+SINGLE_FILE = "model.safetensors"
+
+
+def expected_shapes(config: Lfm2Config) -> dict[str, tuple[int, ...]]:
+    """Every tensor an LFM2 checkpoint must hold, with its shape."""
+    h, ffn, hd = config.hidden_size, config.ffn_dim, config.head_dim
+    q_dim, kv_dim = config.num_attention_heads * hd, config.num_key_value_heads * hd
+    shapes: dict[str, tuple[int, ...]] = {
+        "model.embed_tokens.weight": (config.vocab_size, h),
+        "model.embedding_norm.weight": (h,),
+    }
+    if not config.tie_word_embeddings:
+        shapes["lm_head.weight"] = (config.vocab_size, h)
+    for i, kind in enumerate(config.layer_types):
+        p = f"model.layers.{i}."
+        shapes[p + "operator_norm.weight"] = (h,)
+        shapes[p + "ffn_norm.weight"] = (h,)
+        shapes[p + "feed_forward.w1.weight"] = (ffn, h)
+        shapes[p + "feed_forward.w3.weight"] = (ffn, h)
+        shapes[p + "feed_forward.w2.weight"] = (h, ffn)
+        if kind == ATTENTION:
+            a = p + "self_attn."
+            shapes[a + "q_proj.weight"] = (q_dim, h)
+            shapes[a + "k_proj.weight"] = (kv_dim, h)
+            shapes[a + "v_proj.weight"] = (kv_dim, h)
+            shapes[a + "out_proj.weight"] = (h, q_dim)
+            shapes[a + "q_layernorm.weight"] = (hd,)
+            shapes[a + "k_layernorm.weight"] = (hd,)
+        else:
+            c = p + "conv."
+            shapes[c + "in_proj.weight"] = (3 * h, h)
+            shapes[c + "out_proj.weight"] = (h, h)
+            shapes[c + "conv.weight"] = (h, 1, config.conv_L_cache)
+            if config.conv_bias:
+                shapes[c + "in_proj.bias"] = (3 * h,)
+                shapes[c + "out_proj.bias"] = (h,)
+                shapes[c + "conv.bias"] = (h,)
+    return shapes
+
+
+def safetensors_files(checkpoint_dir: Path) -> list[Path]:
+    """The weight files of a checkpoint: the index's shards, or the single file."""
+    index = checkpoint_dir / INDEX_FILE
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise CheckpointError(f"{index} is not a valid safetensors index ({exc})") from None
+        return [checkpoint_dir / name for name in sorted(set(weight_map.values()))]
+    if (checkpoint_dir / SINGLE_FILE).is_file():
+        return [checkpoint_dir / SINGLE_FILE]
+    found = sorted(checkpoint_dir.glob("*.safetensors"))
+    if not found:
+        raise CheckpointError(f"no *.safetensors weights in {checkpoint_dir}")
+    return found
+
+
+def iter_checkpoint_tensors(checkpoint_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
+    """Yield (name, tensor) from every weight file, turning corruption into CheckpointError."""
+    for path in safetensors_files(checkpoint_dir):
+        if not path.is_file():
+            raise CheckpointError(f"weight file {path} listed in the index is missing")
+        try:
+            with safe_open(str(path), framework="pt", device="cpu") as f:
+                for name in f.keys():  # noqa: SIM118 - safe_open has no __iter__
+                    yield name, f.get_tensor(name)
+        except (SafetensorError, OSError, RuntimeError, ValueError) as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise CheckpointError(f"{path} is corrupt or truncated ({reason})") from None
+
+
+def load_state_dict(
+    checkpoint_dir: Path,
+    config: Lfm2Config,
+    dtype: torch.dtype,
+    progress: Callable[[int, int], None] | None = None,
+) -> dict[str, torch.Tensor]:
+    """Read and validate all tensors, converted to ``dtype``; raise on any missing/extra/mis-shaped one."""
+    shapes = expected_shapes(config)
+    ignorable = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    tensors: dict[str, torch.Tensor] = {}
+    unexpected: list[str] = []
+    for name, tensor in iter_checkpoint_tensors(checkpoint_dir):
+        if name not in shapes:
+            if name not in ignorable:
+                unexpected.append(name)
+            continue
+        if tuple(tensor.shape) != shapes[name]:
+            raise CheckpointError(
+                f"tensor {name} has shape {tuple(tensor.shape)}, expected {shapes[name]} from config.json"
+            )
+        tensors[name] = tensor.to(dtype)
+        if progress is not None:
+            progress(len(tensors), len(shapes))
+    missing = [n for n in shapes if n not in tensors]
+    if missing:
+        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
+        raise CheckpointError(f"checkpoint {checkpoint_dir} is missing tensor {missing[0]}{more}")
+    if unexpected:
+        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
+        raise CheckpointError(f"checkpoint {checkpoint_dir} has unexpected tensor {unexpected[0]}{more}")
+    return tensors
+
+
+def random_state_dict(config: Lfm2Config, seed: int = 0, std: float = 0.02) -> dict[str, torch.Tensor]:
+    """Random weights in checkpoint layout (fp32), for tests and the offline demo.
+
+    Norm weights are drawn around 1 so the network stays well-conditioned; matrices use
+    ``std``. A larger std gives peakier logits, which keeps greedy tests free of ties.
+    """
+    gen = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape in expected_shapes(config).items():
+        if "norm" in name:
+            out[name] = 1.0 + 0.1 * torch.randn(shape, generator=gen)
+        elif name.endswith(".bias"):
+            out[name] = 0.02 * torch.randn(shape, generator=gen)
+        else:
+            out[name] = std * torch.randn(shape, generator=gen)
+    return out
+
+
+def save_state_dict(tensors: dict[str, torch.Tensor], checkpoint_dir: Path) -> None:
+    """Write one ``model.safetensors`` with transformers-compatible metadata."""
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    contiguous = {k: v.contiguous() for k, v in tensors.items()}
+    save_file(contiguous, str(checkpoint_dir / SINGLE_FILE), metadata={"format": "pt"})
