@@ -1,0 +1,88 @@
+"""A broken checkpoint is a one-line CheckpointError that says what is wrong, never a traceback dump."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from safetensors.torch import load_file, save_file
+
+from model.errors import CheckpointError
+from model.loader import load_model
+
+
+@pytest.fixture
+def checkpoint(tmp_path, tiny_ckpt):
+    """A private copy of the tiny checkpoint that a test may damage."""
+    target = tmp_path / "ckpt"
+    shutil.copytree(tiny_ckpt, target)
+    return target
+
+
+def load_error(path) -> str:
+    with pytest.raises(CheckpointError) as info:
+        load_model(path)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+def test_missing_directory(tmp_path):
+    assert "does not exist" in load_error(tmp_path / "nowhere")
+
+
+def test_directory_without_config(tmp_path):
+    assert "config.json" in load_error(tmp_path)
+
+
+def test_other_model_type(checkpoint):
+    config = json.loads((checkpoint / "config.json").read_text())
+    config["model_type"] = "llama"
+    (checkpoint / "config.json").write_text(json.dumps(config))
+    message = load_error(checkpoint)
+    assert "'llama'" in message and "lfm2" in message
+
+
+def test_unparseable_config(checkpoint):
+    (checkpoint / "config.json").write_text("{not json")
+    assert "not valid JSON" in load_error(checkpoint)
+
+
+def test_truncated_safetensors(checkpoint):
+    weights = checkpoint / "model.safetensors"
+    data = weights.read_bytes()
+    weights.write_bytes(data[: len(data) // 2])
+    assert "corrupt or truncated" in load_error(checkpoint)
+
+
+def test_garbage_safetensors(checkpoint):
+    (checkpoint / "model.safetensors").write_bytes(b"\x00" * 64)
+    assert "corrupt or truncated" in load_error(checkpoint)
+
+
+def test_missing_tensor_is_named(checkpoint):
+    tensors = load_file(checkpoint / "model.safetensors")
+    del tensors["model.layers.1.feed_forward.w2.weight"]
+    save_file(tensors, checkpoint / "model.safetensors")
+    assert "missing tensor model.layers.1.feed_forward.w2.weight" in load_error(checkpoint)
+
+
+def test_misshaped_tensor_is_named(checkpoint):
+    tensors = load_file(checkpoint / "model.safetensors")
+    tensors["model.embedding_norm.weight"] = tensors["model.embedding_norm.weight"][:-1].clone()
+    save_file(tensors, checkpoint / "model.safetensors")
+    message = load_error(checkpoint)
+    assert "model.embedding_norm.weight" in message and "shape" in message
+
+
+def test_unexpected_tensor_is_named(checkpoint):
+    tensors = load_file(checkpoint / "model.safetensors")
+    tensors["model.layers.0.surprise.weight"] = tensors["model.embedding_norm.weight"].clone()
+    save_file(tensors, checkpoint / "model.safetensors")
+    assert "unexpected tensor model.layers.0.surprise.weight" in load_error(checkpoint)
+
+
+def test_no_weights_at_all(checkpoint):
+    (checkpoint / "model.safetensors").unlink()
+    assert "no *.safetensors" in load_error(checkpoint)
