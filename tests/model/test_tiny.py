@@ -1,0 +1,97 @@
+"""Tiny checkpoints: loadable by lfm-chat and by transformers, deterministic, vocab sizes that agree."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors import safe_open
+
+from model.config import ATTENTION, CONV, Lfm2Config
+from model.tiny import TINY_CONFIGS, main, tiny_tokenizer_json, write_tiny_checkpoint
+from model.tokenizer import LFM2_SPECIAL_TOKENS, Tokenizer
+from model.weights import load_state_dict
+
+TinyCheckpointFactory = Callable[..., Path]
+
+
+def _tensors(ckpt: Path) -> dict[str, torch.Tensor]:
+    with safe_open(str(ckpt / "model.safetensors"), framework="pt") as f:
+        return {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118 - safe_open has no __iter__
+
+
+def test_presets_cover_the_architecture_variants() -> None:
+    configs = [Lfm2Config(**c) for c in TINY_CONFIGS.values()]
+    assert len(configs) >= 3
+    assert {c.layer_types[0] for c in configs} == {CONV, ATTENTION}
+    assert {c.tie_word_embeddings for c in configs} == {True, False}
+    assert {c.conv_bias for c in configs} == {True, False}
+    assert {c.num_attention_heads == c.num_key_value_heads for c in configs} == {True, False}
+    assert len({c.hidden_size for c in configs}) == len(configs)
+
+
+@pytest.mark.parametrize("preset", sorted(TINY_CONFIGS))
+def test_preset_loads_in_lfm_chat_and_transformers(
+    tiny_ckpt_factory: TinyCheckpointFactory, preset: str
+) -> None:
+    transformers = pytest.importorskip("transformers")
+    ckpt = tiny_ckpt_factory(preset)
+    config = Lfm2Config.from_pretrained(ckpt)
+    ours = load_state_dict(ckpt, config, torch.float32)
+    reference, info = transformers.Lfm2ForCausalLM.from_pretrained(ckpt, output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
+    assert reference.config.layer_types == config.layer_types
+    reference_weights = reference.state_dict()
+    for name, tensor in ours.items():
+        assert torch.equal(reference_weights[name], tensor), name
+    assert Tokenizer.from_pretrained(ckpt).vocab_size == config.vocab_size == reference.config.vocab_size
+
+
+def test_tokenizer_layout_matches_lfm2(tiny_ckpt: Path) -> None:
+    tok = Tokenizer.from_pretrained(
+        tiny_ckpt, extra_stop_ids=Lfm2Config.from_pretrained(tiny_ckpt).eos_token_id
+    )
+    assert [tok.token_to_id(t) for t in LFM2_SPECIAL_TOKENS] == list(range(len(LFM2_SPECIAL_TOKENS)))
+    assert all(tok.is_special(i) for i in range(len(LFM2_SPECIAL_TOKENS)))
+    assert tok.stop_token_ids == {tok.token_to_id("<|im_end|>")}
+    assert tok.bos_token_id == tok.token_to_id("<|startoftext|>")
+
+
+@pytest.mark.parametrize("vocab_size", [300, 1024])
+def test_any_vocab_size_is_exact(tmp_path: Path, vocab_size: int) -> None:
+    ckpt = write_tiny_checkpoint(tmp_path, vocab_size=vocab_size, hidden_size=16, num_hidden_layers=2)
+    tok = Tokenizer.from_pretrained(ckpt)
+    assert tok.vocab_size == Lfm2Config.from_pretrained(ckpt).vocab_size == vocab_size
+    assert tok.decode(tok.encode("round trip ✓ 🙂")) == "round trip ✓ 🙂"
+
+
+def test_vocab_too_small_for_bytes_is_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="at least"):
+        write_tiny_checkpoint(tmp_path, vocab_size=128)
+
+
+def test_deterministic_per_seed(tmp_path: Path) -> None:
+    small = {"hidden_size": 16, "num_hidden_layers": 2}
+    a = _tensors(write_tiny_checkpoint(tmp_path / "a", seed=3, **small))
+    b = _tensors(write_tiny_checkpoint(tmp_path / "b", seed=3, **small))
+    c = _tensors(write_tiny_checkpoint(tmp_path / "c", seed=4, **small))
+    assert all(torch.equal(a[name], b[name]) for name in a)
+    assert not torch.equal(a["model.embed_tokens.weight"], c["model.embed_tokens.weight"])
+    # the in-process cache must not hide a non-deterministic training run
+    assert tiny_tokenizer_json.__wrapped__(512) == tiny_tokenizer_json(512)
+
+
+def test_dtype_is_written_and_declared(tmp_path: Path) -> None:
+    ckpt = write_tiny_checkpoint(tmp_path, hidden_size=16, num_hidden_layers=2, dtype=torch.bfloat16)
+    assert {t.dtype for t in _tensors(ckpt).values()} == {torch.bfloat16}
+    assert json.loads((ckpt / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_cli_writes_a_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    main([str(tmp_path / "demo"), "--preset", "lfm2_like", "--seed", "1"])
+    config = Lfm2Config.from_pretrained(tmp_path / "demo")
+    assert config.layer_types == TINY_CONFIGS["lfm2_like"]["layer_types"]
+    assert str(tmp_path / "demo") in capsys.readouterr().out
