@@ -29,16 +29,16 @@ class RMSNorm(nn.Module):
 
 
 class SwiGLU(nn.Module):
-    """LFM2's feed-forward: w2(silu(w1 x) * w3 x)."""
+    """LFM2's feed-forward w2(silu(w1 x) * w3 x), with w1 and w3 fused into one matmul (``w13``)."""
 
     def __init__(self, hidden: int, ffn: int) -> None:
         super().__init__()
-        self.w1 = nn.Linear(hidden, ffn, bias=False)
-        self.w3 = nn.Linear(hidden, ffn, bias=False)
+        self.w13 = nn.Linear(hidden, 2 * ffn, bias=False)
         self.w2 = nn.Linear(ffn, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.w2(F.silu(self.w1(x)) * self.w3(x))
+        gate, up = self.w13(x).chunk(2, dim=-1)
+        return self.w2(F.silu(gate) * up)
 
 
 class RotaryTable:
@@ -70,7 +70,10 @@ def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch
 
 
 class Attention(nn.Module):
-    """GQA attention with per-head q/k RMSNorm, reading and writing the paged KV pool."""
+    """GQA attention with per-head q/k RMSNorm, reading and writing the paged KV pool.
+
+    q, k and v come from one fused matmul (``qkv_proj``): one weight read instead of three.
+    """
 
     def __init__(self, config: Lfm2Config) -> None:
         super().__init__()
@@ -78,9 +81,9 @@ class Attention(nn.Module):
         self.num_kv_heads = config.num_key_value_heads
         self.head_dim = config.head_dim
         h = config.hidden_size
-        self.q_proj = nn.Linear(h, self.num_heads * self.head_dim, bias=False)
-        self.k_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
-        self.v_proj = nn.Linear(h, self.num_kv_heads * self.head_dim, bias=False)
+        self.q_size = self.num_heads * self.head_dim
+        self.kv_size = self.num_kv_heads * self.head_dim
+        self.qkv_proj = nn.Linear(h, self.q_size + 2 * self.kv_size, bias=False)
         self.out_proj = nn.Linear(self.num_heads * self.head_dim, h, bias=False)
         self.q_layernorm = RMSNorm(self.head_dim, config.norm_eps)
         self.k_layernorm = RMSNorm(self.head_dim, config.norm_eps)
@@ -94,9 +97,10 @@ class Attention(nn.Module):
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
         t = x.shape[0]
-        q = self.q_layernorm(self.q_proj(x).view(t, self.num_heads, self.head_dim))
-        k = self.k_layernorm(self.k_proj(x).view(t, self.num_kv_heads, self.head_dim))
-        v = self.v_proj(x).view(t, self.num_kv_heads, self.head_dim)
+        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = self.q_layernorm(q.reshape(t, self.num_heads, self.head_dim))
+        k = self.k_layernorm(k.reshape(t, self.num_kv_heads, self.head_dim))
+        v = v.reshape(t, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
         k_cache[batch.kv_write_slots] = k
         v_cache[batch.kv_write_slots] = v
@@ -126,12 +130,17 @@ class ShortConv(nn.Module):
         self.in_proj = nn.Linear(h, 3 * h, bias=config.conv_bias)
         self.out_proj = nn.Linear(h, h, bias=config.conv_bias)
 
+    def taps(self) -> torch.Tensor:
+        """Conv weights as fp32 [L, hidden], oldest tap first; cached because weights never change."""
+        if getattr(self, "_taps", None) is None or self._taps.device != self.conv.weight.device:
+            self._taps = self.conv.weight[:, 0, :].t().float().contiguous()
+        return self._taps
+
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: torch.Tensor) -> torch.Tensor:
         b_gate, c_gate, xv = self.in_proj(x).chunk(3, dim=-1)
         bx = b_gate * xv
         ext = torch.cat((state[batch.conv_src_rows].flatten(0, 1), bx))
-        weight = self.conv.weight[:, 0, :].t().float()  # [L, hidden], oldest tap first
-        conv = (ext[batch.conv_window].float() * weight).sum(1)
+        conv = (ext[batch.conv_window].float() * self.taps()).sum(1)
         if self.conv.bias is not None:
             conv = conv + self.conv.bias.float()
         state[batch.conv_write_rows] = ext[batch.conv_write_index]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from model.config import Lfm2Config
+from model.config import ATTENTION, Lfm2Config
 from model.lfm2 import Lfm2ForCausalLM
 from model.weights import load_state_dict
 
@@ -23,15 +23,28 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     return DTYPES[name]
 
 
+def fuse_projections(tensors: dict[str, torch.Tensor], config: Lfm2Config) -> dict[str, torch.Tensor]:
+    """Checkpoint layout -> module layout: q/k/v and w1/w3 concatenated, so each is one matmul."""
+    fused = dict(tensors)
+    for i, kind in enumerate(config.layer_types):
+        p = f"model.layers.{i}."
+        w1, w3 = (fused.pop(f"{p}feed_forward.{w}.weight") for w in ("w1", "w3"))
+        fused[p + "feed_forward.w13.weight"] = torch.cat((w1, w3))
+        if kind == ATTENTION:
+            q, k, v = (fused.pop(f"{p}self_attn.{n}_proj.weight") for n in "qkv")
+            fused[p + "self_attn.qkv_proj.weight"] = torch.cat((q, k, v))
+    return fused
+
+
 def build_model(
     config: Lfm2Config,
     state_dict: dict[str, torch.Tensor],
     device: torch.device | str = "cpu",
 ) -> Lfm2ForCausalLM:
-    """Wrap already-validated tensors in the module without an extra random init (meta device)."""
+    """Wrap already-validated checkpoint tensors in the module, without a random init (meta device)."""
     with torch.device("meta"):
         model = Lfm2ForCausalLM(config)
-    tensors = dict(state_dict)
+    tensors = fuse_projections(state_dict, config)
     if config.tie_word_embeddings:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     model.load_state_dict(tensors, strict=True, assign=True)
