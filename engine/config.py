@@ -1,0 +1,85 @@
+"""Engine settings, and how the "auto" values are resolved against a model and a machine."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from model.cache import HybridCache
+from model.config import Lfm2Config
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+DEFAULT_MAX_MODEL_LEN = 32768
+_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
+
+
+@dataclass(slots=True)
+class EngineConfig:
+    """What the engine may use; fields left as None/"auto" are filled in by `resolve`."""
+
+    device: str = "cpu"
+    dtype: str = "auto"
+    max_num_seqs: int = 8
+    max_num_batched_tokens: int = 256
+    block_size: int = 16
+    max_model_len: int | None = None
+    num_kv_blocks: int | None = None
+    kv_cache_memory_mb: int = 1024
+    enable_prefix_caching: bool = True
+    num_threads: int | None = None
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.dtype not in ("auto", *DTYPES):
+            raise ValueError(f"EngineConfig.dtype must be auto, float32 or bfloat16, not {self.dtype!r}")
+        positive = ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory_mb")
+        for name in positive:
+            if getattr(self, name) < 1:
+                raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("max_model_len", "num_kv_blocks", "num_threads"):
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise ValueError(f"EngineConfig.{name} must be None or >= 1, got {value}")
+        # Every running sequence must be able to decode in every step, or a stream could stall.
+        if self.max_num_batched_tokens < self.max_num_seqs:
+            raise ValueError("EngineConfig.max_num_batched_tokens must be >= max_num_seqs")
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """The resolved dtype as a torch.dtype (only valid after `resolve`)."""
+        return DTYPES[self.dtype]
+
+    def resolve(self, model_config: Lfm2Config) -> EngineConfig:
+        """A copy with dtype, num_kv_blocks and max_model_len decided.
+
+        max_model_len is also capped by the KV pool, so any single request that passes
+        admission can always finish alone: preemption can never loop on one oversized request.
+        """
+        dtype = resolve_dtype(self.dtype, self.device)
+        block_bytes = HybridCache.bytes_per_block(model_config, self.block_size, DTYPES[dtype])
+        blocks = self.num_kv_blocks or max(1, self.kv_cache_memory_mb * 2**20 // block_bytes)
+        positions = model_config.max_position_embeddings
+        limit = min(self.max_model_len or DEFAULT_MAX_MODEL_LEN, positions, blocks * self.block_size)
+        return dataclasses.replace(self, dtype=dtype, num_kv_blocks=blocks, max_model_len=limit)
+
+
+def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+    """True when the CPU computes bf16 natively; elsewhere bf16 matmuls are emulated and slower."""
+    try:
+        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    flags = {word for line in text.splitlines() if line.startswith("flags") for word in line.split()}
+    return any(flag in flags for flag in _BF16_CPU_FLAGS)
+
+
+def resolve_dtype(dtype: str, device: str) -> str:
+    """ "auto" means bf16 on CUDA or on a CPU with AVX512-BF16/AMX, float32 otherwise."""
+    if dtype != "auto":
+        return dtype
+    if device.startswith("cuda"):
+        return "bfloat16"
+    return "bfloat16" if cpu_has_bf16() else "float32"

@@ -1,0 +1,50 @@
+"""Turns a scheduled step into one forward over a packed batch, then one batched sample.
+
+The runner owns the model, the cache tensors and the sampler, and makes no decisions: which
+tokens, which blocks, which conv rows and which chunks sample were all decided by the
+scheduler. A prefill chunk that does not reach the end of its request asks for no logits.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from engine.sampler import Sampler, SamplingRow
+from engine.scheduler import ScheduledChunk
+from model.batch import SequenceChunk, build_forward_batch
+from model.cache import HybridCache
+from model.lfm2 import Lfm2ForCausalLM
+
+
+class ModelRunner:
+    def __init__(self, model: Lfm2ForCausalLM, cache: HybridCache, device: torch.device | str) -> None:
+        self.model = model
+        self.cache = cache
+        self.device = torch.device(device)
+        self.sampler = Sampler()
+
+    def run(self, chunks: list[ScheduledChunk]) -> list[int]:
+        """Compute every chunk; return one sampled token per chunk with want_logits, in order."""
+        sequences = [self._sequence_chunk(chunk) for chunk in chunks]
+        batch = build_forward_batch(
+            sequences, self.cache.block_size, self.model.config.conv_L_cache, self.device
+        )
+        logits = self.model(batch, self.cache)
+        sampling = [chunk.request for chunk in chunks if chunk.want_logits]
+        if not sampling:
+            return []
+        rows = [SamplingRow(r.params, r.generator, r.prompt_token_ids, r.output_token_ids) for r in sampling]
+        return self.sampler.sample(logits, rows)
+
+    @staticmethod
+    def _sequence_chunk(chunk: ScheduledChunk) -> SequenceChunk:
+        request = chunk.request
+        return SequenceChunk(
+            token_ids=request.token_ids[chunk.start : chunk.start + chunk.num_tokens],
+            start_pos=chunk.start,
+            block_table=request.block_table,
+            conv_src_row=chunk.conv_src_row,
+            conv_dst_row=request.conv_slot,
+            snapshots=chunk.snapshots,
+            want_logits=chunk.want_logits,
+        )

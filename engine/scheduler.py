@@ -1,0 +1,194 @@
+"""Decides each step's batch: which requests run, and how many of their tokens.
+
+Policy, in order, under `max_num_batched_tokens` (the token budget) and `max_num_seqs`:
+
+1. Running requests that decode (one token each), oldest first, so streams never stall
+   behind a long prompt.
+2. Running requests still prefilling (or recomputing after preemption), oldest first, each
+   taking what is left of the budget: long prompts are chunked across steps.
+3. Waiting requests in arrival order (first come, first served: the head of the queue is
+   never skipped, so nothing starves). Each first takes its cached prefix, then a chunk.
+   None are admitted in a step that had to preempt.
+
+When a running request needs a block and none is free (cached blocks count as free: they are
+evicted before any request is touched), the newest running request is preempted: its blocks
+and slot are freed and it goes back to the queue in arrival order, to be recomputed later.
+
+The scheduler moves ids and counters only; it never touches a tensor.
+"""
+
+from __future__ import annotations
+
+import bisect
+from dataclasses import dataclass, field
+
+from engine.block_manager import ZERO_ROW, BlockManager
+from engine.request import Request, RequestStatus
+
+
+def _arrival(request: Request) -> int:
+    return request.arrival
+
+
+@dataclass(slots=True)
+class ScheduledChunk:
+    """One request's share of a step: `num_tokens` tokens starting at position `start`."""
+
+    request: Request
+    start: int
+    num_tokens: int
+    conv_src_row: int
+    snapshots: list[tuple[int, int]]  # (offset in chunk, conv row): state after that token is saved
+    want_logits: bool  # the chunk ends the known tokens, so the next token is sampled
+
+    @property
+    def is_decode(self) -> bool:
+        """One generated token fed back (not a prompt chunk, not a recompute after preemption)."""
+        return self.num_tokens == 1 and self.start >= self.request.num_prompt_tokens
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    chunks: list[ScheduledChunk] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    admitted: list[Request] = field(default_factory=list)
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return sum(c.is_decode for c in self.chunks)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(c.num_tokens for c in self.chunks if not c.is_decode)
+
+
+@dataclass(slots=True)
+class _Plan:
+    """Tokens granted so far in the step being built."""
+
+    budget: int
+    tokens: dict[Request, int] = field(default_factory=dict)
+
+    def grant(self, request: Request, num_tokens: int) -> None:
+        self.tokens[request] = num_tokens
+        self.budget -= num_tokens
+
+    def revoke(self, request: Request) -> None:
+        self.budget += self.tokens.pop(request, 0)
+
+
+class Scheduler:
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+        self.block_manager = block_manager
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.waiting: list[Request] = []  # sorted by arrival
+        self.running: list[Request] = []  # sorted by arrival, so running[-1] is the newest
+
+    def add(self, request: Request) -> None:
+        bisect.insort(self.waiting, request, key=_arrival)
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ------------------------------------------------------------------ one step
+    def schedule(self) -> SchedulerOutput:
+        out = SchedulerOutput()
+        plan = _Plan(self.max_num_batched_tokens)
+        decoding = [r for r in self.running if r.num_uncomputed_tokens == 1]
+        prefilling = [r for r in self.running if r.num_uncomputed_tokens > 1]
+        for request in decoding + prefilling:
+            if plan.budget == 0:
+                break
+            if request.status is RequestStatus.RUNNING:
+                self._grow_running(request, plan, out)
+        # After a preemption the pool is known to be short: admitting more would only thrash.
+        while not out.preempted and self.waiting and plan.budget and len(self.running) < self.max_num_seqs:
+            if not self._admit(self.waiting[0], plan):
+                break
+            out.admitted.append(self.waiting.pop(0))
+        out.chunks = [self._chunk(request, n) for request, n in plan.tokens.items()]
+        return out
+
+    def _grow_running(self, request: Request, plan: _Plan, out: SchedulerOutput) -> None:
+        """Give `request` a chunk and its blocks, preempting newer requests if the pool is dry."""
+        wanted = min(request.num_uncomputed_tokens, plan.budget)
+        start = request.num_computed_tokens
+        while True:
+            reach = min(start + wanted, self.block_manager.max_tokens_allocatable(request))
+            if reach > start:
+                self.block_manager.allocate(request, reach)
+                plan.grant(request, reach - start)
+                return
+            victim = self.running[-1]
+            plan.revoke(victim)
+            self._preempt(victim, out)
+            if victim is request:
+                return
+
+    def _admit(self, request: Request, plan: _Plan) -> bool:
+        """Start (or resume) the head of the queue if its cached prefix plus a full chunk fit.
+
+        Unlike a running request, a new one is not squeezed into the last free blocks: it
+        would only take the blocks running requests need next and be preempted again.
+        """
+        manager = self.block_manager
+        cached = manager.match_prefix(request)
+        reach = min(request.num_tokens, cached + plan.budget)
+        if not manager.allocate(request, reach):
+            manager.free(request)
+            request.conv_src_row = ZERO_ROW
+            return False
+        manager.acquire_slot(request)
+        request.num_computed_tokens = cached
+        request.status = RequestStatus.RUNNING
+        bisect.insort(self.running, request, key=_arrival)
+        plan.grant(request, reach - cached)
+        return True
+
+    def _preempt(self, request: Request, out: SchedulerOutput) -> None:
+        self.running.remove(request)
+        self.block_manager.free(request)
+        request.num_computed_tokens = 0
+        request.conv_src_row = ZERO_ROW
+        request.status = RequestStatus.PREEMPTED
+        request.metrics.preemptions += 1
+        self.add(request)
+        out.preempted.append(request)
+
+    def _chunk(self, request: Request, num_tokens: int) -> ScheduledChunk:
+        """Where the chunk's conv state comes from and which block-boundary states to keep."""
+        start = request.num_computed_tokens
+        snapshots = []
+        if self.block_manager.enable_prefix_caching:
+            size = self.block_manager.block_size
+            first_end = (start // size + 1) * size  # position just past the first boundary
+            for end in range(first_end, start + num_tokens + 1, size):
+                block_id = request.block_table[end // size - 1]
+                snapshots.append((end - 1 - start, self.block_manager.snapshot_row(block_id)))
+        return ScheduledChunk(
+            request=request,
+            start=start,
+            num_tokens=num_tokens,
+            conv_src_row=request.conv_src_row,
+            snapshots=snapshots,
+            want_logits=start + num_tokens == request.num_tokens,
+        )
+
+    # ------------------------------------------------------------------ after the step
+    def update(self, out: SchedulerOutput) -> None:
+        """Account for the computed chunks: advance counters, cache newly full blocks."""
+        for chunk in out.chunks:
+            request = chunk.request
+            request.num_computed_tokens += chunk.num_tokens
+            request.conv_src_row = request.conv_slot
+            self.block_manager.register_full_blocks(request)
+
+    def finish(self, request: Request, status: RequestStatus) -> None:
+        """Remove a request for good and free everything it holds."""
+        if request in self.running:
+            self.running.remove(request)
+        elif request in self.waiting:
+            self.waiting.remove(request)
+        self.block_manager.free(request)
+        request.status = status
