@@ -9,6 +9,7 @@ import torch
 
 from model.config import ATTENTION, Lfm2Config
 from model.lfm2 import Lfm2ForCausalLM
+from model.quantize import quantize_int8
 from model.weights import load_state_dict
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -52,14 +53,24 @@ def build_model(
     return model.to(device).eval()
 
 
+QUANTIZATIONS = ("none", "int8")
+
+
 def load_model(
     checkpoint_dir: str | Path,
     dtype: str | torch.dtype = "float32",
     device: torch.device | str = "cpu",
     progress: Callable[[int, int], None] | None = None,
+    quantize: str = "none",
 ) -> Lfm2ForCausalLM:
-    """Read config.json and the safetensors weights of a local LFM2 checkpoint."""
+    """Read config.json and the safetensors weights of a local LFM2 checkpoint.
+
+    ``quantize="int8"`` stores every linear weight as int8 (see model/quantize.py).
+    """
+    if quantize not in QUANTIZATIONS:
+        raise ValueError(f"quantize {quantize!r} is not supported; use one of {', '.join(QUANTIZATIONS)}")
     checkpoint_dir = Path(checkpoint_dir)
     config = Lfm2Config.from_pretrained(checkpoint_dir)
     tensors = load_state_dict(checkpoint_dir, config, parse_dtype(dtype), progress)
-    return build_model(config, tensors, device)
+    model = build_model(config, tensors, device)
+    return quantize_int8(model) if quantize == "int8" else model
