@@ -1,0 +1,88 @@
+"""The lfm-chat Textual application: loading, then the chat screen, or a clear error."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import replace
+from typing import ClassVar
+
+from textual.app import App, SystemCommand
+from textual.binding import Binding, BindingType
+from textual.screen import Screen
+
+from app.conversation import Conversation
+from app.options import MAX_PANES, AppOptions
+from app.screens.chat import ChatScreen
+from app.screens.error import ErrorScreen
+from app.screens.loading import LoadingScreen
+from app.store import Store, StoreError
+from app.widgets.chat_pane import PaneContext
+from engine import EngineWorker
+
+
+class LfmChatApp(App[None]):
+    """Owns the store and the engine worker; screens do the rest."""
+
+    CSS_PATH = "lfm_chat.tcss"
+    TITLE = "lfm-chat"
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+q", "quit", "Quit", id="quit", priority=True, tooltip="Save everything and quit"),
+    ]
+
+    def __init__(self, options: AppOptions) -> None:
+        super().__init__()
+        self.options = options
+        self.sub_title = options.model_label
+        self.store: Store | None = None
+        self.engine_worker: EngineWorker | None = None
+        self.chat_screen: ChatScreen | None = None
+
+    def on_mount(self) -> None:
+        try:
+            self.store = Store(self.options.store_path)
+        except StoreError as exc:
+            self.push_screen(ErrorScreen(str(exc)))
+            return
+        self.push_screen(LoadingScreen(self.options))
+
+    def on_loading_screen_loaded(self, message: LoadingScreen.Loaded) -> None:
+        assert self.store is not None
+        engine = message.engine
+        self.engine_worker = EngineWorker(engine).start()
+        context = PaneContext(engine, self.engine_worker, self.options.data_dir)
+        conversations = self.store.open_conversations()[:MAX_PANES]
+        missing = max(0, self.options.panes - len(conversations))
+        conversations += [Conversation(settings=replace(self.options.chat)) for _ in range(missing)]
+        self.chat_screen = ChatScreen(
+            context,
+            self.store,
+            conversations,
+            self.options.chat,
+            demo=self.options.demo,
+            snapshot_interval=self.options.snapshot_interval,
+        )
+        config = engine.config
+        self.sub_title = (
+            f"{self.options.model_label} · {config.device} {config.dtype} · ctx {engine.max_model_len}"
+        )
+        self.switch_screen(self.chat_screen)
+
+    def on_loading_screen_failed(self, message: LoadingScreen.Failed) -> None:
+        self.switch_screen(ErrorScreen(message.reason))
+
+    async def action_quit(self) -> None:
+        """Save every pane (a reply in flight as far as it got), then leave."""
+        if self.chat_screen is not None:
+            await self.chat_screen.save_all()
+        self.exit()
+
+    def on_unmount(self) -> None:
+        if self.engine_worker is not None:
+            self.engine_worker.shutdown()
+        if self.store is not None:
+            self.store.close()
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if isinstance(screen, ChatScreen):
+            yield from screen.system_commands()

@@ -1,0 +1,117 @@
+"""A conversation as the app keeps it, and how its next prompt reuses the ids of the last turn.
+
+Why reuse ids: a reply's generated ids are often not what re-tokenizing its text gives, so
+re-encoding the whole chat every turn would change earlier tokens and miss the engine's prefix
+cache. Keeping the exact ids the engine saw, with the text they stand for, makes turn N+1
+prefill only its new tokens.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Protocol
+
+from engine import SamplingParams
+
+TITLE_CHARS = 48
+
+
+class ChatTokenizer(Protocol):
+    """The part of `model.tokenizer.Tokenizer` a prompt needs."""
+
+    stop_token_ids: frozenset[int]
+
+    def render_chat(self, messages: Sequence[dict[str, str]]) -> str: ...
+    def encode(self, text: str) -> list[int]: ...
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
+
+
+@dataclass(slots=True)
+class ChatSettings:
+    """Per-conversation system prompt and sampling; defaults follow LFM2's model card."""
+
+    system_prompt: str = ""
+    temperature: float = 0.3
+    top_p: float = 1.0
+    min_p: float = 0.15
+    repetition_penalty: float = 1.05
+    max_tokens: int = 512
+
+    def sampling_params(self, max_tokens: int | None = None) -> SamplingParams:
+        """Engine parameters; raises SamplingParamsError naming a bad field."""
+        return SamplingParams(
+            temperature=self.temperature,
+            top_p=self.top_p,
+            min_p=self.min_p,
+            repetition_penalty=self.repetition_penalty,
+            max_tokens=self.max_tokens if max_tokens is None else max_tokens,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> ChatSettings:
+        """Unknown keys (from a newer version) are ignored rather than fatal."""
+        names = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in names})
+
+
+@dataclass(slots=True)
+class ChatMessage:
+    role: str  # "user" | "assistant"
+    content: str
+    created_at: float = field(default_factory=time.time)
+
+
+@dataclass(slots=True)
+class Conversation:
+    """What is persisted: messages, settings and timestamps. `id` is None until first saved."""
+
+    messages: list[ChatMessage] = field(default_factory=list)
+    settings: ChatSettings = field(default_factory=ChatSettings)
+    id: int | None = None
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+
+    @property
+    def title(self) -> str:
+        first = next((m.content for m in self.messages if m.role == "user"), "")
+        line = " ".join(first.split())
+        return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The messages in chat-template form, system prompt first when there is one."""
+        chat = [{"role": m.role, "content": m.content} for m in self.messages]
+        system = self.settings.system_prompt
+        return [{"role": "system", "content": system}, *chat] if system else chat
+
+
+@dataclass(slots=True)
+class PromptCache:
+    """Token ids the engine already saw for a conversation, each with the exact text it stands for."""
+
+    entries: list[tuple[str, list[int]]] = field(default_factory=list)
+
+    def build(self, tokenizer: ChatTokenizer, messages: Sequence[dict[str, str]]) -> tuple[str, list[int]]:
+        """(prompt text, prompt ids): the longest cached entry that prefixes the render, plus the rest."""
+        text = tokenizer.render_chat(messages)
+        best = max((e for e in self.entries if text.startswith(e[0])), key=lambda e: len(e[0]), default=None)
+        if best is None:
+            return text, tokenizer.encode(text)
+        return text, best[1] + tokenizer.encode(text[len(best[0]) :])
+
+    def remember(
+        self, tokenizer: ChatTokenizer, prompt: tuple[str, list[int]], reply: str, ids: list[int]
+    ) -> None:
+        """Record a finished turn: its prompt, and its prompt + reply (the stop token included)."""
+        text, prompt_ids = prompt
+        full = text + reply
+        if ids and ids[-1] in tokenizer.stop_token_ids:
+            full += tokenizer.decode(ids[-1:], skip_special_tokens=False)
+        self.entries = [(text, prompt_ids), (full, prompt_ids + ids)]
+
+    def clear(self) -> None:
+        self.entries.clear()

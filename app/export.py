@@ -1,0 +1,40 @@
+"""Text that leaves the app: Markdown exports, code blocks, and the clipboard's file fallback."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+from app.conversation import Conversation
+
+_FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[ \t]*$", re.DOTALL | re.MULTILINE)
+ROLE_HEADINGS = {"user": "You", "assistant": "Assistant"}
+
+
+def conversation_markdown(conversation: Conversation) -> str:
+    """The conversation as a Markdown document: system prompt first, one section per message."""
+    lines = [f"# {conversation.title or 'Conversation'}", ""]
+    if conversation.settings.system_prompt:
+        lines += ["> System: " + conversation.settings.system_prompt.replace("\n", "\n> "), ""]
+    for message in conversation.messages:
+        lines += [f"## {ROLE_HEADINGS.get(message.role, message.role)}", "", message.content.rstrip(), ""]
+    return "\n".join(lines)
+
+
+def last_code_block(markdown: str) -> str | None:
+    """The body of the last fenced code block, the thing a user most often wants to paste."""
+    blocks = _FENCE.findall(markdown)
+    return blocks[-1][1] if blocks else None
+
+
+def write_text(directory: Path, name: str, text: str) -> Path:
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / name
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def export_name(conversation: Conversation) -> str:
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime())
+    return f"conversation-{conversation.id or 'new'}-{stamp}.md"

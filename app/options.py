@@ -1,0 +1,52 @@
+"""Everything a launch decides, in one value the CLI builds and tests construct directly."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import platformdirs
+
+from app.conversation import ChatSettings
+from engine import EngineConfig
+from model.hub import DEFAULT_MODEL
+
+APP_NAME = "lfm-chat"
+DATA_DIR_ENV = "LFM_CHAT_DATA_DIR"
+MAX_PANES = 9  # beyond this a pane is too small to read on a normal terminal
+
+
+def default_data_dir() -> Path:
+    """Where conversations live: $LFM_CHAT_DATA_DIR (tests, portable installs) or the platform's data dir."""
+    override = os.environ.get(DATA_DIR_ENV)
+    return Path(override) if override else platformdirs.user_data_path(APP_NAME)
+
+
+def default_cache_dir() -> Path:
+    return platformdirs.user_cache_path(APP_NAME)
+
+
+@dataclass(slots=True)
+class AppOptions:
+    """A launch of lfm-chat: which model, how the engine runs, chat defaults, where files go."""
+
+    model: str = DEFAULT_MODEL
+    demo: bool = False
+    panes: int = 2
+    engine: EngineConfig = field(default_factory=EngineConfig)
+    chat: ChatSettings = field(default_factory=ChatSettings)
+    data_dir: Path = field(default_factory=default_data_dir)
+    cache_dir: Path = field(default_factory=default_cache_dir)
+    snapshot_interval: float = 0.25  # seconds between dashboard refreshes
+
+    @property
+    def model_label(self) -> str:
+        """The model as the header names it: a repo id, or a local directory's name."""
+        if self.demo:
+            return "demo (random weights)"
+        return self.model if not Path(self.model).expanduser().is_dir() else Path(self.model).name
+
+    @property
+    def store_path(self) -> Path:
+        return self.data_dir / "conversations.sqlite3"

@@ -1,0 +1,79 @@
+"""Shown at once on launch while the model downloads and loads on a thread."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual import work
+from textual.app import ComposeResult
+from textual.containers import Center, Vertical
+from textual.message import Message
+from textual.screen import Screen
+from textual.widgets import Label, ProgressBar
+
+from app.options import AppOptions
+from app.startup import load_engine
+from engine import Engine
+from model.errors import CheckpointError, ModelNotAvailableError
+
+
+class LoadingScreen(Screen[None]):
+    """Runs `load_engine` in a thread worker and reports back with messages (never blocks the UI)."""
+
+    @dataclass
+    class Progress(Message):
+        """A loading stage; only the newest matters, so a newer one replaces it in the queue."""
+
+        stage: str
+        fraction: float | None
+
+        def can_replace(self, message: Message) -> bool:
+            return isinstance(message, LoadingScreen.Progress)
+
+    @dataclass
+    class Loaded(Message):
+        engine: Engine
+
+    @dataclass
+    class Failed(Message):
+        """Loading failed; `reason` is one user-facing paragraph, never a traceback."""
+
+        reason: str
+
+    def __init__(self, options: AppOptions) -> None:
+        super().__init__()
+        self.options = options
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="loading"):
+            yield Label("lfm-chat", id="loading-title")
+            yield Label(f"model: {self.options.model_label}", id="loading-model")
+            yield Label("starting…", id="loading-stage")
+            with Center():
+                yield ProgressBar(total=None, show_eta=False, id="loading-bar")
+
+    def on_mount(self) -> None:
+        self._load()
+
+    @work(thread=True, exit_on_error=False)
+    def _load(self) -> None:
+        def progress(stage: str, fraction: float | None) -> None:
+            self.post_message(self.Progress(stage, fraction))
+
+        try:
+            engine = load_engine(self.options, progress)
+        except (CheckpointError, ModelNotAvailableError) as exc:
+            self.post_message(self.Failed(str(exc)))
+        except Exception as exc:  # anything else is still shown as one line, not a traceback
+            self.post_message(self.Failed(f"The engine could not start: {type(exc).__name__}: {exc}"))
+        else:
+            self.post_message(self.Loaded(engine))
+
+    def on_loading_screen_progress(self, message: Progress) -> None:
+        message.stop()
+        self.query_one("#loading-stage", Label).update(f"{message.stage}…")
+        bar = self.query_one(ProgressBar)
+        if message.fraction is None:
+            bar.update(total=None)
+        else:
+            bar.update(total=1.0, progress=message.fraction)

@@ -1,0 +1,93 @@
+"""A pane's system prompt and sampling settings, validated before they can be saved."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import Binding, BindingType
+from textual.containers import Grid, Horizontal, Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Button, Input, Label, TextArea
+
+from app.conversation import ChatSettings
+from engine import SamplingParamsError
+
+# (field, label, type): the numeric fields, in form order.
+FIELDS: tuple[tuple[str, str, type], ...] = (
+    ("temperature", "Temperature", float),
+    ("top_p", "Top-p", float),
+    ("min_p", "Min-p", float),
+    ("repetition_penalty", "Repetition penalty", float),
+    ("max_tokens", "Max new tokens", int),
+)
+
+
+def parse_settings(system_prompt: str, values: dict[str, str]) -> ChatSettings:
+    """Settings from the form's text; ValueError with a message naming the field on bad input."""
+    parsed: dict[str, float | int] = {}
+    for name, label, kind in FIELDS:
+        text = values[name].strip()
+        try:
+            parsed[name] = kind(text)
+        except ValueError:
+            noun = "a whole number" if kind is int else "a number"
+            raise ValueError(f"{label} must be {noun}, not {text!r}.") from None
+    settings = ChatSettings(system_prompt=system_prompt, **parsed)  # type: ignore[arg-type]
+    try:
+        settings.sampling_params()
+    except SamplingParamsError as exc:  # the engine's rule, with the form's label instead of the field
+        message = str(exc)
+        for name, label, _ in FIELDS:
+            message = message.replace(f"SamplingParams.{name}", label)
+        raise ValueError(message) from None
+    return settings
+
+
+class SettingsScreen(ModalScreen[ChatSettings | None]):
+    """Dismisses with the new settings, or None when cancelled."""
+
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("escape", "dismiss(None)", "Cancel", id="settings_cancel"),
+        Binding("ctrl+s", "save", "Save", id="settings_save", priority=True),
+    ]
+
+    def __init__(self, settings: ChatSettings, pane_label: str) -> None:
+        super().__init__()
+        self.settings = settings
+        self.pane_label = pane_label
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="settings-dialog") as dialog:
+            dialog.border_title = f"Settings · pane {self.pane_label}"
+            yield Label("System prompt")
+            yield TextArea(self.settings.system_prompt, id="system-prompt", soft_wrap=True)
+            with Grid(id="settings-fields"):
+                for name, label, _ in FIELDS:
+                    yield Label(label)
+                    yield Input(str(getattr(self.settings, name)), id=name, compact=True)
+            yield Label("", id="settings-error")
+            with Horizontal(id="settings-buttons"):
+                yield Button("Save", variant="primary", id="save")
+                yield Button("Cancel", id="cancel")
+
+    def on_mount(self) -> None:
+        self.query_one("#system-prompt", TextArea).focus()
+
+    def on_button_pressed(self, event: Button.Pressed) -> None:
+        if event.button.id == "save":
+            self.action_save()
+        else:
+            self.dismiss(None)
+
+    def on_input_submitted(self) -> None:
+        self.action_save()
+
+    def action_save(self) -> None:
+        values = {name: self.query_one(f"#{name}", Input).value for name, _, _ in FIELDS}
+        try:
+            settings = parse_settings(self.query_one("#system-prompt", TextArea).text, values)
+        except ValueError as exc:
+            self.query_one("#settings-error", Label).update(str(exc))
+            return
+        self.dismiss(settings)

@@ -1,0 +1,84 @@
+"""The scheduler at work: batch, step budget, KV cache, queue, prefix hits, throughput, requests."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.containers import Horizontal, Vertical
+from textual.widgets import DataTable, Label, Sparkline, Static
+
+from engine import EngineSnapshot, RequestSnapshot
+
+BAR_WIDTH = 10
+
+
+def meter(used: int, total: int, width: int = BAR_WIDTH) -> Text:
+    """A bar of `width` cells, filled in proportion; a partly used resource shows at least one cell."""
+    filled = 0 if total <= 0 else min(width, round(width * used / total))
+    if used and not filled:
+        filled = 1
+    return Text.assemble(("█" * filled, "bold green"), ("░" * (width - filled), "dim"))
+
+
+def progress(request: RequestSnapshot) -> str:
+    if request.phase == "prefill":
+        return f"{request.computed_prompt_tokens}/{request.prompt_tokens} prompt"
+    return f"{request.generated_tokens}/{request.max_tokens} gen"
+
+
+class Dashboard(Vertical):
+    """Shows one `EngineSnapshot` at a time; never talks to the engine itself.
+
+    `peak_running` remembers the most requests ever shown running at once: the proof, visible
+    to tests, that several panes were batched together.
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__(id=id)
+        self.peak_running = 0
+        self.snapshot: EngineSnapshot | None = None
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            with Vertical(id="dash-stats"):
+                yield Static(id="dash-meters")
+                with Horizontal(id="dash-throughput"):
+                    yield Label("tok/s ", classes="dash-label")
+                    yield Sparkline([0.0], id="dash-spark")
+                    yield Label("", id="dash-rate")
+            yield DataTable(id="dash-requests", cursor_type="none", zebra_stripes=True, show_cursor=False)
+
+    def on_mount(self) -> None:
+        self.border_title = "engine"
+        self.query_one(DataTable).add_columns("pane", "phase", "progress", "tok/s")
+
+    def show(self, snap: EngineSnapshot, labels: Mapping[object, str]) -> None:
+        """Render `snap`; `labels` names each request by its tag (the pane it belongs to)."""
+        self.snapshot = snap
+        self.peak_running = max(self.peak_running, snap.running)
+        kv_text = f" {snap.kv_blocks_used}/{snap.kv_blocks_total} blk · {snap.kv_blocks_cached} cached"
+        lines = [
+            Text.assemble(
+                "batch  ",
+                meter(snap.running, snap.max_num_seqs),
+                f" {snap.running}/{snap.max_num_seqs} running · {snap.waiting} waiting",
+            ),
+            Text.assemble(
+                "step   ",
+                meter(snap.step_tokens, snap.token_budget),
+                f" {snap.step_tokens}/{snap.token_budget} tok",
+            ),
+            Text.assemble("kv     ", meter(snap.kv_blocks_used, snap.kv_blocks_total), kv_text),
+            Text(f"prefix {snap.prefix_hit_rate:.0%} hit · {snap.preemptions} preempted"),
+        ]
+        self.query_one("#dash-meters", Static).update(Text("\n").join(lines))
+        self.query_one(Sparkline).data = list(snap.throughput_history) or [0.0]
+        self.query_one("#dash-rate", Label).update(f" {snap.tokens_per_s:.0f}")
+        self.border_subtitle = f"step {snap.steps} · {snap.step_time * 1000:.1f} ms"
+        table = self.query_one(DataTable)
+        table.clear()
+        for request in snap.requests:
+            label = labels.get(request.tag, str(request.tag))
+            table.add_row(label, request.phase, progress(request), f"{request.tokens_per_s:.0f}")

@@ -1,0 +1,61 @@
+"""One line under a pane's transcript: what its request is doing and what it cost."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from textual.widgets import Static
+
+STATES = ("idle", "queued", "prefill", "decoding", "stopping", "stopped", "error")
+
+
+class Metrics(Protocol):
+    """The fields of `engine.RequestMetrics` the status line shows."""
+
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    generated_tokens: int
+
+    @property
+    def ttft(self) -> float | None: ...
+    @property
+    def tokens_per_s(self) -> float | None: ...
+
+
+class PaneStatus(Static):
+    """State (idle / queued / prefill progress / decoding / stopped), tokens, TTFT and tok/s.
+
+    Kept as plain fields plus one `show` call so the pane decides what changed and the widget
+    only formats it.
+    """
+
+    def __init__(self, *, id: str | None = None) -> None:
+        super().__init__("idle", id=id, markup=False)
+        self.state = "idle"
+        self.metrics: Metrics | None = None
+        self.prefill: tuple[int, int] | None = None
+
+    def show(
+        self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
+    ) -> None:
+        """Set the state; metrics are kept from the previous call unless new ones are given."""
+        self.state = state
+        self.metrics = metrics or self.metrics
+        self.prefill = prefill
+        for name in STATES:
+            self.set_class(name == state, f"-{name}")
+        self.update(self.describe())
+
+    def describe(self) -> str:
+        parts = [self.state]
+        if self.state == "prefill" and self.prefill:
+            done, total = self.prefill
+            parts = [f"prefill {done}/{total}"]
+        m = self.metrics
+        if m is not None and self.state not in ("queued", "prefill"):
+            parts.append(f"p{m.prompt_tokens} ({m.cached_prompt_tokens} cached) g{m.generated_tokens}")
+            if m.ttft is not None:
+                parts.append(f"ttft {m.ttft:.2f}s")
+            if m.tokens_per_s:
+                parts.append(f"{m.tokens_per_s:.0f} tok/s")
+        return " · ".join(parts)
