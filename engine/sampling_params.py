@@ -1,0 +1,99 @@
+"""How one request wants its tokens chosen and when it wants to stop.
+
+Validation happens here, at construction, so a bad value is a clear error for the caller who
+made it instead of a crash (or a silently wrong sample) deep inside a batched engine step.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+# Below this temperature logits / T overflows float32 long before the distribution differs
+# from argmax in any way that matters, so such requests are treated as greedy (as vLLM does).
+GREEDY_TEMPERATURE = 1e-5
+
+_SEED_LIMIT = 2**64  # torch.Generator.manual_seed accepts seeds in [0, 2**64)
+
+
+class SamplingParamsError(ValueError):
+    """A SamplingParams field is out of range; the message names the field and the allowed range."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_real(value: object) -> bool:
+    return (isinstance(value, int | float) and not isinstance(value, bool)) and not math.isnan(value)
+
+
+def _is_finite(value: object) -> bool:
+    return _is_real(value) and math.isfinite(value)
+
+
+def _is_text(value: object) -> bool:
+    return isinstance(value, str) and value != ""
+
+
+def _is_list_of(value: object, item_ok: Callable[[object], bool]) -> bool:
+    return isinstance(value, list | tuple) and all(item_ok(item) for item in value)
+
+
+# (field, check, allowed range as shown to the user); checked in this order.
+_RULES: tuple[tuple[str, Callable[[object], bool], str], ...] = (
+    ("temperature", lambda v: _is_finite(v) and v >= 0, "a finite number >= 0 (0 = greedy)"),
+    ("top_k", lambda v: _is_int(v) and v >= -1, "an int >= -1 (0 or -1 = off)"),
+    ("top_p", lambda v: _is_real(v) and 0 < v <= 1, "a number in (0, 1]"),
+    ("min_p", lambda v: _is_real(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    ("repetition_penalty", lambda v: _is_finite(v) and v > 0, "a finite number > 0"),
+    ("presence_penalty", lambda v: _is_real(v) and -2 <= v <= 2, "a number in [-2, 2]"),
+    ("frequency_penalty", lambda v: _is_real(v) and -2 <= v <= 2, "a number in [-2, 2]"),
+    ("seed", lambda v: v is None or (_is_int(v) and 0 <= v < _SEED_LIMIT), "None or an int in [0, 2**64)"),
+    ("max_tokens", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
+    ("stop_token_ids", lambda v: _is_list_of(v, lambda i: _is_int(i) and i >= 0), "a list of ints >= 0"),
+    ("stop", lambda v: _is_list_of(v, _is_text), "a list of non-empty strings"),
+    ("ignore_eos", lambda v: isinstance(v, bool), "a bool"),
+)
+
+
+@dataclass(slots=True)
+class SamplingParams:
+    """Per-request sampling settings, named and defaulted as in vLLM / the OpenAI API.
+
+    temperature 0 means greedy; top_k 0 or -1 and top_p 1 and min_p 0 switch those filters off;
+    repetition_penalty follows Hugging Face (prompt and output tokens), presence/frequency
+    penalties follow OpenAI (output tokens only).
+    """
+
+    temperature: float = 1.0
+    top_k: int = 0
+    top_p: float = 1.0
+    min_p: float = 0.0
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    seed: int | None = None
+    max_tokens: int = 256
+    stop_token_ids: list[int] = field(default_factory=list)
+    stop: list[str] = field(default_factory=list)
+    ignore_eos: bool = False
+
+    def __post_init__(self) -> None:
+        for name, ok, allowed in _RULES:
+            value = getattr(self, name)
+            if not ok(value):
+                raise SamplingParamsError(f"SamplingParams.{name} must be {allowed}, got {value!r}")
+        self.stop_token_ids = list(self.stop_token_ids)  # tuples accepted; stored as lists
+        self.stop = list(self.stop)
+
+    @property
+    def is_greedy(self) -> bool:
+        """True when the request takes the argmax and never draws from its generator."""
+        return self.temperature < GREEDY_TEMPERATURE
+
+    @property
+    def has_penalties(self) -> bool:
+        """True when the sampler must look at this request's token history at all."""
+        return self.repetition_penalty != 1.0 or self.presence_penalty != 0.0 or self.frequency_penalty != 0.0
