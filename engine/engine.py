@@ -7,6 +7,7 @@ Engine on one thread and serialises everything else onto it.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 import random
@@ -105,9 +106,10 @@ class Engine:
         tag: object = None,
     ) -> str:
         """Queue a request; bad input raises RequestError / SamplingParamsError and changes nothing."""
-        params = SamplingParams() if params is None else params
-        if not isinstance(params, SamplingParams):
+        if params is not None and not isinstance(params, SamplingParams):
             raise RequestError(f"params must be a SamplingParams, got {type(params).__name__}")
+        # A private, re-validated copy: a caller mutating its object later cannot reach the request.
+        params = SamplingParams() if params is None else dataclasses.replace(params)
         ids = self._prompt_ids(prompt)
         arrival = next(self._arrivals)
         request_id = f"req-{arrival}" if request_id is None else request_id

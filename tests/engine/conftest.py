@@ -60,13 +60,13 @@ def reference_greedy() -> Callable[[Path, list[list[int]], int], list[list[int]]
     def run(path: Path, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         if path not in models:
             models[path] = transformers.Lfm2ForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            models[path].generation_config.eos_token_id = None  # like ignore_eos: always max_new_tokens
         ref = models[path]
-        config = transformers.GenerationConfig(
-            max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=None, pad_token_id=0
-        )
         outputs = []
         for prompt in prompts:
-            ids = ref.generate(torch.tensor([prompt]), generation_config=config)[0, len(prompt) :].tolist()
+            ids = ref.generate(
+                torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0
+            )[0, len(prompt) :].tolist()
             assert len(ids) == max_new_tokens, "the reference stopped early"
             outputs.append(ids)
         return outputs

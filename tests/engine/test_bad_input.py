@@ -1,0 +1,81 @@
+"""Bad input fails that request alone, with a message that says what is wrong; serving goes on."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine import RequestError, SamplingParams, SamplingParamsError
+
+GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_ckpt, make_engine):
+    return make_engine(tiny_ckpt, max_model_len=64)
+
+
+@pytest.mark.parametrize(
+    ("prompt", "message"),
+    [
+        ([], "empty"),
+        ("", "empty"),
+        (list(range(20, 84)), "64 tokens but the context holds 64"),
+        ([20, 512, 21], "512 is outside the vocabulary"),
+        ([20, -1], "-1 is outside the vocabulary"),
+        ([20, 1.5], "string or a list of token ids"),
+    ],
+)
+def test_bad_prompts_are_rejected_with_a_clear_message(engine, prompt, message):
+    with pytest.raises(RequestError, match=message):
+        engine.add_request(prompt, GREEDY)
+
+
+def test_invalid_sampling_values_are_rejected_even_if_set_after_construction(engine):
+    with pytest.raises(SamplingParamsError, match="temperature"):
+        SamplingParams(temperature=-1.0)
+    params = SamplingParams()
+    params.top_p = 1.5
+    with pytest.raises(SamplingParamsError, match="top_p"):
+        engine.add_request([20, 21], params)
+    with pytest.raises(RequestError, match="SamplingParams"):
+        engine.add_request([20, 21], {"temperature": 0.0})
+
+
+def test_rejections_leave_running_requests_and_later_ones_unharmed(tiny_ckpt, engine, make_engine, prompts):
+    good, later = prompts([30, 20], seed=15)
+    expected = make_engine(tiny_ckpt).generate([good, later], GREEDY)
+    rid = engine.add_request(good, GREEDY)
+    engine.step()
+    for bad in ([], list(range(20, 90)), [9999]):
+        with pytest.raises(RequestError):
+            engine.add_request(bad, GREEDY)
+    finals = {}
+    while engine.has_unfinished():
+        finals.update((o.request_id, o) for o in engine.step() if o.finished)
+    assert finals[rid].token_ids == expected[0].token_ids
+    assert engine.generate([later], GREEDY)[0].token_ids == expected[1].token_ids
+
+
+def test_prompt_that_just_fits_generates_up_to_the_context_end(engine):
+    out = engine.generate([list(range(20, 83))], GREEDY)[0]
+    assert out.finish_reason == "length" and len(out.token_ids) == 1
+
+
+def test_a_failing_step_fails_only_that_batch_and_the_engine_keeps_serving(engine, monkeypatch, prompts):
+    """Fault injection: the model raising mid-step (e.g. out of memory) is the one thing we must fake."""
+    first, second, after = prompts([10, 12, 14], seed=16)
+    before = engine.generate([after], GREEDY)[0].token_ids
+    engine.add_request(first, GREEDY, request_id="x1")
+    engine.add_request(second, GREEDY, request_id="x2")
+    real_run = engine.runner.run
+
+    def broken(chunks):
+        monkeypatch.setattr(engine.runner, "run", real_run)
+        raise RuntimeError("simulated out of memory")
+
+    monkeypatch.setattr(engine.runner, "run", broken)
+    outs = engine.step()
+    assert {o.request_id for o in outs} == {"x1", "x2"}
+    assert all(o.finish_reason == "error" and "simulated out of memory" in o.error for o in outs)
+    assert not engine.has_unfinished() and engine.block_manager.num_used_blocks == 0
+    assert engine.generate([after], GREEDY)[0].token_ids == before
