@@ -13,7 +13,9 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 
 @pytest.mark.parametrize("preset", ["default", "lfm2_like"])
-def test_batched_greedy_equals_reference_alone(preset, tiny_ckpt_factory, make_engine, prompts, reference_greedy):
+def test_batched_greedy_equals_reference_alone(
+    preset, tiny_ckpt_factory, make_engine, prompts, reference_greedy
+):
     path = tiny_ckpt_factory(preset)
     batch = prompts(LENGTHS, seed=1)
     engine = make_engine(path, max_num_seqs=4, max_num_batched_tokens=64)

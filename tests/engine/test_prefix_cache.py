@@ -49,7 +49,7 @@ def test_requests_sharing_a_system_prompt_share_its_blocks(tiny_ckpt, make_engin
 def test_concurrent_identical_prompts_match_a_cold_run(tiny_ckpt, make_engine, prompts):
     """Same prefix computed by several requests in one step: cached once, nothing corrupted."""
     (system,) = prompts([75], seed=5)
-    batch = [system, system, system + [20], system]
+    batch = [system, system, [*system, 20], system]
     cold = make_engine(tiny_ckpt, enable_prefix_caching=False).generate(batch, GREEDY)
     warm = make_engine(tiny_ckpt, max_num_seqs=4, max_num_batched_tokens=256)
     again = warm.generate(batch, GREEDY) + warm.generate(batch, GREEDY)

@@ -7,14 +7,24 @@ from engine import SamplingParams
 SEEDED = [
     SamplingParams(temperature=0.9, seed=11, max_tokens=24, ignore_eos=True),
     SamplingParams(temperature=1.3, top_k=20, top_p=0.8, seed=12, max_tokens=24, ignore_eos=True),
-    SamplingParams(temperature=0.7, min_p=0.1, repetition_penalty=1.3, frequency_penalty=0.5, seed=13,
-                   max_tokens=24, ignore_eos=True),
+    SamplingParams(
+        temperature=0.7,
+        min_p=0.1,
+        repetition_penalty=1.3,
+        frequency_penalty=0.5,
+        seed=13,
+        max_tokens=24,
+        ignore_eos=True,
+    ),
 ]
 
 
 def test_seeded_requests_are_reproducible_regardless_of_batch_composition(tiny_ckpt, make_engine, prompts):
     targets = prompts([30, 7, 120], seed=12)
-    alone = [make_engine(tiny_ckpt).generate([p], params)[0].token_ids for p, params in zip(targets, SEEDED)]
+    alone = [
+        make_engine(tiny_ckpt).generate([prompt], params)[0].token_ids
+        for prompt, params in zip(targets, SEEDED, strict=True)
+    ]
 
     crowd = prompts([200, 3, 64, 90, 15], seed=13)
     noise = SamplingParams(temperature=1.0, max_tokens=30, ignore_eos=True)

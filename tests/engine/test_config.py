@@ -1,0 +1,61 @@
+"""EngineConfig validation and how "auto" values resolve against a model and a machine."""
+
+from __future__ import annotations
+
+import pytest
+
+from engine.config import EngineConfig, cpu_has_bf16, resolve_dtype
+from model.cache import HybridCache
+from model.config import Lfm2Config
+
+CONFIG = Lfm2Config(
+    vocab_size=512,
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    layer_types=["conv", "full_attention"],
+    max_position_embeddings=4096,
+)
+
+
+@pytest.mark.parametrize(
+    ("flags", "expected"),
+    [("fpu sse avx512f", False), ("fpu avx512_bf16 avx512f", True), ("amx_bf16 x", True)],
+)
+def test_bf16_is_detected_from_cpu_flags(tmp_path, flags, expected):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    assert cpu_has_bf16(cpuinfo) is expected
+
+
+def test_auto_dtype_is_bf16_on_cuda_and_explicit_dtypes_are_kept():
+    assert resolve_dtype("auto", "cuda:0") == "bfloat16"
+    assert resolve_dtype("float32", "cuda") == "float32"
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if cpu_has_bf16() else "float32")
+
+
+def test_cache_size_follows_the_memory_budget():
+    config = EngineConfig(dtype="float32", kv_cache_memory_mb=1).resolve(CONFIG)
+    per_block = HybridCache.bytes_per_block(CONFIG, 16, config.torch_dtype)
+    assert config.num_kv_blocks == 2**20 // per_block
+
+
+def test_max_model_len_is_capped_by_positions_and_by_the_pool():
+    assert EngineConfig(dtype="float32", num_kv_blocks=1000).resolve(CONFIG).max_model_len == 4096
+    assert EngineConfig(dtype="float32", num_kv_blocks=10).resolve(CONFIG).max_model_len == 160
+    assert EngineConfig(dtype="float32", max_model_len=100).resolve(CONFIG).max_model_len == 100
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"dtype": "float16"},
+        {"max_num_seqs": 0},
+        {"num_kv_blocks": 0},
+        {"max_num_seqs": 8, "max_num_batched_tokens": 4},
+    ],
+)
+def test_invalid_settings_are_rejected(fields):
+    with pytest.raises(ValueError, match="EngineConfig"):
+        EngineConfig(**fields)
