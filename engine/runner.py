@@ -9,11 +9,19 @@ from __future__ import annotations
 
 import torch
 
+from engine.request import Request
 from engine.sampler import Sampler, SamplingRow
 from engine.scheduler import ScheduledChunk
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.lfm2 import Lfm2ForCausalLM
+
+
+def _sampling_row(request: Request) -> SamplingRow:
+    """Token history is copied only for requests whose penalties read it."""
+    if not request.params.has_penalties:
+        return SamplingRow(request.params, request.generator)
+    return SamplingRow(request.params, request.generator, request.prompt_token_ids, request.output_token_ids)
 
 
 class ModelRunner:
@@ -33,8 +41,7 @@ class ModelRunner:
         sampling = [chunk.request for chunk in chunks if chunk.want_logits]
         if not sampling:
             return []
-        rows = [SamplingRow(r.params, r.generator, r.prompt_token_ids, r.output_token_ids) for r in sampling]
-        return self.sampler.sample(logits, rows)
+        return self.sampler.sample(logits, [_sampling_row(request) for request in sampling])
 
     @staticmethod
     def _sequence_chunk(chunk: ScheduledChunk) -> SequenceChunk:

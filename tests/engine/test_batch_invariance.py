@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 
 from engine import SamplingParams
 
@@ -45,3 +46,15 @@ def test_outputs_do_not_depend_on_budget_block_size_or_prefix_caching(tiny_ckpt,
     ]
     results = [[o.token_ids for o in make_engine(tiny_ckpt, **c).generate(batch, GREEDY)] for c in configs]
     assert results[1] == results[0] and results[2] == results[0]
+
+
+def test_bfloat16_engine_serves_a_mixed_batch_end_to_end(tiny_ckpt, make_engine, prompts):
+    """bf16 cache and weights with float32 logits: no dtype seams between cache, model and sampler."""
+    engine = make_engine(tiny_ckpt, dtype="bfloat16", max_num_seqs=3, max_num_batched_tokens=32)
+    batch = prompts([70, 2, 33, 18], seed=3)
+    sampled = SamplingParams(temperature=0.8, seed=1, max_tokens=MAX_TOKENS)
+    outs = engine.generate(batch, [GREEDY, sampled] * 2)
+    assert engine.runner.cache.k[0].dtype == next(engine.runner.model.parameters()).dtype == torch.bfloat16
+    assert [len(o.token_ids) for o in outs[::2]] == [MAX_TOKENS, MAX_TOKENS]
+    assert all(o.finished and o.finish_reason in ("stop", "length") for o in outs)
+    assert engine.block_manager.num_used_blocks == 0
