@@ -145,8 +145,7 @@ class Request:
     def _finish_text(self, status: RequestStatus) -> None:
         """Flush the detokenizer (a half character at the very end) and settle the status."""
         tail = self.detokenizer.flush() if self.detokenizer else ""
-        self._add_text(tail)
-        self.status = status
+        self.status = RequestStatus.FINISHED_STOPPED if self._add_text(tail) else status
 
     def _add_text(self, delta: str) -> bool:
         """Append text; True if a stop string now occurs, in which case the text ends before it."""

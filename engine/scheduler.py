@@ -78,6 +78,8 @@ class _Plan:
 
 
 class Scheduler:
+    """Owns the waiting and running queues; see the module docstring for the policy."""
+
     def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs

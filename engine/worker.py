@@ -177,6 +177,7 @@ class EngineWorker:
         """Queue a request; never blocks, never raises for bad input (that becomes an error event).
 
         `on_event` runs on the worker thread for every event: keep it short (post a message).
+        After shutdown the request is rejected at once, on the caller's thread.
         """
         handle = StreamHandle(self, f"stream-{next(self._ids)}", tag, on_event)
         if not self._post(lambda: self._start(handle, prompt, params)):
