@@ -1,0 +1,135 @@
+"""`lfm-chat bench` / `python -m bench`: this engine vs transformers on named workloads, in one run.
+
+lfm-chat bench                                   all workloads, 350M-shape random weights, 3 repeats
+lfm-chat bench --workloads single,chats8 --markdown
+lfm-chat bench --tiny --quick --repeats 1        a smoke run in seconds
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+
+from bench import ours
+from bench.backends import ENGINES
+from bench.checkpoint import random_350m_checkpoint, tiny_checkpoint
+from bench.machine import describe
+from bench.progress import Progress
+from bench.report import json_report, text_report
+from bench.runner import count_runs, run_benchmark
+from bench.settings import RunSettings
+from bench.workloads import WORKLOADS
+from engine.config import resolve_dtype
+from model.errors import CheckpointError, ModelNotAvailableError
+from model.hub import resolve_checkpoint
+
+
+def _names(allowed: list[str] | tuple[str, ...], what: str):
+    """An argparse type: a comma-separated subset of `allowed`, in the order given."""
+
+    def parse(text: str) -> list[str]:
+        names = [n.strip() for n in text.split(",") if n.strip()]
+        unknown = [n for n in names if n not in allowed]
+        if unknown or not names:
+            raise argparse.ArgumentTypeError(f"unknown {what} {unknown}; choose from {', '.join(allowed)}")
+        return list(dict.fromkeys(names))
+
+    return parse
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="lfm-chat bench",
+        description="Benchmark this engine against transformers on the same workloads, in one run.",
+        epilog="workloads: " + "; ".join(f"{w.name}: {w.title}" for w in WORKLOADS.values()),
+    )
+    model = parser.add_mutually_exclusive_group()
+    model.add_argument(
+        "--model",
+        metavar="PATH_OR_ID",
+        help="checkpoint (default: random weights at LFM2-350M's shape, generated once into the cache)",
+    )
+    model.add_argument("--tiny", action="store_true", help="a tiny random checkpoint (smoke tests)")
+    parser.add_argument(
+        "--workloads",
+        type=_names(list(WORKLOADS), "workloads"),
+        default=list(WORKLOADS),
+        help="comma-separated (default: all)",
+    )
+    parser.add_argument(
+        "--engines",
+        type=_names(ENGINES, "engines"),
+        default=list(ENGINES),
+        help="comma-separated (default: ours,transformers)",
+    )
+    parser.add_argument("--repeats", type=int, default=3, help="repetitions per workload and engine")
+    parser.add_argument(
+        "--dtype",
+        choices=["auto", "bfloat16", "float32"],
+        default="auto",
+        help="for both engines; auto = bf16 where the CPU has AVX512-BF16/AMX",
+    )
+    parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
+    parser.add_argument("--quick", action="store_true", help="short lengths, for a smoke run")
+    parser.add_argument(
+        "--poisson-rate",
+        type=float,
+        default=None,
+        metavar="REQ_PER_S",
+        help="Poisson arrival rate (default: from the first engine's warm-up step time)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random prompts")
+    parser.add_argument("--json", type=Path, metavar="OUT", help="also write every figure as JSON")
+    parser.add_argument("--markdown", action="store_true", help="print the table as markdown (README)")
+    return parser
+
+
+def _checkpoint(args: argparse.Namespace, scratch: Path, progress: Progress) -> Path:
+    if args.tiny:
+        return tiny_checkpoint(scratch / "tiny")
+    if args.model:
+        return resolve_checkpoint(args.model)
+    return random_350m_checkpoint(note=progress.note)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = build_parser().parse_args(argv)
+    if args.repeats < 1 or (args.threads is not None and args.threads < 1):
+        build_parser().error("--repeats and --threads must be at least 1")
+    workloads = [WORKLOADS[name] for name in args.workloads]
+    threads = args.threads or torch.get_num_threads()
+    torch.set_num_threads(threads)
+    dtype = resolve_dtype(args.dtype, "cpu")
+    progress = Progress(count_runs(workloads, args.engines, args.repeats))
+    with tempfile.TemporaryDirectory(prefix="lfm-bench-") as scratch:
+        try:
+            checkpoint = _checkpoint(args, Path(scratch), progress)
+        except (CheckpointError, ModelNotAvailableError) as exc:
+            print(f"lfm-chat bench: {exc}", file=sys.stderr)
+            return 1
+        settings = RunSettings(checkpoint, dtype, threads, args.quick, args.seed, args.poisson_rate)
+        machine = describe(threads, dtype)
+        settings, results = run_benchmark(workloads, args.engines, settings, args.repeats, progress)
+    context = {
+        "machine": machine,
+        "settings": {
+            "model": "tiny random checkpoint" if args.tiny else str(args.model or checkpoint),
+            "quick": args.quick,
+            "repeats": args.repeats,
+            "seed": args.seed,
+            "poisson_rate": settings.poisson_rate,
+        },
+        "engine": ours.describe(),
+        "command": shlex.join(["lfm-chat", "bench", *argv]),
+    }
+    print(text_report(results, args.engines, context, markdown=args.markdown))
+    if args.json:
+        args.json.write_text(json.dumps(json_report(results, args.engines, context), indent=2) + "\n")
+    return 0

@@ -1,0 +1,129 @@
+"""Results as a terminal table, as the README's markdown table, and as JSON for machines.
+
+The table shows per workload and metric the median over runs for each engine and the ratio
+ours/transformers. Arrows say which direction is better, since the ratio of a latency should
+fall and the ratio of a throughput should rise.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from bench import stats
+from bench.backends import OURS_METHOD
+from bench.runner import WorkloadResult
+
+RATIO_HEADER = "ours/transformers"
+
+
+def _number(value: float | None, unit: str = "") -> str:
+    if value is None:
+        return "n/a"
+    if unit == "x":
+        return f"{value:.2f}x"
+    if abs(value) >= 100:
+        return f"{value:.0f}"
+    return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
+
+
+def table_rows(results: list[WorkloadResult], engines: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows: workload, metric with unit and direction, one median per engine, the ratio."""
+    both = "ours" in engines and "transformers" in engines
+    headers = ["workload", "metric", *engines] + ([RATIO_HEADER] if both else [])
+    rows = []
+    for result in results:
+        for metric in result.workload.metrics:
+            arrow = "↑" if metric.higher_is_better else "↓"
+            medians = {engine: result.median(engine, metric.name) for engine in engines}
+            row = [result.workload.name, f"{metric.name} ({metric.unit}) {arrow}"]
+            row += [_number(medians[engine], metric.unit) for engine in engines]
+            if both:
+                row.append(_number(stats.ratio(medians["ours"], medians["transformers"]), "x"))
+            rows.append(row)
+    return headers, rows
+
+
+def render_table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
+    if markdown:
+        lines = [headers, ["---"] * len(headers), *rows]
+        return "\n".join("| " + " | ".join(cells) + " |" for cells in lines)
+    lines = [headers, *rows]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(headers))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in lines
+    )
+
+
+def _methods(results: list[WorkloadResult], engines: list[str]) -> list[str]:
+    lines = []
+    if "ours" in engines:
+        lines.append(f"- ours, every workload: {OURS_METHOD}")
+    if "transformers" in engines:
+        lines += [f"- transformers, {r.workload.name}: {r.workload.hf_method}" for r in results]
+    return lines
+
+
+def _machine_line(machine: dict[str, Any]) -> str:
+    return (
+        f"{machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, {machine['dtype']}, "
+        f"torch {machine['torch']}, transformers {machine['transformers']}, "
+        f"load average {machine['load_average_1m']} at start"
+    )
+
+
+def text_report(
+    results: list[WorkloadResult], engines: list[str], context: dict[str, Any], markdown: bool
+) -> str:
+    """The human report: what ran where, the table, and how each engine ran each workload."""
+    headers, rows = table_rows(results, engines)
+    sizes = "quick (short) sizes" if context["settings"]["quick"] else "full sizes"
+    lines = [
+        f"lfm-chat bench: medians of {context['settings']['repeats']} runs per engine, {sizes}",
+        f"machine: {_machine_line(context['machine'])}",
+        f"model: {context['settings']['model']}",
+        "our engine: " + ", ".join(f"{k} {v}" for k, v in context["engine"].items()),
+    ]
+    if context["settings"]["poisson_rate"] is not None:
+        lines.append(f"Poisson arrival rate: {_number(context['settings']['poisson_rate'])} requests/s")
+    lines += [
+        f"reproduce: {context['command']}",
+        "",
+        render_table(headers, rows, markdown),
+        "",
+        "methods:",
+        *_methods(results, engines),
+    ]
+    return "\n".join(lines)
+
+
+def json_report(results: list[WorkloadResult], engines: list[str], context: dict[str, Any]) -> dict[str, Any]:
+    """Every run's value, the medians and the ratios, with the machine and settings."""
+    workloads = []
+    for result in results:
+        metrics = []
+        for metric in result.workload.metrics:
+            medians = {engine: result.median(engine, metric.name) for engine in engines}
+            metrics.append(
+                {
+                    "name": metric.name,
+                    "unit": metric.unit,
+                    "higher_is_better": metric.higher_is_better,
+                    "runs": {
+                        engine: result.samples.get(engine, {}).get(metric.name, []) for engine in engines
+                    },
+                    "median": medians,
+                    "ratio_ours_to_transformers": stats.ratio(
+                        medians.get("ours"), medians.get("transformers")
+                    ),
+                }
+            )
+        workloads.append(
+            {
+                "name": result.workload.name,
+                "title": result.workload.title,
+                "methods": {"ours": OURS_METHOD, "transformers": result.workload.hf_method},
+                "isolated_subprocess": result.workload.isolated,
+                "metrics": metrics,
+            }
+        )
+    return {**context, "engines": engines, "workloads": workloads}

@@ -1,0 +1,26 @@
+"""The settings one benchmark invocation runs under, shared by the parent and its RSS subprocesses."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.workloads import BuildContext, Workload
+from model.config import Lfm2Config
+
+
+@dataclass(frozen=True, slots=True)
+class RunSettings:
+    checkpoint: Path
+    dtype: str  # resolved: "bfloat16" or "float32", the same for both engines
+    threads: int
+    quick: bool
+    seed: int = 0
+    poisson_rate: float | None = None  # requests/s; None until calibrated on the first engine's warm-up
+
+    def build_context(self, workload: Workload, repetition: int) -> BuildContext:
+        """Identical prompts for both engines within a repetition, fresh ones in the next."""
+        rng = random.Random(f"{self.seed}:{workload.name}:{repetition}")
+        vocab_size = Lfm2Config.from_pretrained(self.checkpoint).vocab_size
+        return BuildContext(rng, self.quick, vocab_size, self.poisson_rate or 1.0)

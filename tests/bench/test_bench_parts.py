@@ -1,0 +1,59 @@
+"""The harness's own arithmetic: percentiles, latency windows, scenario rules, peak RSS parsing."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import stats
+from bench.rss import peak_rss_mib
+from bench.scenario import RequestSpec, RequestTrace, Scenario
+
+
+def test_percentile_interpolates_like_numpy_and_skips_missing_runs():
+    assert stats.percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5
+    assert stats.percentile([1.0, 2.0, 3.0, 4.0, 5.0], 99) == pytest.approx(4.96)
+    assert stats.percentile([], 50) is None
+    assert stats.median([3.0, None, 1.0]) == 2.0
+    assert stats.ratio(1.0, None) is None
+
+
+def test_itls_between_counts_gaps_ending_inside_the_window():
+    stream = RequestTrace(arrival=0.0, prompt=[1], token_times=[1.0, 2.0, 4.0, 5.0])
+    assert stream.itls == [1.0, 2.0, 1.0]
+    assert stats.itls_between([stream], 2.0, 4.0) == [2.0]
+    assert stream.ttft == 1.0
+
+
+def test_rates_span_from_first_arrival_or_first_token():
+    traces = [
+        RequestTrace(arrival=0.0, prompt=[1], token_times=[1.0, 2.0, 3.0]),
+        RequestTrace(arrival=1.0, prompt=[1], token_times=[2.0, 3.0]),
+    ]
+    assert stats.output_rate(traces) == 5 / 3
+    assert stats.decode_rate(traces) == 3 / 2
+
+
+def test_continuations_carry_the_history_into_their_context_length():
+    first = RequestSpec((1,) * 10, 4)
+    second = RequestSpec((2,) * 3, 5, after=(0, 4), continues=0)
+    assert Scenario((first, second), ((0,), (1,))).context_lengths() == [14, 22]
+
+
+@pytest.mark.parametrize(
+    ("requests", "groups"),
+    [
+        ((RequestSpec((1,), 4),), ((0,), (0,))),  # a request in two groups
+        ((RequestSpec((1,), 4, after=(0, 1)),), ((0,),)),  # waits on itself
+        ((RequestSpec((1,), 4), RequestSpec((1,), 4, after=(0, 5))), ((0, 1),)),  # more tokens than made
+        ((RequestSpec((1,), 4), RequestSpec((1,), 4, after=(0, 2), continues=0)), ((0, 1),)),  # mid-turn
+    ],
+)
+def test_scenario_rejects_impossible_arrivals(requests, groups):
+    with pytest.raises(ValueError):
+        Scenario(requests, groups)
+
+
+def test_peak_rss_reads_the_kernel_high_water_mark(tmp_path):
+    status = tmp_path / "status"
+    status.write_text("Name:\tpython\nVmHWM:\t  2097152 kB\nVmRSS:\t 1024 kB\n")
+    assert peak_rss_mib(status) == 2048.0
