@@ -6,6 +6,9 @@
                        overridden (``seed=1``, ``dtype=torch.bfloat16``, ``layer_types=[...]``...).
                        Each distinct request is written once per session and reused; treat the
                        directories as read-only (copy one with shutil.copytree before editing).
+
+Torch runs single-threaded in tests: the tiny models are far too small to gain from threads, and
+on a shared 2-core machine several processes with 2 threads each slow everything down ~50x.
 """
 
 from __future__ import annotations
@@ -16,10 +19,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
 from model.tiny import TINY_CONFIGS, write_tiny_checkpoint
 
 TinyCheckpointFactory = Callable[..., Path]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _single_thread() -> None:
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -1,8 +1,4 @@
-"""Engine test fixtures: engines on tiny random checkpoints, prompts, and the transformers reference.
-
-Torch runs single-threaded here: the tiny models are far too small to gain from threads, and on
-a shared 2-core machine several test processes with 2 threads each slow everything down 50x.
-"""
+"""Engine test fixtures: engines on tiny random checkpoints, prompts, and the transformers reference."""
 
 from __future__ import annotations
 
@@ -19,11 +15,6 @@ from engine.request import Request
 from model.tokenizer import LFM2_SPECIAL_TOKENS
 
 FIRST_PLAIN_ID = len(LFM2_SPECIAL_TOKENS)  # random prompts avoid special ids (stop tokens among them)
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _single_thread() -> None:
-    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
