@@ -10,6 +10,8 @@ Only storage lives here; which block or row belongs to whom is the engine's deci
 
 from __future__ import annotations
 
+import mmap
+
 import torch
 
 from model.config import Lfm2Config
@@ -35,10 +37,10 @@ class HybridCache:
         self.block_size = block_size
         self.num_conv_rows = num_conv_rows
         kv_shape = (num_blocks * block_size, config.num_key_value_heads, config.head_dim)
-        self.k = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in config.attention_layers]
-        self.v = [torch.zeros(kv_shape, dtype=dtype, device=device) for _ in config.attention_layers]
+        self.k = [_zeros(kv_shape, dtype, device) for _ in config.attention_layers]
+        self.v = [_zeros(kv_shape, dtype, device) for _ in config.attention_layers]
         conv_shape = (num_conv_rows, config.conv_state_len, config.hidden_size)
-        self.conv = [torch.zeros(conv_shape, dtype=dtype, device=device) for _ in config.conv_layers]
+        self.conv = [_zeros(conv_shape, dtype, device) for _ in config.conv_layers]
 
     @staticmethod
     def bytes_per_block(config: Lfm2Config, block_size: int, dtype: torch.dtype) -> int:
@@ -51,3 +53,18 @@ class HybridCache:
     @property
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.k, *self.v, *self.conv))
+
+
+def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """Zeros that cost memory only once written, on CPU.
+
+    ``torch.zeros`` touches every page, so a 1 GiB pool would be resident from the start.
+    Anonymous mmap pages are zero-filled by the kernel on first touch: the process grows with
+    the blocks actually used, and unused slots still read as zeros (never NaN garbage).
+    """
+    if torch.device(device).type != "cpu":
+        return torch.zeros(shape, dtype=dtype, device=device)
+    nbytes = torch.Size(shape).numel() * torch.empty((), dtype=dtype).element_size()
+    return torch.frombuffer(mmap.mmap(-1, max(nbytes, 1)), dtype=dtype, count=torch.Size(shape).numel()).view(
+        shape
+    )
