@@ -23,7 +23,7 @@ def test_a_large_pool_is_not_resident_until_written():
         vocab_size=64,
     )
     before = resident_mb()
-    cache = HybridCache(config, num_blocks=4096, block_size=16, num_conv_rows=4096, dtype=torch.float32)
+    cache = HybridCache(config, num_blocks=8192, block_size=16, num_conv_rows=8192, dtype=torch.float32)
     assert cache.nbytes > 512 * 2**20
     assert resident_mb() - before < 64
     assert cache.k[0][12345].abs().sum().item() == 0 and cache.conv[1][HybridCache.ZERO_ROW].abs().sum() == 0
