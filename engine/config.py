@@ -10,6 +10,7 @@ import torch
 
 from model.cache import HybridCache
 from model.config import Lfm2Config
+from model.loader import QUANTIZATIONS
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
 DEFAULT_MAX_MODEL_LEN = 32768
@@ -29,12 +30,17 @@ class EngineConfig:
     num_kv_blocks: int | None = None
     kv_cache_memory_mb: int = 1024
     enable_prefix_caching: bool = True
+    quantize: str = "none"  # "int8": weight-only int8 linears (faster single-stream decode on CPU)
     num_threads: int | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
         if self.dtype not in ("auto", *DTYPES):
             raise ValueError(f"EngineConfig.dtype must be auto, float32 or bfloat16, not {self.dtype!r}")
+        if self.quantize not in QUANTIZATIONS:
+            raise ValueError(
+                f"EngineConfig.quantize must be one of {', '.join(QUANTIZATIONS)}, not {self.quantize!r}"
+            )
         positive = ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory_mb")
         for name in positive:
             if getattr(self, name) < 1:

@@ -92,6 +92,7 @@ class Engine:
             resolved.dtype,
             resolved.device,
             progress=lambda done, total: report("loading weights", done / total if total else None),
+            quantize=resolved.quantize,
         )
         tokenizer = Tokenizer.from_pretrained(path, extra_stop_ids=model_config.eos_token_id)
         report("allocating cache", None)
