@@ -12,6 +12,7 @@ import json
 import shlex
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -30,7 +31,7 @@ from model.errors import CheckpointError, ModelNotAvailableError
 from model.hub import resolve_checkpoint
 
 
-def _names(allowed: list[str] | tuple[str, ...], what: str):
+def _names(allowed: list[str] | tuple[str, ...], what: str) -> Callable[[str], list[str]]:
     """An argparse type: a comma-separated subset of `allowed`, in the order given."""
 
     def parse(text: str) -> list[str]:
@@ -100,9 +101,10 @@ def _checkpoint(args: argparse.Namespace, scratch: Path, progress: Progress) -> 
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.repeats < 1 or (args.threads is not None and args.threads < 1):
-        build_parser().error("--repeats and --threads must be at least 1")
+        parser.error("--repeats and --threads must be at least 1")
     workloads = [WORKLOADS[name] for name in args.workloads]
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)

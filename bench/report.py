@@ -26,6 +26,10 @@ def _number(value: float | None, unit: str = "") -> str:
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.2f}"
 
 
+def _medians(result: WorkloadResult, metric: str, engines: list[str]) -> dict[str, float | None]:
+    return {engine: result.median(engine, metric) for engine in engines}
+
+
 def table_rows(results: list[WorkloadResult], engines: list[str]) -> tuple[list[str], list[list[str]]]:
     """Headers and rows: workload, metric with unit and direction, one median per engine, the ratio."""
     both = "ours" in engines and "transformers" in engines
@@ -34,7 +38,7 @@ def table_rows(results: list[WorkloadResult], engines: list[str]) -> tuple[list[
     for result in results:
         for metric in result.workload.metrics:
             arrow = "↑" if metric.higher_is_better else "↓"
-            medians = {engine: result.median(engine, metric.name) for engine in engines}
+            medians = _medians(result, metric.name, engines)
             row = [result.workload.name, f"{metric.name} ({metric.unit}) {arrow}"]
             row += [_number(medians[engine], metric.unit) for engine in engines]
             if both:
@@ -54,12 +58,14 @@ def render_table(headers: list[str], rows: list[list[str]], markdown: bool) -> s
     )
 
 
-def _methods(results: list[WorkloadResult], engines: list[str]) -> list[str]:
+def _workload_notes(results: list[WorkloadResult], engines: list[str]) -> list[str]:
+    """What each workload is (full sizes) and how transformers runs it, since it cannot batch continuously."""
     lines = []
+    for result in results:
+        how = f" transformers: {result.workload.hf_method}." if "transformers" in engines else ""
+        lines.append(f"- {result.workload.name}: {result.workload.title}.{how}")
     if "ours" in engines:
-        lines.append(f"- ours, every workload: {OURS_METHOD}")
-    if "transformers" in engines:
-        lines += [f"- transformers, {r.workload.name}: {r.workload.hf_method}" for r in results]
+        lines.append(f"- ours, every workload: {OURS_METHOD}.")
     return lines
 
 
@@ -76,24 +82,27 @@ def text_report(
 ) -> str:
     """The human report: what ran where, the table, and how each engine ran each workload."""
     headers, rows = table_rows(results, engines)
-    sizes = "quick (short) sizes" if context["settings"]["quick"] else "full sizes"
-    lines = [
-        f"lfm-chat bench: medians of {context['settings']['repeats']} runs per engine, {sizes}",
+    settings = context["settings"]
+    sizes = "quick (short) sizes" if settings["quick"] else "full sizes"
+    about = [
         f"machine: {_machine_line(context['machine'])}",
-        f"model: {context['settings']['model']}",
+        f"model: {settings['model']}",
         "our engine: " + ", ".join(f"{k} {v}" for k, v in context["engine"].items()),
     ]
-    if context["settings"]["poisson_rate"] is not None:
-        lines.append(f"Poisson arrival rate: {_number(context['settings']['poisson_rate'])} requests/s")
-    lines += [
-        f"reproduce: {context['command']}",
-        "",
-        render_table(headers, rows, markdown),
-        "",
-        "methods:",
-        *_methods(results, engines),
-    ]
-    return "\n".join(lines)
+    if settings["poisson_rate"] is not None:
+        about.append(f"Poisson arrival rate: {_number(settings['poisson_rate'])} requests/s")
+    about.append(f"reproduce: `{context['command']}`" if markdown else f"reproduce: {context['command']}")
+    return "\n".join(
+        [
+            f"lfm-chat bench: medians of {settings['repeats']} runs per engine, {sizes}",
+            *(f"- {line}" if markdown else line for line in about),
+            "",
+            render_table(headers, rows, markdown),
+            "",
+            "workloads (sizes shrink with --quick):",
+            *_workload_notes(results, engines),
+        ]
+    )
 
 
 def json_report(results: list[WorkloadResult], engines: list[str], context: dict[str, Any]) -> dict[str, Any]:
@@ -102,7 +111,7 @@ def json_report(results: list[WorkloadResult], engines: list[str], context: dict
     for result in results:
         metrics = []
         for metric in result.workload.metrics:
-            medians = {engine: result.median(engine, metric.name) for engine in engines}
+            medians = _medians(result, metric.name, engines)
             metrics.append(
                 {
                     "name": metric.name,

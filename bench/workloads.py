@@ -287,8 +287,8 @@ WORKLOADS: dict[str, Workload] = {
         ),
         Workload(
             name="rss",
-            title="8 chats x 2k tokens of context (peak RSS)",
-            hf_method="static padded batch of 8; peak RSS of a fresh process",
+            title="8 chats x 2k tokens of context; peak RSS (VmHWM) of a fresh process per engine, 1 run",
+            hf_method="static padded batch of 8",
             metrics=(Metric(PEAK_RSS_LOAD, MIB, False), Metric(PEAK_RSS_RUN, MIB, False)),
             build=_build_rss,
             measure=_measure_rss,

@@ -43,8 +43,8 @@ def test_markdown_table_has_a_row_with_both_engines_and_a_ratio_per_metric(smoke
 def test_report_describes_the_machine_and_how_to_reproduce(smoke_run):
     text, _ = smoke_run
     assert "machine:" in text and "threads" in text
-    assert "reproduce: lfm-chat bench --tiny --quick" in text
-    assert "transformers, chats8: static padded batch" in text
+    assert "reproduce: `lfm-chat bench --tiny --quick" in text
+    assert "chats8: 8 chats x (128 + 128), arriving 2 steps apart. transformers: static padded batch" in text
 
 
 def test_json_keeps_every_run_and_the_ratios(smoke_run):
