@@ -29,11 +29,12 @@ def run_checked(backend: Backend, scenario: Scenario) -> list[RequestTrace]:
     return traces
 
 
-def load_backend(name: str, checkpoint: Path, dtype: str) -> Backend:
+def load_backend(name: str, checkpoint: Path, dtype: str, quantize: str = "none") -> Backend:
+    """`quantize` applies to our engine only: the baseline always runs the checkpoint as-is in `dtype`."""
     if name == "ours":
         from bench.ours import OursBackend
 
-        return OursBackend(checkpoint, dtype)
+        return OursBackend(checkpoint, dtype, quantize)
     if name == "transformers":
         from bench.hf import TransformersBackend
 

@@ -29,6 +29,7 @@ from bench.workloads import WORKLOADS
 from engine.config import resolve_dtype
 from model.errors import CheckpointError, ModelNotAvailableError
 from model.hub import resolve_checkpoint
+from model.loader import QUANTIZATIONS
 
 
 def _names(allowed: list[str] | tuple[str, ...], what: str) -> Callable[[str], list[str]]:
@@ -76,6 +77,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         help="for both engines; auto = bf16 where the CPU has AVX512-BF16/AMX",
     )
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        default="none",
+        help="our engine's weights (int8 = weight-only); transformers stays in --dtype",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="short lengths, for a smoke run")
     parser.add_argument(
@@ -116,7 +123,9 @@ def main(argv: list[str] | None = None) -> int:
         except (CheckpointError, ModelNotAvailableError) as exc:
             print(f"lfm-chat bench: {exc}", file=sys.stderr)
             return 1
-        settings = RunSettings(checkpoint, dtype, threads, args.quick, args.seed, args.poisson_rate)
+        settings = RunSettings(
+            checkpoint, dtype, threads, args.quick, args.seed, args.poisson_rate, quantize=args.quantize
+        )
         machine = describe(threads, dtype)
         settings, results = run_benchmark(workloads, args.engines, settings, args.repeats, progress)
     context = {
@@ -128,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "poisson_rate": settings.poisson_rate,
         },
-        "engine": ours.describe(),
+        "engine": {**ours.describe(), "quantize": args.quantize},
         "command": shlex.join(["lfm-chat", "bench", *argv]),
     }
     print(text_report(results, args.engines, context, markdown=args.markdown))

@@ -31,11 +31,12 @@ class OursBackend:
 
     name = "ours"
 
-    def __init__(self, checkpoint: Path, dtype: str) -> None:
+    def __init__(self, checkpoint: Path, dtype: str, quantize: str = "none") -> None:
         config = Lfm2Config.from_pretrained(checkpoint)
-        self.model = load_model(checkpoint, dtype)
+        self.model = load_model(checkpoint, dtype, quantize=quantize)
         self.tokenizer = Tokenizer.from_pretrained(checkpoint, extra_stop_ids=config.eos_token_id)
         self.dtype = dtype
+        self.quantize = quantize
 
     def engine_config(self, num_kv_blocks: int | None = None) -> EngineConfig:
         """The settings every run uses (reported with the results)."""
@@ -45,6 +46,7 @@ class OursBackend:
             max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
             block_size=BLOCK_SIZE,
             num_kv_blocks=num_kv_blocks,
+            quantize=self.quantize,
         )
 
     def run(self, scenario: Scenario) -> list[RequestTrace]:

@@ -24,6 +24,7 @@ import bench
 from bench.backends import load_backend, run_checked
 from bench.settings import RunSettings
 from bench.workloads import PEAK_RSS_LOAD, PEAK_RSS_RUN, WORKLOADS, Workload
+from model.loader import QUANTIZATIONS
 
 
 def peak_rss_mib(status: Path = Path("/proc/self/status")) -> float:
@@ -54,6 +55,8 @@ def measure_in_subprocess(engine: str, workload: Workload, settings: RunSettings
         str(settings.threads),
         "--seed",
         str(settings.seed),
+        "--quantize",
+        settings.quantize,
     ]
     if settings.quick:
         argv.append("--quick")
@@ -74,11 +77,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
-    settings = RunSettings(args.model, args.dtype, args.threads, args.quick, args.seed)
+    settings = RunSettings(
+        args.model, args.dtype, args.threads, args.quick, args.seed, quantize=args.quantize
+    )
     workload = WORKLOADS[args.workload]
-    backend = load_backend(args.engine, settings.checkpoint, settings.dtype)
+    backend = load_backend(args.engine, settings.checkpoint, settings.dtype, settings.quantize)
     figures: dict[str, float | None] = {PEAK_RSS_LOAD: peak_rss_mib()}
     traces = run_checked(backend, workload.build(settings.build_context(workload, repetition=0)))
     figures |= workload.measure(traces)
