@@ -32,7 +32,6 @@ class LfmChatApp(App[None]):
     def __init__(self, options: AppOptions) -> None:
         super().__init__()
         self.options = options
-        self.sub_title = options.model_label
         self.store: Store | None = None
         self.engine_worker: EngineWorker | None = None
         self.chat_screen: ChatScreen | None = None

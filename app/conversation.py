@@ -91,7 +91,11 @@ class Conversation:
 
 @dataclass(slots=True)
 class PromptCache:
-    """Token ids the engine already saw for a conversation, each with the exact text it stands for."""
+    """Token ids the engine already saw for a conversation, each with the text it stands for.
+
+    A reply is keyed by its text as stored (sanitized for display) but kept as the ids the model
+    generated: the model is shown exactly what it said, and the next render still matches.
+    """
 
     entries: list[tuple[str, list[int]]] = field(default_factory=list)
 
@@ -106,7 +110,7 @@ class PromptCache:
     def remember(
         self, tokenizer: ChatTokenizer, prompt: tuple[str, list[int]], reply: str, ids: list[int]
     ) -> None:
-        """Record a finished turn: its prompt, and its prompt + reply (the stop token included)."""
+        """Record a finished turn: its prompt, and prompt + stored reply as generated ids (stop included)."""
         text, prompt_ids = prompt
         full = text + reply
         if ids and ids[-1] in tokenizer.stop_token_ids:

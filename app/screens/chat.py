@@ -16,7 +16,7 @@ from textual.containers import Grid
 from textual.events import DescendantFocus, Resize
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Header, Static
+from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from app.conversation import ChatMessage, ChatSettings, Conversation
@@ -93,6 +93,7 @@ class ChatScreen(Screen[None]):
         conversations: Sequence[Conversation],
         defaults: ChatSettings,
         *,
+        title: str = "lfm-chat",
         demo: bool = False,
         snapshot_interval: float = 0.25,
     ) -> None:
@@ -100,19 +101,22 @@ class ChatScreen(Screen[None]):
         self.context = context
         self.store = store
         self.defaults = defaults
+        self.title_text = title
         self.demo = demo
         self.snapshot_interval = snapshot_interval
         self._initial = list(conversations)
         self._pane_count = 0
         self.active_pane_id: str | None = None
+        self.grid = Grid(id="panes")
+        self.dashboard = Dashboard(id="dashboard")
 
     def compose(self) -> ComposeResult:
-        yield Header()
+        yield Static(self.title_text, id="title-bar", markup=False)
         if self.demo:
             yield Static(DEMO_BANNER, id="demo-banner")
-        with Grid(id="panes"):
+        with self.grid:
             yield from (self._new_pane(c) for c in self._initial)
-        yield Dashboard(id="dashboard")
+        yield self.dashboard
         yield Static("Terminal too small: make it at least 40×12.", id="too-small")
         yield Footer()
 
@@ -139,8 +143,7 @@ class ChatScreen(Screen[None]):
         return ChatPane(conversation, self.context, id=f"pane-{self._pane_count}")
 
     def _relayout(self) -> None:
-        grid = self.query_one("#panes", Grid)
-        grid.styles.grid_size_columns, grid.styles.grid_size_rows = grid_shape(len(self.panes))
+        self.grid.styles.grid_size_columns, self.grid.styles.grid_size_rows = grid_shape(len(self.panes))
 
     # ------------------------------------------------------------------ engine -> panes
     @work(thread=True, exclusive=True, group="monitor")
@@ -162,9 +165,8 @@ class ChatScreen(Screen[None]):
         for request in snap.requests:
             if (pane := panes.get(request.tag)) is not None:  # type: ignore[arg-type]
                 pane.apply_snapshot(request)
-        dashboard = self.query_one(Dashboard)
-        if dashboard.display:
-            dashboard.show(snap, {pane_id: f"pane {p.label}" for pane_id, p in panes.items()})
+        if self.dashboard.display:
+            self.dashboard.show(snap, {pane_id: f"pane {p.label}" for pane_id, p in panes.items()})
 
     # ------------------------------------------------------------------ persistence
     def on_chat_pane_changed(self, message: ChatPane.Changed) -> None:
@@ -183,13 +185,16 @@ class ChatScreen(Screen[None]):
             await self._settle(pane)
 
     async def _settle(self, pane: ChatPane) -> None:
-        """Stop the pane's request now, keep what it streamed, and save: for a pane going away."""
-        if pane.turn is not None:
-            pane.turn.handle.cancel()
-            await pane.turn.stream.stop()
-            if pane.turn.shown:
-                pane.conversation.messages.append(ChatMessage("assistant", pane.turn.shown))
-            pane.turn = None
+        """Stop the pane's request now, keep what it streamed, and save: for a pane going away.
+
+        The turn is detached first, so its final (abort) event finds no turn and is ignored.
+        """
+        turn, pane.turn = pane.turn, None
+        if turn is not None:
+            turn.handle.cancel()
+            await turn.stream.stop()
+            if turn.shown:
+                pane.conversation.messages.append(ChatMessage("assistant", turn.shown))
         self.save(pane.conversation)
 
     # ------------------------------------------------------------------ actions
@@ -203,7 +208,7 @@ class ChatScreen(Screen[None]):
             self.notify(f"At most {MAX_PANES} panes fit on screen.", severity="warning")
             return
         pane = self._new_pane(conversation or Conversation(settings=replace(self.defaults)))
-        await self.query_one("#panes", Grid).mount(pane)
+        await self.grid.mount(pane)
         self._relayout()
         pane.focus_input()
         self.save(pane.conversation)
@@ -220,8 +225,7 @@ class ChatScreen(Screen[None]):
         self.panes[min(index, len(self.panes) - 1)].focus_input()
 
     def action_toggle_dashboard(self) -> None:
-        dashboard = self.query_one(Dashboard)
-        dashboard.display = not dashboard.display
+        self.dashboard.display = not self.dashboard.display
 
     def action_focus_pane(self, step: int) -> None:
         panes = self.panes

@@ -136,27 +136,19 @@ class ChatPane(Vertical):
         self.turn: Turn | None = None
         self.prompt_cache = PromptCache()
         self.context_used = 0
+        # Kept as attributes, not queried: engine events may still arrive while the pane is torn down.
+        self.transcript = Transcript(*Transcript.widgets_for(conversation.messages))
+        self.status = PaneStatus()
+        self.prompt_input = PromptInput()
 
     def compose(self) -> ComposeResult:
-        yield Transcript(*Transcript.widgets_for(self.conversation.messages))
-        yield PaneStatus()
-        yield PromptInput()
+        yield self.transcript
+        yield self.status
+        yield self.prompt_input
 
     def on_mount(self) -> None:
         self._measure_context()
         self._update_title()
-
-    @property
-    def transcript(self) -> Transcript:
-        return self.query_one(Transcript)
-
-    @property
-    def status(self) -> PaneStatus:
-        return self.query_one(PaneStatus)
-
-    @property
-    def prompt_input(self) -> PromptInput:
-        return self.query_one(PromptInput)
 
     @property
     def busy(self) -> bool:
@@ -255,7 +247,7 @@ class ChatPane(Vertical):
             return
         if turn.shown:
             self.conversation.messages.append(ChatMessage("assistant", turn.shown))
-            self.prompt_cache.remember(self.context.engine.tokenizer, turn.prompt, turn.raw, turn.ids)
+            self.prompt_cache.remember(self.context.engine.tokenizer, turn.prompt, turn.shown, turn.ids)
         else:
             await turn.reply.remove()
         self.status.show("stopped" if event.finish_reason == "abort" else "idle", event.metrics)

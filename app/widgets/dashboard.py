@@ -39,20 +39,25 @@ class Dashboard(Vertical):
         super().__init__(id=id)
         self.peak_running = 0
         self.snapshot: EngineSnapshot | None = None
+        # Kept as attributes, not queried: a snapshot may still arrive while the screen is torn down.
+        self.meters = Static(id="dash-meters")
+        self.sparkline = Sparkline([0.0], id="dash-spark")
+        self.rate = Label("", id="dash-rate")
+        self.table: DataTable[str] = DataTable(id="dash-requests", cursor_type="none", zebra_stripes=True)
 
     def compose(self) -> ComposeResult:
         with Horizontal():
             with Vertical(id="dash-stats"):
-                yield Static(id="dash-meters")
+                yield self.meters
                 with Horizontal(id="dash-throughput"):
-                    yield Label("tok/s ", classes="dash-label")
-                    yield Sparkline([0.0], id="dash-spark")
-                    yield Label("", id="dash-rate")
-            yield DataTable(id="dash-requests", cursor_type="none", zebra_stripes=True, show_cursor=False)
+                    yield Label("tok/s ")
+                    yield self.sparkline
+                    yield self.rate
+            yield self.table
 
     def on_mount(self) -> None:
         self.border_title = "engine"
-        self.query_one(DataTable).add_columns("pane", "phase", "progress", "tok/s")
+        self.table.add_columns("pane", "phase", "progress", "tok/s")
 
     def show(self, snap: EngineSnapshot, labels: Mapping[object, str]) -> None:
         """Render `snap`; `labels` names each request by its tag (the pane it belongs to)."""
@@ -73,11 +78,11 @@ class Dashboard(Vertical):
             Text.assemble("kv     ", meter(snap.kv_blocks_used, snap.kv_blocks_total), kv_text),
             Text(f"prefix {snap.prefix_hit_rate:.0%} hit · {snap.preemptions} preempted"),
         ]
-        self.query_one("#dash-meters", Static).update(Text("\n").join(lines))
-        self.query_one(Sparkline).data = list(snap.throughput_history) or [0.0]
-        self.query_one("#dash-rate", Label).update(f" {snap.tokens_per_s:.0f}")
+        self.meters.update(Text("\n").join(lines))
+        self.sparkline.data = list(snap.throughput_history) or [0.0]
+        self.rate.update(f" {snap.tokens_per_s:.0f}")
         self.border_subtitle = f"step {snap.steps} · {snap.step_time * 1000:.1f} ms"
-        table = self.query_one(DataTable)
+        table = self.table
         table.clear()
         for request in snap.requests:
             label = labels.get(request.tag, str(request.tag))

@@ -1,0 +1,65 @@
+"""Helpers for app tests: the test engine config, and waiting on the app by condition instead of sleeps."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from textual import events
+from textual.app import App
+from textual.pilot import Pilot
+
+from app.conversation import ChatSettings
+from app.options import AppOptions
+from app.screens.chat import ChatScreen
+from app.widgets.chat_pane import ChatPane
+from engine import RequestOutput
+
+MakeOptions = Callable[..., AppOptions]
+Reference = Callable[[list[dict[str, str]], ChatSettings], RequestOutput]
+
+LIMIT = 120.0  # seconds; only a hang reaches it (the machine is shared and slow)
+
+
+async def wait_until(
+    pilot: Pilot, predicate: Callable[[], object], what: str = "", limit: float = LIMIT
+) -> None:
+    deadline = time.monotonic() + limit
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"gave up waiting for {what or predicate}")
+        await pilot.pause(0.02)
+
+
+async def chat_screen(app: App, pilot: Pilot) -> ChatScreen:
+    """The chat screen, once the engine has loaded and the screen is mounted."""
+    await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.is_mounted, "a chat")
+    assert isinstance(app.screen, ChatScreen)
+    return app.screen
+
+
+async def submit(pilot: Pilot, pane: ChatPane, text: str) -> None:
+    """Focus the pane's input, type `text` and press Enter there.
+
+    The Enter key event goes to the input directly: `pilot.press` waits for the whole process
+    to go idle, which while other panes stream means until every stream has ended.
+    """
+    pane.focus_input()
+    await wait_until(pilot, lambda: pane.app.focused is pane.prompt_input, "focus")
+    pane.prompt_input.text = text
+    pane.prompt_input.post_message(events.Key("enter", "\r"))
+    await wait_until(pilot, lambda: not pane.prompt_input.text, "the pane to take the message")
+
+
+def replied(pane: ChatPane, turns: int = 1) -> bool:
+    """The pane is idle with `turns` replies in its conversation."""
+    messages = pane.conversation.messages
+    return not pane.busy and sum(m.role == "assistant" for m in messages) >= turns
+
+
+async def wait_replied(pilot: Pilot, *panes: ChatPane, turns: int = 1) -> None:
+    await wait_until(pilot, lambda: all(replied(p, turns) for p in panes), f"{turns} replies")
+
+
+def user(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]

@@ -1,0 +1,64 @@
+"""Conversations survive quitting: what was open comes back, a reply in flight is kept as far as it got."""
+
+from __future__ import annotations
+
+from app.app import LfmChatApp
+from app.conversation import ChatSettings
+from app.screens.history import HistoryScreen
+from app.screens.settings import SettingsScreen
+from app.store import Store
+from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
+
+
+async def test_quit_and_relaunch_restores_open_conversations(make_options: MakeOptions) -> None:
+    options = make_options(panes=2, chat=ChatSettings(temperature=0.0, max_tokens=2000))
+    app = LfmChatApp(options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        first, streaming = (await chat_screen(app, pilot)).panes
+        first.conversation.settings.max_tokens = 12
+        first.focus_input()
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen), "the settings modal")
+        await pilot.press(*"Be brief.", "ctrl+s")
+        await submit(pilot, first, "Hello!")
+        await wait_replied(pilot, first)
+        await submit(pilot, streaming, "Tell me a story about the sea.")
+        await wait_until(pilot, lambda: streaming.turn is not None and streaming.turn.shown, "tokens")
+        await pilot.press("ctrl+q")
+    assert app.return_code == 0
+    saved = [(p.conversation.settings, [(m.role, m.content) for m in p.conversation.messages])
+             for p in (first, streaming)]  # fmt: skip
+    assert saved[0][0].system_prompt == "Be brief."
+    assert [role for role, _ in saved[1][1]] == ["user", "assistant"]  # the partial reply was kept
+
+    again = LfmChatApp(options)
+    async with again.run_test(size=(120, 36)) as pilot:
+        panes = (await chat_screen(again, pilot)).panes
+        restored = [(p.conversation.settings, [(m.role, m.content) for m in p.conversation.messages])
+                    for p in panes]  # fmt: skip
+        assert restored == saved
+        replies = panes[1].transcript.replies
+        await wait_until(pilot, lambda: [r.source for r in replies] == [saved[1][1][1][1]], "the transcript")
+
+
+async def test_history_reopens_a_closed_conversation_in_a_new_pane(make_options: MakeOptions) -> None:
+    app = LfmChatApp(make_options(panes=2))
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        pane = screen.panes[1]
+        await submit(pilot, pane, "Remember me")
+        await wait_replied(pilot, pane)
+        messages = list(pane.conversation.messages)
+        await pilot.press("ctrl+w")
+        await wait_until(pilot, lambda: len(screen.panes) == 1, "the pane to close")
+
+        await pilot.press("ctrl+g")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), "the history screen")
+        await pilot.press("enter")
+        await wait_until(pilot, lambda: len(screen.panes) == 2, "the conversation to reopen")
+
+        assert screen.panes[1].conversation.messages == messages
+        assert app.focused is screen.panes[1].prompt_input
+    store = Store(app.options.store_path)
+    assert [s.title for s in store.summaries()] == ["Remember me"]
+    store.close()

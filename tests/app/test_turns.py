@@ -1,0 +1,76 @@
+"""Per-pane turn actions: regenerate, edit and resend, and prefix reuse on the next turn."""
+
+from __future__ import annotations
+
+from app.app import LfmChatApp
+from app.conversation import ChatSettings
+from app.sanitize import strip_control
+from tests.app.pilot_helpers import MakeOptions, Reference, chat_screen, submit, user, wait_replied
+
+
+async def test_regenerate_replaces_the_last_reply_with_a_new_request(
+    make_options: MakeOptions, reference: Reference
+) -> None:
+    settings = ChatSettings(temperature=0.0, max_tokens=24)
+    want = strip_control(reference(user("Hello!"), settings).text)
+    app = LfmChatApp(make_options(panes=1, chat=settings))
+    async with app.run_test() as pilot:
+        pane = (await chat_screen(app, pilot)).panes[0]
+        await submit(pilot, pane, "Hello!")
+        await wait_replied(pilot, pane)
+        first = pane.status.metrics
+        assert first is not None
+
+        await pilot.press("ctrl+r")
+        await wait_replied(pilot, pane)
+
+        assert pane.status.metrics is not first  # a second request ran
+        assert [m.role for m in pane.conversation.messages] == ["user", "assistant"]
+        assert [r.source for r in pane.transcript.replies] == [want]
+
+
+async def test_edit_last_puts_the_message_back_and_resends_the_edit(
+    make_options: MakeOptions, reference: Reference
+) -> None:
+    settings = ChatSettings(temperature=0.0, max_tokens=24)
+    want = strip_control(reference(user("Hello there, friend"), settings).text)
+    app = LfmChatApp(make_options(panes=1, chat=settings))
+    async with app.run_test() as pilot:
+        pane = (await chat_screen(app, pilot)).panes[0]
+        await submit(pilot, pane, "Hello there")
+        await wait_replied(pilot, pane)
+
+        await pilot.press("ctrl+e")
+        assert pane.prompt_input.text == "Hello there"
+        assert pane.conversation.messages == []
+        await pilot.press(*", friend", "enter")
+        await wait_replied(pilot, pane)
+
+        assert [(m.role, m.content) for m in pane.conversation.messages] == [
+            ("user", "Hello there, friend"),
+            ("assistant", want),
+        ]
+        assert [r.source for r in pane.transcript.replies] == [want]
+
+
+async def test_second_turn_prefills_only_new_tokens(make_options: MakeOptions) -> None:
+    app = LfmChatApp(make_options(panes=1, chat=ChatSettings(temperature=0.0, max_tokens=24)))
+    async with app.run_test() as pilot:
+        pane = (await chat_screen(app, pilot)).panes[0]
+        await submit(pilot, pane, "Tell me a story about the sea.")
+        await wait_replied(pilot, pane)
+        [(_, first_prompt), (_, first_turn)] = pane.prompt_cache.entries
+
+        await submit(pilot, pane, "And then?")
+        await wait_replied(pilot, pane, turns=2)
+        second_prompt = pane.prompt_cache.entries[0][1]
+        metrics = pane.status.metrics
+        assert metrics is not None
+
+        # The second prompt extends the ids the engine saw (prompt + generated), not a re-tokenization...
+        assert second_prompt[: len(first_turn)] == first_turn
+        assert len(first_turn) > len(first_prompt)
+        # ...so the engine serves every full block of them from its prefix cache, and the pane says so.
+        block = app.options.engine.block_size
+        assert metrics.cached_prompt_tokens >= len(first_prompt) // block * block > 0
+        assert f"({metrics.cached_prompt_tokens} cached)" in str(pane.status.render())
