@@ -52,17 +52,19 @@ class LfmChatApp(App[None]):
         conversations = self.store.open_conversations()[:MAX_PANES]
         missing = max(0, self.options.panes - len(conversations))
         conversations += [Conversation(settings=replace(self.options.chat)) for _ in range(missing)]
+        config = engine.config
+        title = (
+            f"lfm-chat · {self.options.model_label} · {config.device} {config.dtype} · "
+            f"context {engine.max_model_len} · batch {config.max_num_seqs}"
+        )
         self.chat_screen = ChatScreen(
             context,
             self.store,
             conversations,
             self.options.chat,
+            title=title,
             demo=self.options.demo,
             snapshot_interval=self.options.snapshot_interval,
-        )
-        config = engine.config
-        self.sub_title = (
-            f"{self.options.model_label} · {config.device} {config.dtype} · ctx {engine.max_model_len}"
         )
         self.switch_screen(self.chat_screen)
 

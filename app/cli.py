@@ -61,7 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help=f"where conversations are saved (default: ${DATA_DIR_ENV} or the user data dir)",
     )
-    return parser  # fmt: skip
+    return parser
 
 
 def options_from_args(args: argparse.Namespace) -> AppOptions:

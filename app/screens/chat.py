@@ -148,10 +148,17 @@ class ChatScreen(Screen[None]):
     # ------------------------------------------------------------------ engine -> panes
     @work(thread=True, exclusive=True, group="monitor")
     def _monitor(self) -> None:
-        """Read the worker's published snapshot a few times a second; never touches the model."""
+        """Read the worker's published snapshot a few times a second; never touches the model.
+
+        Only a new snapshot is posted: an idle engine publishes none, so an idle app stays idle.
+        """
         worker = get_current_worker()
+        last = None
         while not worker.is_cancelled:
-            self.post_message(self.EngineSnapshotted(self.context.worker.snapshot()))
+            snapshot = self.context.worker.snapshot()
+            if snapshot is not last:
+                self.post_message(self.EngineSnapshotted(snapshot))
+                last = snapshot
             time.sleep(self.snapshot_interval)
 
     async def on_chat_pane_streamed(self, message: ChatPane.Streamed) -> None:

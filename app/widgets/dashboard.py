@@ -7,8 +7,9 @@ from collections.abc import Mapping
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Label, Sparkline, Static
+from textual.widgets import DataTable, Label, Static
 
+from app.widgets.throughput import Throughput
 from engine import EngineSnapshot, RequestSnapshot
 
 BAR_WIDTH = 10
@@ -41,7 +42,7 @@ class Dashboard(Vertical):
         self.snapshot: EngineSnapshot | None = None
         # Kept as attributes, not queried: a snapshot may still arrive while the screen is torn down.
         self.meters = Static(id="dash-meters")
-        self.sparkline = Sparkline([0.0], id="dash-spark")
+        self.throughput = Throughput(id="dash-spark")
         self.rate = Label("", id="dash-rate")
         self.table: DataTable[str] = DataTable(id="dash-requests", cursor_type="none", zebra_stripes=True)
 
@@ -51,7 +52,7 @@ class Dashboard(Vertical):
                 yield self.meters
                 with Horizontal(id="dash-throughput"):
                     yield Label("tok/s ")
-                    yield self.sparkline
+                    yield self.throughput
                     yield self.rate
             yield self.table
 
@@ -79,8 +80,9 @@ class Dashboard(Vertical):
             Text(f"prefix {snap.prefix_hit_rate:.0%} hit · {snap.preemptions} preempted"),
         ]
         self.meters.update(Text("\n").join(lines))
-        self.sparkline.data = list(snap.throughput_history) or [0.0]
-        self.rate.update(f" {snap.tokens_per_s:.0f}")
+        self.throughput.values = snap.throughput_history
+        busy = snap.running or snap.waiting
+        self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle")
         self.border_subtitle = f"step {snap.steps} · {snap.step_time * 1000:.1f} ms"
         table = self.table
         table.clear()

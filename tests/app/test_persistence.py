@@ -26,16 +26,19 @@ async def test_quit_and_relaunch_restores_open_conversations(make_options: MakeO
         await wait_until(pilot, lambda: streaming.turn is not None and streaming.turn.shown, "tokens")
         await pilot.press("ctrl+q")
     assert app.return_code == 0
-    saved = [(p.conversation.settings, [(m.role, m.content) for m in p.conversation.messages])
-             for p in (first, streaming)]  # fmt: skip
+    saved = [
+        (p.conversation.settings, [(m.role, m.content) for m in p.conversation.messages])
+        for p in (first, streaming)
+    ]
     assert saved[0][0].system_prompt == "Be brief."
     assert [role for role, _ in saved[1][1]] == ["user", "assistant"]  # the partial reply was kept
 
     again = LfmChatApp(options)
     async with again.run_test(size=(120, 36)) as pilot:
         panes = (await chat_screen(again, pilot)).panes
-        restored = [(p.conversation.settings, [(m.role, m.content) for m in p.conversation.messages])
-                    for p in panes]  # fmt: skip
+        restored = [
+            (p.conversation.settings, [(m.role, m.content) for m in p.conversation.messages]) for p in panes
+        ]
         assert restored == saved
         replies = panes[1].transcript.replies
         await wait_until(pilot, lambda: [r.source for r in replies] == [saved[1][1][1][1]], "the transcript")

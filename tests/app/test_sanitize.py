@@ -1,0 +1,30 @@
+"""Model output never carries a terminal control sequence to the screen."""
+
+from __future__ import annotations
+
+import pytest
+
+from app.sanitize import strip_control
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\x1b[31mred\x1b[0m", "ared"),  # SGR colours
+        ("x\x1b]0;new title\x07y", "xy"),  # window title (OSC, BEL-terminated)
+        ("x\x1b]52;c;cm0gLXJm\x1b\\y", "xy"),  # clipboard write (OSC 52, ST-terminated)
+        ("\x1bP+q544e\x1b\\ok", "ok"),  # DCS query
+        ("k\x1b(0z", "kz"),  # charset switch
+        ("8bit \x9b2J csi", "8bit  csi"),  # C1 CSI
+        ("bell\x07 back\x08space\r cr\x00", "bell backspace cr"),  # C0 controls
+        ("cut at the end \x1b[3", "cut at the end "),  # a sequence split across stream deltas
+        ("unterminated \x1b]0;title", "unterminated "),
+    ],
+)
+def test_control_sequences_are_removed(raw: str, shown: str) -> None:
+    assert strip_control(raw) == shown
+
+
+def test_text_newlines_tabs_and_unicode_are_kept() -> None:
+    text = "def f():\n\treturn '日本語 🙂 café'\n"
+    assert strip_control(text) == text

@@ -1,0 +1,76 @@
+"""Launch paths: a bad --model or an offline Hub id is a clear screen, never a traceback; --demo works."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from huggingface_hub import constants
+from textual.pilot import Pilot
+
+from app.app import LfmChatApp
+from app.screens.error import ErrorScreen
+from app.widgets.chat_pane import ChatPane
+from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
+
+
+async def error_text(app: LfmChatApp, pilot: Pilot) -> str:
+    await wait_until(pilot, lambda: isinstance(app.screen, ErrorScreen) and app.screen.is_mounted, "an error")
+    return " ".join(str(app.screen.query_one(f"#error-{part}").render()) for part in ("reason", "hint"))
+
+
+async def test_a_missing_model_directory_shows_the_error_and_what_to_try(
+    make_options: MakeOptions, tmp_path: Path
+) -> None:
+    app = LfmChatApp(make_options(model=str(tmp_path / "no-such-model")))
+    async with app.run_test() as pilot:
+        text = await error_text(app, pilot)
+        assert "no checkpoint directory" in text and "no-such-model" in text
+        assert "--demo" in text and "--model PATH" in text
+        await pilot.press("q")
+    assert app.return_code == 1
+
+
+async def test_an_offline_hub_id_shows_the_hub_error(
+    make_options: MakeOptions, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hf-cache"))
+    app = LfmChatApp(make_options(model="LiquidAI/LFM2-350M"))
+    async with app.run_test() as pilot:
+        text = await error_text(app, pilot)
+        assert "Model not available" in text and "HF_HUB_OFFLINE" in text
+        assert "Traceback" not in text
+
+
+async def test_demo_writes_its_checkpoint_once_and_shows_the_random_weights_banner(
+    make_options: MakeOptions,
+) -> None:
+    options = make_options(demo=True, model="unused")
+    app = LfmChatApp(options)
+    async with app.run_test() as pilot:
+        screen = await chat_screen(app, pilot)
+        banner = str(screen.query_one("#demo-banner").render())
+        assert "random weights" in banner
+        assert app.focused is screen.panes[0].prompt_input  # a new user can type at once
+    written = sorted(p.name for p in options.cache_dir.iterdir())
+    assert written == ["demo-checkpoint-v1"]
+
+
+async def test_80x24_renders_usable_panes_and_tiny_terminals_get_a_notice(make_options: MakeOptions) -> None:
+    app = LfmChatApp(make_options(panes=2))
+    async with app.run_test(size=(80, 24)) as pilot:
+        screen = await chat_screen(app, pilot)
+        await pilot.pause()
+        for pane in screen.query(ChatPane):
+            assert pane.region.width >= 30 and pane.transcript.region.height >= 3
+            assert pane.prompt_input.region.height >= 1 and pane.status.region.height >= 1
+        assert not screen.has_class("-too-small")
+        await submit(pilot, screen.panes[0], "Hello!")
+        await wait_replied(pilot, screen.panes[0])
+
+        await pilot.resize_terminal(30, 10)
+        await wait_until(pilot, lambda: screen.has_class("-too-small"), "the notice")
+        assert screen.query_one("#too-small").region.height > 0
+        await pilot.resize_terminal(80, 24)
+        await wait_until(pilot, lambda: not screen.has_class("-too-small"), "the panes to come back")
