@@ -25,8 +25,12 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
 
 
 def fuse_projections(tensors: dict[str, torch.Tensor], config: Lfm2Config) -> dict[str, torch.Tensor]:
-    """Checkpoint layout -> module layout: q/k/v and w1/w3 concatenated, so each is one matmul."""
-    fused = dict(tensors)
+    """Checkpoint layout -> module layout: q/k/v and w1/w3 concatenated, so each is one matmul.
+
+    Consumes ``tensors`` layer by layer, so at most one layer exists in both layouts at once
+    (keeping the unfused dict alive would double peak memory for most of the weights).
+    """
+    fused = tensors
     for i, kind in enumerate(config.layer_types):
         p = f"model.layers.{i}."
         w1, w3 = (fused.pop(f"{p}feed_forward.{w}.weight") for w in ("w1", "w3"))
@@ -42,10 +46,10 @@ def build_model(
     state_dict: dict[str, torch.Tensor],
     device: torch.device | str = "cpu",
 ) -> Lfm2ForCausalLM:
-    """Wrap already-validated checkpoint tensors in the module, without a random init (meta device)."""
+    """Wrap validated checkpoint tensors (consumed) in the module, without a random init (meta device)."""
     with torch.device("meta"):
         model = Lfm2ForCausalLM(config)
-    tensors = fuse_projections(state_dict, config)
+    tensors = fuse_projections(state_dict, config)  # consumes state_dict
     if config.tie_word_embeddings:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     model.load_state_dict(tensors, strict=True, assign=True)
