@@ -25,6 +25,8 @@ class EngineConfig:
     dtype: str = "auto"
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 256
+    # prefill tokens allowed in a step that also decodes: keeps running streams' pace steady
+    max_prefill_with_decodes: int = 32
     block_size: int = 16
     max_model_len: int | None = None
     num_kv_blocks: int | None = None
@@ -41,7 +43,13 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.quantize must be one of {', '.join(QUANTIZATIONS)}, not {self.quantize!r}"
             )
-        positive = ("max_num_seqs", "max_num_batched_tokens", "block_size", "kv_cache_memory_mb")
+        positive = (
+            "max_num_seqs",
+            "max_num_batched_tokens",
+            "max_prefill_with_decodes",
+            "block_size",
+            "kv_cache_memory_mb",
+        )
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"EngineConfig.{name} must be >= 1, got {getattr(self, name)}")

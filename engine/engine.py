@@ -62,7 +62,10 @@ class Engine:
             device=self.config.device,
         )
         self.scheduler = Scheduler(
-            self.block_manager, self.config.max_num_seqs, self.config.max_num_batched_tokens
+            self.block_manager,
+            self.config.max_num_seqs,
+            self.config.max_num_batched_tokens,
+            self.config.max_prefill_with_decodes,
         )
         self.runner = ModelRunner(model.to(self.config.torch_dtype), cache, self.config.device)
         self.metrics = EngineMetrics(time.monotonic())

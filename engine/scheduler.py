@@ -5,7 +5,10 @@ Policy, in order, under `max_num_batched_tokens` (the token budget) and `max_num
 1. Running requests that decode (one token each), oldest first, so streams never stall
    behind a long prompt.
 2. Running requests still prefilling (or recomputing after preemption), oldest first, each
-   taking what is left of the budget: long prompts are chunked across steps.
+   taking what is left of the budget: long prompts are chunked across steps. In a step that
+   also decodes, prefill gets at most `max_prefill_with_decodes` tokens: at small batch a
+   decode step is bound by reading the weights, so a few dozen extra rows are nearly free,
+   while a full 256-token chunk would make every running stream wait ~15x its usual gap.
 3. Waiting requests in arrival order (first come, first served: the head of the queue is
    never skipped, so nothing starves). Each first takes its cached prefix, then a chunk.
    None are admitted in a step that had to preempt.
@@ -80,10 +83,17 @@ class _Plan:
 class Scheduler:
     """Owns the waiting and running queues; see the module docstring for the policy."""
 
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(
+        self,
+        block_manager: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_prefill_with_decodes: int | None = None,
+    ):
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_prefill_with_decodes = max_prefill_with_decodes or max_num_batched_tokens
         self.waiting: list[Request] = []  # sorted by arrival
         self.running: list[Request] = []  # sorted by arrival, so running[-1] is the newest
 
@@ -99,7 +109,14 @@ class Scheduler:
         plan = _Plan(self.max_num_batched_tokens)
         decoding = [r for r in self.running if r.num_uncomputed_tokens == 1]
         prefilling = [r for r in self.running if r.num_uncomputed_tokens > 1]
-        for request in decoding + prefilling:
+        for request in decoding:
+            if plan.budget == 0:
+                break
+            if request.status is RequestStatus.RUNNING:
+                self._grow_running(request, plan, out)
+        if plan.tokens:  # streams are decoding: keep this step short
+            plan.budget = min(plan.budget, self.max_prefill_with_decodes)
+        for request in prefilling:
             if plan.budget == 0:
                 break
             if request.status is RequestStatus.RUNNING:
