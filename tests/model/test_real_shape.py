@@ -87,8 +87,9 @@ def test_350m_loads_from_shards_in_bf16_and_runs(tmp_path):
     del tensors
 
     model = load_model(tmp_path, dtype="bfloat16")
-    assert sum(p.numel() for p in model.parameters()) == 354_483_968
-    assert model.model.embed_tokens.weight.dtype == torch.bfloat16
+    packed = sum(b.numel() for b in model.buffers())  # pre-packed linear weights are buffers
+    assert sum(p.numel() for p in model.parameters()) + packed == 354_483_968
+    assert packed > 0 and model.model.embed_tokens.weight.dtype == torch.bfloat16
     cache = HybridCache(config, num_blocks=4, block_size=16, num_conv_rows=2, dtype=torch.bfloat16)
     batch = build_forward_batch([SequenceChunk(list(range(1, 40)), 0, [0, 1, 2], 0, 1)], 16, 3)
     logits = model(batch, cache)
