@@ -7,10 +7,11 @@ from dataclasses import replace
 from typing import ClassVar
 
 from textual.app import App, SystemCommand
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.screen import Screen
 
 from app.conversation import Conversation
+from app.keys import key
 from app.options import MAX_PANES, AppOptions
 from app.screens.chat import ChatScreen
 from app.screens.error import ErrorScreen
@@ -26,7 +27,7 @@ class LfmChatApp(App[None]):
     CSS_PATH = "lfm_chat.tcss"
     TITLE = "lfm-chat"
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+q", "quit", "Quit", id="quit", priority=True, tooltip="Save everything and quit"),
+        key("ctrl+q", "quit", "Quit", "Save everything and quit"),
     ]
 
     def __init__(self, options: AppOptions) -> None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
 from pathlib import Path
 
 from app import __version__
@@ -12,6 +11,8 @@ from app.conversation import ChatSettings
 from app.options import DATA_DIR_ENV, MAX_PANES, AppOptions
 from engine import EngineConfig, SamplingParamsError
 from model.hub import DEFAULT_MODEL
+
+DEMO_KV_CACHE_MB = 64
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,8 +69,7 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
     """Validated options; ValueError (incl. SamplingParamsError) names the bad flag's value."""
     if not 1 <= args.panes <= MAX_PANES:
         raise ValueError(f"--panes must be between 1 and {MAX_PANES}, got {args.panes}")
-    chat = replace(
-        ChatSettings(),
+    chat = ChatSettings(
         system_prompt=args.system,
         temperature=args.temperature,
         top_p=args.top_p,
@@ -82,6 +82,10 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
     )
+    if args.demo:  # a toy model: bf16 only adds casts, and the default 1 GB of KV would be ~200k blocks
+        engine.kv_cache_memory_mb = DEMO_KV_CACHE_MB
+        if args.dtype == "auto":
+            engine.dtype = "float32"
     options = AppOptions(model=args.model, demo=args.demo, panes=args.panes, engine=engine, chat=chat)
     if args.data_dir is not None:
         options.data_dir = args.data_dir

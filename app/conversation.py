@@ -82,6 +82,10 @@ class Conversation:
         line = " ".join(first.split())
         return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
 
+    @property
+    def last_reply(self) -> str | None:
+        return next((m.content for m in reversed(self.messages) if m.role == "assistant"), None)
+
     def chat_messages(self) -> list[dict[str, str]]:
         """The messages in chat-template form, system prompt first when there is one."""
         chat = [{"role": m.role, "content": m.content} for m in self.messages]

@@ -6,12 +6,11 @@ import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
-from functools import partial
 from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Grid
 from textual.events import DescendantFocus, Resize
 from textual.message import Message
@@ -20,6 +19,7 @@ from textual.widgets import Footer, Static
 from textual.worker import get_current_worker
 
 from app.conversation import ChatMessage, ChatSettings, Conversation
+from app.keys import key, palette_commands
 from app.options import MAX_PANES
 from app.screens.history import HistoryScreen
 from app.store import Store
@@ -28,7 +28,7 @@ from app.widgets.dashboard import Dashboard
 from engine import EngineSnapshot
 
 MIN_WIDTH, MIN_HEIGHT = 40, 12
-DEMO_BANNER = "DEMO · random weights: replies are gibberish. Run with --model ID_OR_PATH for a real LFM2."
+DEMO_BANNER = "DEMO · random weights: replies are gibberish · --model PATH for a real LFM2"
 
 
 def grid_shape(panes: int) -> tuple[int, int]:
@@ -41,40 +41,12 @@ class ChatScreen(Screen[None]):
     """Owns the panes, feeds the dashboard from engine snapshots, and saves conversations."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("ctrl+n", "new_pane", "New pane", id="new_pane", tooltip="Open a chat pane"),
-        Binding(
-            "ctrl+w",
-            "close_pane",
-            "Close pane",
-            id="close_pane",
-            priority=True,
-            tooltip="Close the active pane (its conversation stays in history)",
-        ),
-        Binding(
-            "ctrl+d",
-            "toggle_dashboard",
-            "Dashboard",
-            id="toggle_dashboard",
-            priority=True,
-            tooltip="Show or hide the engine dashboard",
-        ),
-        Binding("ctrl+g", "history", "History", id="history", tooltip="Reopen a saved conversation"),
-        Binding(
-            "tab",
-            "focus_pane(1)",
-            "Next pane",
-            id="next_pane",
-            show=False,
-            tooltip="Move to the next pane's input",
-        ),
-        Binding(
-            "shift+tab",
-            "focus_pane(-1)",
-            "Previous pane",
-            id="previous_pane",
-            show=False,
-            tooltip="Move to the previous pane's input",
-        ),
+        key("ctrl+n", "new_pane", "New", "Open a new pane"),
+        key("ctrl+w", "close_pane", "Close", "Close the active pane (its chat stays in history)"),
+        key("ctrl+g", "history", "History", "History: reopen a saved conversation"),
+        key("ctrl+d", "toggle_dashboard", "Dashboard", "Show or hide the engine dashboard", show=False),
+        key("tab", "focus_pane(1)", "Next pane", "Focus the next pane", show=False, id="next_pane"),
+        key("shift+tab", "focus_pane(-1)", "Back", "Focus the previous pane", show=False, id="previous_pane"),
     ]
 
     @dataclass
@@ -118,7 +90,7 @@ class ChatScreen(Screen[None]):
             yield from (self._new_pane(c) for c in self._initial)
         yield self.dashboard
         yield Static("Terminal too small: make it at least 40×12.", id="too-small")
-        yield Footer()
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self._relayout()
@@ -235,9 +207,11 @@ class ChatScreen(Screen[None]):
         self.dashboard.display = not self.dashboard.display
 
     def action_focus_pane(self, step: int) -> None:
+        """A priority binding and `set_focus` (not `Widget.focus`, which defers): keys typed right after
+        Tab land in the new pane instead of the old one."""
         panes = self.panes
         index = panes.index(self.active_pane) if self.active_pane_id else -step
-        panes[(index + step) % len(panes)].focus_input()
+        self.set_focus(panes[(index + step) % len(panes)].prompt_input)
 
     def action_history(self) -> None:
         open_ids = {p.conversation.id for p in self.panes}
@@ -253,19 +227,9 @@ class ChatScreen(Screen[None]):
             await self.action_new_pane(conversation)
 
     def system_commands(self) -> Iterable[SystemCommand]:
-        """Every binding of this screen and of the panes, for the command palette."""
-        for binding in self.BINDINGS:
-            assert isinstance(binding, Binding)
-            yield SystemCommand(
-                binding.description, self._help(binding), partial(self.run_action, binding.action)
-            )
-        for binding in ChatPane.BINDINGS:
-            assert isinstance(binding, Binding)
-            action = partial(self._run_pane_action, binding.action)
-            yield SystemCommand(binding.description, self._help(binding), action)
-
-    def _help(self, binding: Binding) -> str:
-        return f"{binding.tooltip} ({self.app.get_key_display(binding)})"
+        """Every binding of this screen and of the panes (acting on the active pane), for the palette."""
+        yield from palette_commands(self.app, self.BINDINGS, self.run_action)
+        yield from palette_commands(self.app, ChatPane.BINDINGS, self._run_pane_action)
 
     async def _run_pane_action(self, action: str) -> None:
         await self.active_pane.run_action(action)

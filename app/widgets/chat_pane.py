@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Markdown
@@ -19,7 +19,9 @@ from textual.widgets.markdown import MarkdownStream
 
 from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
 from app.export import conversation_markdown, export_name, last_code_block, write_text
+from app.keys import key
 from app.sanitize import strip_control
+from app.screens.settings import SettingsScreen
 from app.widgets.pane_status import PaneStatus
 from app.widgets.prompt_input import PromptInput
 from app.widgets.transcript import Transcript
@@ -55,64 +57,14 @@ class ChatPane(Vertical):
     """A chat with the shared engine. Actions act on this pane only (Esc stops only this one)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("escape", "stop", "Stop", id="stop", priority=True, tooltip="Stop this pane's reply"),
-        Binding(
-            "ctrl+r",
-            "regenerate",
-            "Regenerate",
-            id="regenerate",
-            priority=True,
-            tooltip="Generate the last reply again",
-        ),
-        Binding(
-            "ctrl+e",
-            "edit_last",
-            "Edit last",
-            id="edit_last",
-            priority=True,
-            tooltip="Put the last message back in the input to edit and resend it",
-        ),
-        Binding(
-            "ctrl+s",
-            "settings",
-            "Settings",
-            id="settings",
-            priority=True,
-            tooltip="System prompt and sampling for this pane",
-        ),
-        Binding(
-            "ctrl+y",
-            "copy_reply",
-            "Copy reply",
-            id="copy_reply",
-            priority=True,
-            tooltip="Copy the last reply (OSC 52), also saved to a file",
-        ),
-        Binding(
-            "ctrl+b",
-            "copy_code",
-            "Copy code",
-            id="copy_code",
-            priority=True,
-            show=False,
-            tooltip="Copy the last code block of the last reply",
-        ),
-        Binding(
-            "ctrl+o",
-            "export",
-            "Export",
-            id="export",
-            priority=True,
-            tooltip="Export this conversation to Markdown",
-        ),
-        Binding(
-            "ctrl+l",
-            "clear",
-            "Clear",
-            id="clear",
-            priority=True,
-            tooltip="Start a new conversation in this pane (the old one stays in history)",
-        ),
+        key("escape", "stop", "Stop", "Stop this pane's reply"),
+        key("ctrl+r", "regenerate", "Regen", "Regenerate the last reply"),
+        key("ctrl+s", "settings", "Settings", "Settings: system prompt and sampling of this pane"),
+        key("ctrl+e", "edit_last", "Edit", "Edit the last message and send it again", show=False),
+        key("ctrl+y", "copy_reply", "Copy", "Copy the last reply (also saved to a file)", show=False),
+        key("ctrl+b", "copy_code", "Copy code", "Copy the last code block of the last reply", show=False),
+        key("ctrl+o", "export", "Export", "Export this conversation to a Markdown file", show=False),
+        key("ctrl+l", "clear", "Clear", "Clear: a new conversation in this pane (old one kept)", show=False),
     ]
 
     @dataclass
@@ -299,8 +251,6 @@ class ChatPane(Vertical):
         self.post_message(self.Changed(self))
 
     def action_settings(self) -> None:
-        from app.screens.settings import SettingsScreen
-
         def apply(settings: ChatSettings | None) -> None:
             if settings is not None:
                 self.conversation.settings = settings
@@ -310,14 +260,11 @@ class ChatPane(Vertical):
         self.app.push_screen(SettingsScreen(self.conversation.settings, self.label), apply)
 
     def action_copy_reply(self) -> None:
-        self._copy(self._last_reply(), "the last reply", "nothing to copy yet")
+        self._copy(self.conversation.last_reply, "the last reply", "Nothing to copy yet.")
 
     def action_copy_code(self) -> None:
-        self._copy(
-            last_code_block(self._last_reply() or ""),
-            "the last code block",
-            "no code block in the last reply",
-        )
+        code = last_code_block(self.conversation.last_reply or "")
+        self._copy(code, "the last code block", "No code block in the last reply.")
 
     def action_export(self) -> None:
         path = write_text(
@@ -328,13 +275,10 @@ class ChatPane(Vertical):
         self.notify(f"Exported to {path}", title="Export")
 
     # ------------------------------------------------------------------ helpers
-    def _last_reply(self) -> str | None:
-        return next((m.content for m in reversed(self.conversation.messages) if m.role == "assistant"), None)
-
     def _copy(self, text: str | None, what: str, missing: str) -> None:
         """OSC 52 cannot report success, so the text is always saved to a file as well."""
         if not text:
-            self.notify(missing.capitalize() + ".", severity="warning")
+            self.notify(missing, severity="warning")
             return
         self.app.copy_to_clipboard(text)
         path = write_text(self.context.files_dir, "clipboard.txt", text)
@@ -342,12 +286,9 @@ class ChatPane(Vertical):
 
     def _measure_context(self) -> None:
         """Tokens the conversation fills now, so the meter is right before the next send."""
-        messages = self.conversation.chat_messages()
-        self.context_used = (
-            len(self.prompt_cache.build(self.context.engine.tokenizer, messages)[1])
-            if (self.conversation.messages)
-            else 0
-        )
+        chat, tokenizer = self.conversation, self.context.engine.tokenizer
+        ids = self.prompt_cache.build(tokenizer, chat.chat_messages())[1] if chat.messages else []
+        self.context_used = len(ids)
         self._update_title()
 
     def _update_title(self) -> None:

@@ -12,7 +12,7 @@ from textual.widgets import DataTable, Label, Static
 from app.widgets.throughput import Throughput
 from engine import EngineSnapshot, RequestSnapshot
 
-BAR_WIDTH = 10
+BAR_WIDTH = 8
 
 
 def meter(used: int, total: int, width: int = BAR_WIDTH) -> Text:
@@ -67,16 +67,16 @@ class Dashboard(Vertical):
         kv_text = f" {snap.kv_blocks_used}/{snap.kv_blocks_total} blk · {snap.kv_blocks_cached} cached"
         lines = [
             Text.assemble(
-                "batch  ",
+                "batch ",
                 meter(snap.running, snap.max_num_seqs),
-                f" {snap.running}/{snap.max_num_seqs} running · {snap.waiting} waiting",
+                f" {snap.running}/{snap.max_num_seqs} running · {snap.waiting} queued",
             ),
             Text.assemble(
-                "step   ",
+                "step  ",
                 meter(snap.step_tokens, snap.token_budget),
                 f" {snap.step_tokens}/{snap.token_budget} tok",
             ),
-            Text.assemble("kv     ", meter(snap.kv_blocks_used, snap.kv_blocks_total), kv_text),
+            Text.assemble("kv    ", meter(snap.kv_blocks_used, snap.kv_blocks_total), kv_text),
             Text(f"prefix {snap.prefix_hit_rate:.0%} hit · {snap.preemptions} preempted"),
         ]
         self.meters.update(Text("\n").join(lines))

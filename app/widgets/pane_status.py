@@ -23,7 +23,8 @@ class Metrics(Protocol):
 
 
 class PaneStatus(Static):
-    """State (idle / queued / prefill progress / decoding / stopped), tokens, TTFT and tok/s.
+    """State (idle / queued / prefill progress / decoding / stopped), prompt+generated tokens (and how
+    many prompt tokens came from the prefix cache), TTFT and tok/s.
 
     Kept as plain fields plus one `show` call so the pane decides what changed and the widget
     only formats it.
@@ -53,7 +54,8 @@ class PaneStatus(Static):
             parts = [f"prefill {done}/{total}"]
         m = self.metrics
         if m is not None and self.state not in ("queued", "prefill"):
-            parts.append(f"p{m.prompt_tokens} ({m.cached_prompt_tokens} cached) g{m.generated_tokens}")
+            cached = f" ({m.cached_prompt_tokens} cached)" if m.cached_prompt_tokens else ""
+            parts.append(f"{m.prompt_tokens}+{m.generated_tokens} tok{cached}")
             if m.ttft is not None:
                 parts.append(f"ttft {m.ttft:.2f}s")
             if m.tokens_per_s:
