@@ -16,17 +16,7 @@ import pytest
 from app.conversation import ChatSettings
 from app.options import AppOptions
 from engine import Engine, EngineConfig, RequestOutput
-
-# Small and single-threaded: several test processes share two cores.
-ENGINE = {
-    "dtype": "float32",
-    "num_kv_blocks": 512,
-    "block_size": 16,
-    "max_num_seqs": 4,
-    "max_num_batched_tokens": 128,
-    "num_threads": 1,
-}
-GREEDY = ChatSettings(temperature=0.0, max_tokens=24)
+from tests.app.pilot_helpers import ENGINE, GREEDY
 
 
 @pytest.fixture

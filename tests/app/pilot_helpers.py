@@ -18,6 +18,17 @@ from engine import RequestOutput
 MakeOptions = Callable[..., AppOptions]
 Reference = Callable[[list[dict[str, str]], ChatSettings], RequestOutput]
 
+# Small and single-threaded: several test processes share two cores.
+ENGINE = {
+    "dtype": "float32",
+    "num_kv_blocks": 512,
+    "block_size": 16,
+    "max_num_seqs": 4,
+    "max_num_batched_tokens": 128,
+    "num_threads": 1,
+}
+GREEDY = ChatSettings(temperature=0.0, max_tokens=24)
+
 LIMIT = 120.0  # seconds; only a hang reaches it (the machine is shared and slow)
 
 

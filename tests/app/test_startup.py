@@ -10,6 +10,7 @@ from textual.pilot import Pilot
 
 from app.app import LfmChatApp
 from app.screens.error import ErrorScreen
+from app.screens.loading import LoadingScreen
 from app.widgets.chat_pane import ChatPane
 from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
 
@@ -49,6 +50,7 @@ async def test_demo_writes_its_checkpoint_once_and_shows_the_random_weights_bann
     options = make_options(demo=True, model="unused")
     app = LfmChatApp(options)
     async with app.run_test() as pilot:
+        assert isinstance(app.screen, LoadingScreen)  # the UI is up while the checkpoint is written
         screen = await chat_screen(app, pilot)
         banner = str(screen.query_one("#demo-banner").render())
         assert "random weights" in banner

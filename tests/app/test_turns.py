@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from textual.widgets import Static
+
 from app.app import LfmChatApp
 from app.conversation import ChatSettings
 from app.sanitize import strip_control
-from tests.app.pilot_helpers import MakeOptions, Reference, chat_screen, submit, user, wait_replied
+from engine import EngineConfig
+from tests.app.pilot_helpers import ENGINE, MakeOptions, Reference, chat_screen, submit, user, wait_replied
 
 
 async def test_regenerate_replaces_the_last_reply_with_a_new_request(
@@ -74,3 +77,35 @@ async def test_second_turn_prefills_only_new_tokens(make_options: MakeOptions) -
         block = app.options.engine.block_size
         assert metrics.cached_prompt_tokens >= len(first_prompt) // block * block > 0
         assert f"({metrics.cached_prompt_tokens} cached)" in str(pane.status.render())
+
+
+async def test_a_message_beyond_the_context_is_refused_with_a_notice(make_options: MakeOptions) -> None:
+    engine = EngineConfig(**{**ENGINE, "max_model_len": 48})
+    app = LfmChatApp(make_options(panes=1, engine=engine))
+    async with app.run_test() as pilot:
+        pane = (await chat_screen(app, pilot)).panes[0]
+        long_text = "Tell me a story about the sea. " * 10
+        pane.focus_input()
+        pane.prompt_input.text = long_text
+        await pilot.press("enter")
+
+        assert pane.conversation.messages == [] and not pane.busy
+        assert pane.prompt_input.text == long_text  # given back to be shortened
+        notice = pane.transcript.query_one(".notice", Static)
+        assert "would not fit" in str(notice.render()) and "48" in str(notice.render())
+
+
+async def test_copy_and_export_write_what_the_pane_shows(make_options: MakeOptions) -> None:
+    app = LfmChatApp(make_options(panes=1))
+    async with app.run_test() as pilot:
+        pane = (await chat_screen(app, pilot)).panes[0]
+        await submit(pilot, pane, "Hello!")
+        await wait_replied(pilot, pane)
+        reply = pane.conversation.messages[-1].content
+
+        await pilot.press("ctrl+y")
+        assert app.clipboard == reply
+        assert (app.options.data_dir / "clipboard.txt").read_text(encoding="utf-8") == reply
+        await pilot.press("ctrl+o")
+        [export] = (app.options.data_dir / "exports").iterdir()
+        assert export.read_text(encoding="utf-8").startswith("# Hello!")
