@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import ClassVar
@@ -38,12 +39,27 @@ class LfmChatApp(App[None]):
         self.chat_screen: ChatScreen | None = None
 
     def on_mount(self) -> None:
+        self._load_keymap()
         try:
             self.store = Store(self.options.store_path)
         except StoreError as exc:
             self.push_screen(ErrorScreen(str(exc)))
             return
         self.push_screen(LoadingScreen(self.options))
+
+    def _load_keymap(self) -> None:
+        """Users remap keys by binding id, e.g. {"new_pane": "ctrl+t"}, in keymap.json in the data dir."""
+        path = self.options.keymap_path
+        if not path.is_file():
+            return
+        try:
+            keymap = json.loads(path.read_text(encoding="utf-8"))
+            if not isinstance(keymap, dict) or not all(isinstance(v, str) for v in keymap.values()):
+                raise ValueError('expected an object of binding id -> key, like {"new_pane": "ctrl+t"}')
+        except (OSError, ValueError) as exc:
+            self.notify(f"Ignoring {path}: {exc}", severity="warning", timeout=10)
+            return
+        self.set_keymap(keymap)
 
     def on_loading_screen_loaded(self, message: LoadingScreen.Loaded) -> None:
         assert self.store is not None

@@ -20,7 +20,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lfm-chat",
         description="Several chat panes streaming at once from one LFM2 engine with continuous batching.",
-        epilog="Benchmarks: lfm-chat bench --help",
+        epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "ctrl+t"}; '
+        "the ids are listed in the command palette (ctrl+p). Benchmarks: lfm-chat bench --help",
     )
     parser.add_argument("--version", action="version", version=f"lfm-chat {__version__}")
     model = parser.add_argument_group("model")

@@ -25,9 +25,10 @@ def key(
 def palette_commands(
     app: App[Any], bindings: Iterable[BindingType], run: Callable[[str], Any]
 ) -> Iterator[SystemCommand]:
-    """One palette command per binding, titled by its command text, with its key as help."""
+    """One palette command per binding, titled by its command text; the help names the key and the id
+    that remaps it in keymap.json."""
     for binding in bindings:
         assert isinstance(binding, Binding)
         yield SystemCommand(
-            binding.tooltip, f"key: {app.get_key_display(binding)}", partial(run, binding.action)
+            binding.tooltip, f"{app.get_key_display(binding)} · id {binding.id}", partial(run, binding.action)
         )

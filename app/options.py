@@ -50,3 +50,7 @@ class AppOptions:
     @property
     def store_path(self) -> Path:
         return self.data_dir / "conversations.sqlite3"
+
+    @property
+    def keymap_path(self) -> Path:
+        return self.data_dir / "keymap.json"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -38,12 +39,20 @@ def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.strip() == f"lfm-chat {__version__}"
 
 
+def test_data_dir_comes_from_the_flag_or_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LFM_CHAT_DATA_DIR", "/tmp/from-env")
+    assert options_from_args(build_parser().parse_args([])).data_dir == Path("/tmp/from-env")
+    args = build_parser().parse_args(["--data-dir", "/tmp/from-flag"])
+    assert options_from_args(args).data_dir == Path("/tmp/from-flag")
+
+
 def test_flags_become_engine_and_chat_options() -> None:
     args = build_parser().parse_args(
         ["--demo", "--panes", "3", "--max-num-seqs", "4", "--system", "Be brief.", "--temperature", "0"]
     )
     options = options_from_args(args)
     assert (options.demo, options.panes, options.engine.max_num_seqs) == (True, 3, 4)
+    assert (options.engine.dtype, options.engine.kv_cache_memory_mb) == ("float32", 64)  # a toy model
     assert (options.chat.system_prompt, options.chat.temperature) == ("Be brief.", 0.0)
 
 

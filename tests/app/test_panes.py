@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from textual.binding import Binding
 from textual.command import CommandList
 
@@ -49,3 +51,16 @@ async def test_every_binding_is_a_palette_command_that_runs(make_options: MakeOp
         assert "Open a new pane" in str(app.screen.query_one(CommandList).get_option_at_index(0).prompt)
         await pilot.press("down", "enter")
         await wait_until(pilot, lambda: len(screen.panes) == 2, "the palette to open a pane")
+
+
+async def test_keys_are_remapped_by_binding_id_from_keymap_json(make_options: MakeOptions) -> None:
+    options = make_options(panes=1)
+    options.data_dir.mkdir(parents=True)
+    options.keymap_path.write_text(json.dumps({"new_pane": "ctrl+t"}), encoding="utf-8")
+    app = LfmChatApp(options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        await pilot.press("ctrl+n")  # no longer bound
+        await pilot.press("ctrl+t")
+        await wait_until(pilot, lambda: len(screen.panes) == 2, "the remapped key to open a pane")
+        assert len(screen.panes) == 2
