@@ -156,6 +156,9 @@ class ChatScreen(Screen[None]):
         if conversation.messages:
             conversation.updated_at = time.time()
             self.store.save(conversation)
+        self._save_open()
+
+    def _save_open(self) -> None:
         self.store.set_open([p.conversation.id for p in self.panes if p.conversation.id is not None])
 
     async def save_all(self) -> None:
@@ -200,6 +203,7 @@ class ChatScreen(Screen[None]):
         index = self.panes.index(pane)
         await self._settle(pane)
         await pane.remove()
+        self._save_open()
         self._relayout()
         self.panes[min(index, len(self.panes) - 1)].focus_input()
 

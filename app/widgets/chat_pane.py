@@ -100,7 +100,6 @@ class ChatPane(Vertical):
 
     def on_mount(self) -> None:
         self._measure_context()
-        self._update_title()
 
     @property
     def busy(self) -> bool:

@@ -54,6 +54,7 @@ async def test_history_reopens_a_closed_conversation_in_a_new_pane(make_options:
         messages = list(pane.conversation.messages)
         await pilot.press("ctrl+w")
         await wait_until(pilot, lambda: len(screen.panes) == 1, "the pane to close")
+        assert app.store is not None and app.store.open_conversations() == []  # not reopened on relaunch
 
         await pilot.press("ctrl+g")
         await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), "the history screen")
