@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass
 
-from textual import work
 from textual.app import ComposeResult
 from textual.containers import Center, Vertical
 from textual.message import Message
@@ -18,7 +18,7 @@ from model.errors import CheckpointError, ModelNotAvailableError
 
 
 class LoadingScreen(Screen[None]):
-    """Runs `load_engine` in a thread worker and reports back with messages (never blocks the UI)."""
+    """Runs `load_engine` on a thread and reports back with messages (never blocks the UI)."""
 
     @dataclass
     class Progress(Message):
@@ -53,9 +53,10 @@ class LoadingScreen(Screen[None]):
                 yield ProgressBar(total=None, show_eta=False, id="loading-bar")
 
     def on_mount(self) -> None:
-        self._load()
+        # A daemon thread, not a Textual thread worker: the app waits for its workers on exit, so
+        # ctrl+q during a long download would hang until the download finished.
+        threading.Thread(target=self._load, name="lfm-loader", daemon=True).start()
 
-    @work(thread=True, exit_on_error=False)
     def _load(self) -> None:
         def progress(stage: str, fraction: float | None) -> None:
             self.post_message(self.Progress(stage, fraction))

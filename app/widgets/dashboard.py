@@ -39,7 +39,6 @@ class Dashboard(Vertical):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__(id=id)
         self.peak_running = 0
-        self.snapshot: EngineSnapshot | None = None
         # Kept as attributes, not queried: a snapshot may still arrive while the screen is torn down.
         self.meters = Static(id="dash-meters")
         self.throughput = Throughput(id="dash-spark")
@@ -62,7 +61,6 @@ class Dashboard(Vertical):
 
     def show(self, snap: EngineSnapshot, labels: Mapping[object, str]) -> None:
         """Render `snap`; `labels` names each request by its tag (the pane it belongs to)."""
-        self.snapshot = snap
         self.peak_running = max(self.peak_running, snap.running)
         kv_text = f" {snap.kv_blocks_used}/{snap.kv_blocks_total} blk · {snap.kv_blocks_cached} cached"
         lines = [
