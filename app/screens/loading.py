@@ -9,7 +9,7 @@ from textual.app import ComposeResult
 from textual.containers import Center, Vertical
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Label, ProgressBar
+from textual.widgets import Footer, Label, ProgressBar
 
 from app.options import AppOptions
 from app.startup import load_engine
@@ -51,6 +51,7 @@ class LoadingScreen(Screen[None]):
             yield Label("starting…", id="loading-stage")
             with Center():
                 yield ProgressBar(total=None, show_eta=False, id="loading-bar")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         # A daemon thread, not a Textual thread worker: the app waits for its workers on exit, so
