@@ -11,6 +11,7 @@ from app.conversation import ChatSettings
 from app.options import DATA_DIR_ENV, MAX_PANES, AppOptions
 from engine import EngineConfig, SamplingParamsError
 from model.hub import DEFAULT_MODEL
+from model.loader import QUANTIZATIONS
 
 DEMO_KV_CACHE_MB = 64
 
@@ -42,6 +43,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="auto",
         choices=["auto", "float32", "bfloat16"],
         help="weights and cache dtype (default: auto = bf16 where the CPU/GPU has it)",
+    )
+    model.add_argument(
+        "--quantize",
+        default="none",
+        choices=list(QUANTIZATIONS),
+        help="int8 = weight-only int8 linears: faster single-stream decode, slightly less exact",
     )
     engine = parser.add_argument_group("engine")
     engine.add_argument("--max-num-seqs", type=int, default=8, help="requests batched per step (default: 8)")
@@ -80,6 +87,7 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
     engine = EngineConfig(
         device=args.device,
         dtype=args.dtype,
+        quantize=args.quantize,
         max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens,
     )

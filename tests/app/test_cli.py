@@ -23,6 +23,7 @@ def test_help_lists_the_documented_flags(capsys: pytest.CaptureFixture[str]) -> 
         "--panes",
         "--device",
         "--dtype",
+        "--quantize",
         "--max-num-seqs",
         "--max-num-batched-tokens",
         "--system",
@@ -54,6 +55,7 @@ def test_flags_become_engine_and_chat_options() -> None:
     assert (options.demo, options.panes, options.engine.max_num_seqs) == (True, 3, 4)
     assert (options.engine.dtype, options.engine.kv_cache_memory_mb) == ("float32", 64)  # a toy model
     assert (options.chat.system_prompt, options.chat.temperature) == ("Be brief.", 0.0)
+    assert options_from_args(build_parser().parse_args(["--quantize", "int8"])).engine.quantize == "int8"
 
 
 @pytest.mark.parametrize(
