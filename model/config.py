@@ -20,6 +20,17 @@ CONV = "conv"
 SUPPORTED_MODEL_TYPES = ("lfm2",)
 
 
+def read_json_object(path: Path) -> dict[str, Any]:
+    """A checkpoint's JSON file (config, tokenizer config) as a dict, or a one-line CheckpointError."""
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
+    if not isinstance(raw, dict):
+        raise CheckpointError(f"{path} does not hold a JSON object")
+    return raw
+
+
 @dataclass(slots=True)
 class Lfm2Config:
     """Normalised LFM2 hyper-parameters (names follow transformers' ``Lfm2Config``)."""
@@ -157,13 +168,7 @@ class Lfm2Config:
             raise CheckpointError(f"checkpoint directory {str(checkpoint_dir)!r} does not exist")
         if not path.is_file():
             raise CheckpointError(f"{path} is missing: not an LFM2 checkpoint directory")
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
-        if not isinstance(raw, dict):
-            raise CheckpointError(f"{path} does not hold a JSON object")
-        return cls.from_dict(raw)
+        return cls.from_dict(read_json_object(path))
 
     def to_dict(self) -> dict[str, Any]:
         """A config.json dict that both this loader and transformers' Lfm2Config read back."""

@@ -18,6 +18,7 @@ from jinja2 import Template, TemplateError
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as BackendTokenizer
 
+from model.config import read_json_object
 from model.errors import CheckpointError
 
 Message = Mapping[str, Any]
@@ -116,16 +117,6 @@ def _token_content(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
-    if not isinstance(raw, dict):
-        raise CheckpointError(f"{path} does not hold a JSON object")
-    return raw
-
-
 def _read_chat_template(root: Path, tokenizer_config: Mapping[str, Any]) -> str:
     """The template source: chat_template.jinja (newer repos) wins over tokenizer_config.json."""
     jinja_file = root / "chat_template.jinja"
@@ -177,7 +168,7 @@ class Tokenizer:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise CheckpointError(f"{path} is not a valid tokenizer file ({reason})") from None
         config_path = root / "tokenizer_config.json"
-        config = _read_json(config_path) if config_path.is_file() else {}
+        config = read_json_object(config_path) if config_path.is_file() else {}
         tokens = {name: _token_content(config.get(name)) for name in _TEMPLATE_TOKEN_NAMES}
         if tokens["bos_token"] is None and backend.token_to_id(BOS_TOKEN) is not None:
             tokens["bos_token"] = BOS_TOKEN
