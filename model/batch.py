@@ -8,8 +8,8 @@ Packed layout for chunks A (3 new tokens after 5 cached) and B (1 decode token a
 
     tokens     a5 a6 a7 b9          positions  5 6 7 9
     KV slots   blockA[0]*bs+5 ...   (each new token's K/V is written there first)
-    attention  group 0: A's 3 queries over A's 8 context slots (causal)
-               group 1: every single-token chunk batched, padded to the longest context
+    attention  group 0: A's 3 queries over A's blocks (causal; slots past position 7 masked)
+               group 1: every single-token chunk batched, padded to the most blocks
     conv ext   [state_A (L-1 rows) | state_B (L-1 rows) | a5 a6 a7 b9]
                each token's window = L consecutive entries of its own sequence
 """
@@ -39,8 +39,8 @@ class AttentionGroup:
     """Queries that share one attention call: gathered context, padding/causal mask."""
 
     query_index: torch.Tensor  # [G, Q] packed token rows
-    kv_slots: torch.Tensor  # [G, C] cache slots of the full context (0 where padded)
-    mask: torch.Tensor | None  # [G, 1, Q, C] True = attend; None when nothing needs masking
+    kv_blocks: torch.Tensor  # [G, NB] blocks holding the context (block 0 where padded)
+    mask: torch.Tensor | None  # [G, 1, Q, NB * block_size] True = attend; None: attend to all
 
 
 @dataclass(slots=True)
@@ -57,16 +57,24 @@ class ForwardBatch:
     conv_write_index: torch.Tensor  # [W, L-1] indices into ext
     conv_write_rows: torch.Tensor  # [W] destination rows
     num_tokens: int
+    block_size: int
 
 
 def _slots(block_table: list[int], positions: range, block_size: int) -> list[int]:
     return [block_table[p // block_size] * block_size + p % block_size for p in positions]
 
 
-def _context_slots(block_table: list[int], context: int, block_size: int) -> torch.Tensor:
-    """Cache slots of positions [0, context), without a Python loop over positions."""
-    blocks = torch.tensor(block_table[: (context + block_size - 1) // block_size], dtype=torch.long)
-    return (blocks[:, None] * block_size + torch.arange(block_size)).flatten()[:context]
+def _padded_blocks(tables: list[list[int]], contexts: list[int], block_size: int) -> torch.Tensor:
+    """Block ids covering each context, right-padded with block 0 (masked out) to a common width.
+
+    Attention gathers whole blocks (contiguous runs of block_size slots), several times faster
+    than gathering slot by slot.
+    """
+    widths = [(c + block_size - 1) // block_size for c in contexts]
+    blocks = torch.zeros((len(tables), max(widths)), dtype=torch.long)
+    for row, (table, width) in enumerate(zip(tables, widths, strict=True)):
+        blocks[row, :width] = torch.tensor(table[:width], dtype=torch.long)
+    return blocks
 
 
 def _check(chunk: SequenceChunk, block_size: int) -> None:
@@ -137,6 +145,7 @@ def build_forward_batch(
         conv_write_index=as_tensor(write_index).view(-1, state_len),
         conv_write_rows=as_tensor(write_rows),
         num_tokens=len(ids),
+        block_size=block_size,
     )
 
 
@@ -144,29 +153,27 @@ def _prefill_group(first: int, chunk: SequenceChunk, block_size: int, device) ->
     """A multi-token chunk attends causally over everything cached before it plus itself."""
     n = len(chunk.token_ids)
     context = chunk.start_pos + n
-    kv = _context_slots(chunk.block_table, context, block_size).to(device)
-    query_pos = torch.arange(chunk.start_pos, context, device=device)
-    mask = torch.arange(context, device=device)[None, :] <= query_pos[:, None]
+    blocks = _padded_blocks([chunk.block_table], [context], block_size)
+    query_pos = torch.arange(chunk.start_pos, context)
+    mask = torch.arange(blocks.shape[1] * block_size)[None, :] <= query_pos[:, None]
     return AttentionGroup(
         query_index=torch.arange(first, first + n, device=device)[None, :],
-        kv_slots=kv[None, :],
-        mask=mask[None, None],
+        kv_blocks=blocks.to(device),
+        mask=mask[None, None].to(device),
     )
 
 
 def _decode_group(decode: list[tuple[int, SequenceChunk]], block_size: int, device) -> AttentionGroup:
-    """All single-token chunks in one call, contexts right-padded to the longest."""
+    """All single-token chunks in one call, contexts right-padded to the longest (in blocks)."""
     contexts = [c.start_pos + 1 for _, c in decode]
-    longest = max(contexts)
-    slots = torch.zeros((len(decode), longest), dtype=torch.long)
-    for row, ((_, chunk), context) in enumerate(zip(decode, contexts, strict=True)):
-        slots[row, :context] = _context_slots(chunk.block_table, context, block_size)
+    blocks = _padded_blocks([c.block_table for _, c in decode], contexts, block_size)
+    width = blocks.shape[1] * block_size
     mask = None
-    if min(contexts) != longest:
+    if min(contexts) != width:
         lengths = torch.tensor(contexts)
-        mask = (torch.arange(longest)[None, :] < lengths[:, None])[:, None, None, :].to(device)
+        mask = (torch.arange(width)[None, :] < lengths[:, None])[:, None, None, :].to(device)
     return AttentionGroup(
         query_index=torch.tensor([[first] for first, _ in decode], dtype=torch.long, device=device),
-        kv_slots=slots.to(device),
+        kv_blocks=blocks.to(device),
         mask=mask,
     )

@@ -102,17 +102,21 @@ class Attention(nn.Module):
         k = self.k_layernorm(k.reshape(t, self.num_kv_heads, self.head_dim))
         v = v.reshape(t, self.num_kv_heads, self.head_dim)
         q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
-        k_cache[batch.kv_write_slots] = k
-        v_cache[batch.kv_write_slots] = v
+        # index_select / index_copy_ over flat indices: several times faster than advanced indexing
+        k_cache.index_copy_(0, batch.kv_write_slots, k)
+        v_cache.index_copy_(0, batch.kv_write_slots, v)
         out = torch.empty_like(q)
+        num_blocks = k_cache.shape[0] // batch.block_size
         for group in batch.attention_groups:
             g, n_q = group.query_index.shape
             rows = group.query_index.flatten()
-            q_g = q[rows].view(g, n_q, self.num_heads, self.head_dim).transpose(1, 2)
-            k_g = k_cache[group.kv_slots].transpose(1, 2)  # [G, kv_heads, C, D]
-            v_g = v_cache[group.kv_slots].transpose(1, 2)
+            q_g = q.index_select(0, rows).view(g, n_q, self.num_heads, self.head_dim).transpose(1, 2)
+            blocks = group.kv_blocks.flatten()
+            context = (g, -1, self.num_kv_heads, self.head_dim)
+            k_g = k_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
+            v_g = v_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
             o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=group.mask, enable_gqa=True)
-            out[rows] = o.transpose(1, 2).reshape(g * n_q, self.num_heads, self.head_dim)
+            out.index_copy_(0, rows, o.transpose(1, 2).reshape(g * n_q, self.num_heads, self.head_dim))
         return self.out_proj(out.view(t, -1))
 
 
