@@ -156,3 +156,14 @@ def test_bfloat16_loses_no_more_accuracy_than_the_reference_in_bfloat16(tiny_ckp
     our_error = (ours - exact).abs().max().item()
     ref_error = (ref_bf16 - exact).abs().max().item()
     assert our_error <= 1.25 * ref_error + 1e-3
+
+
+@pytest.mark.parametrize("disk_dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_checkpoints_load_into_float32(tiny_ckpt_factory, disk_dtype):
+    """Weights stored in fp16/bf16 (as real checkpoints are) are upcast on load, matching the reference."""
+    path = tiny_ckpt_factory("default", dtype=disk_dtype)
+    model = load_model(path, dtype="float32")
+    assert model.model.embed_tokens.weight.dtype == torch.float32
+    ids = prompt(model.config.vocab_size, 20, seed=13)
+    ours = run(model, new_cache(model), [SequenceChunk(ids, 0, blocks(0), 0, 1)], all_rows=True)
+    assert (ours - reference_logits(reference(path), ids)).abs().max().item() <= FP32_TOL
