@@ -25,8 +25,11 @@ class EngineConfig:
     dtype: str = "auto"
     max_num_seqs: int = 8
     max_num_batched_tokens: int = 256
-    # prefill tokens allowed in a step that also decodes: keeps running streams' pace steady
+    # prefill tokens allowed in a step that also decodes (the start value when paced, see below)
     max_prefill_with_decodes: int = 32
+    # pace prefill so a step that also decodes takes at most this multiple of a decode-only step
+    # (measured at run time, engine/pacing.py); None keeps max_prefill_with_decodes fixed
+    max_decode_slowdown: float | None = 2.0
     block_size: int = 16
     max_model_len: int | None = None
     num_kv_blocks: int | None = None
@@ -57,6 +60,10 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"EngineConfig.{name} must be None or >= 1, got {value}")
+        if self.max_decode_slowdown is not None and not self.max_decode_slowdown > 1:
+            raise ValueError(
+                f"EngineConfig.max_decode_slowdown must be > 1 or None, got {self.max_decode_slowdown}"
+            )
         # Every running sequence must be able to decode in every step, or a stream could stall.
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("EngineConfig.max_num_batched_tokens must be >= max_num_seqs")

@@ -21,6 +21,7 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import RequestError
 from engine.metrics import EngineMetrics, EngineSnapshot, RequestMetrics, RequestSnapshot, StepStats
+from engine.pacing import PrefillPacer
 from engine.request import Request, RequestOutput, RequestStatus
 from engine.runner import ModelRunner
 from engine.sampler import make_generator
@@ -66,6 +67,16 @@ class Engine:
             self.config.max_num_seqs,
             self.config.max_num_batched_tokens,
             self.config.max_prefill_with_decodes,
+        )
+        self.pacer = (
+            None
+            if self.config.max_decode_slowdown is None
+            else PrefillPacer(
+                max_slowdown=self.config.max_decode_slowdown,
+                initial_cap=self.config.max_prefill_with_decodes,
+                floor=min(8, self.config.max_prefill_with_decodes),
+                ceiling=self.config.max_num_batched_tokens,
+            )
         )
         self.runner = ModelRunner(model.to(self.config.torch_dtype), cache, self.config.device)
         self.metrics = EngineMetrics(time.monotonic())
@@ -208,6 +219,10 @@ class Engine:
             step_time=now - began,
         )
         self.metrics.record_step(stats, now)
+        if self.pacer is not None:
+            self.pacer.observe(stats.step_time, stats.decode_tokens, stats.prefill_tokens)
+            decoding, queued = self.scheduler.demand()
+            self.scheduler.max_prefill_with_decodes = self.pacer.cap(decoding, queued)
         return outputs
 
     def generate(

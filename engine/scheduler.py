@@ -6,9 +6,9 @@ Policy, in order, under `max_num_batched_tokens` (the token budget) and `max_num
    behind a long prompt.
 2. Running requests still prefilling (or recomputing after preemption), oldest first, each
    taking what is left of the budget: long prompts are chunked across steps. In a step that
-   also decodes, prefill gets at most `max_prefill_with_decodes` tokens: at small batch a
-   decode step is bound by reading the weights, so a few dozen extra rows are nearly free,
-   while a full 256-token chunk would make every running stream wait ~15x its usual gap.
+   also decodes, prefill gets at most `max_prefill_with_decodes` tokens (the engine paces that
+   cap from measured step times, engine/pacing.py), so a long prompt arriving never makes the
+   running streams wait much longer than their usual gap.
 3. Waiting requests in arrival order (first come, first served: the head of the queue is
    never skipped, so nothing starves). Each first takes its cached prefix, then a chunk.
    None are admitted in a step that had to preempt.
@@ -102,6 +102,11 @@ class Scheduler:
 
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
+
+    def demand(self) -> tuple[int, int]:
+        """(running requests decoding, requests waiting for or still in their prompt's prefill)."""
+        decoding = sum(r.num_uncomputed_tokens == 1 for r in self.running)
+        return decoding, len(self.running) - decoding + len(self.waiting)
 
     # ------------------------------------------------------------------ one step
     def schedule(self) -> SchedulerOutput:

@@ -1,0 +1,56 @@
+"""How many prompt tokens a step may add while streams decode, learned from measured step times.
+
+A step costs roughly ``base + rows * per_row``: reading the weights costs ``base`` whatever the
+batch, each row adds compute. Prompt chunks ride along with decodes as long as the step stays
+within ``max_slowdown`` times a decode-only step. How many tokens that allows is a property of
+the machine (on a compute-bound CPU without AMX about 15 at 350M; far more on a GPU), so it
+is measured, not configured:
+
+    cap = (slowdown - 1) * decode_step_time / seconds_per_prefill_token
+    slowdown = max_slowdown * (1 + queued / decoding)
+
+The allowance grows with the number of requests waiting for their prompt (``queued``) per
+decoding stream: one long prompt arriving next to four chats is paced, while thirty users
+waiting behind one stream are not made to trickle in a dozen tokens a step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+def _ewma(old: float | None, new: float, weight: float) -> float:
+    return new if old is None else (1 - weight) * old + weight * new
+
+
+@dataclass(slots=True)
+class PrefillPacer:
+    """Tracks decode-only step time and the marginal cost of a prefill token; derives the cap."""
+
+    max_slowdown: float
+    initial_cap: int
+    floor: int
+    ceiling: int
+    weight: float = 0.2
+    decode_step_time: float | None = None
+    token_cost: float | None = None
+
+    def observe(self, step_time: float, decode_tokens: int, prefill_tokens: int) -> None:
+        """Learn from one finished step; steps without decodes say nothing about interference."""
+        if decode_tokens == 0:
+            return
+        if prefill_tokens == 0:
+            self.decode_step_time = _ewma(self.decode_step_time, step_time, self.weight)
+        elif self.decode_step_time is not None:
+            marginal = max(step_time - self.decode_step_time, 0.0) / prefill_tokens
+            self.token_cost = _ewma(self.token_cost, marginal, self.weight)
+
+    def cap(self, decoding: int = 1, queued: int = 0) -> int:
+        """Prefill tokens allowed in the next step that also decodes."""
+        if self.decode_step_time is None or self.token_cost is None:
+            return self.initial_cap
+        if self.token_cost <= 0:
+            return self.ceiling
+        slowdown = self.max_slowdown * (1 + queued / max(decoding, 1))
+        allowed = (slowdown - 1) * self.decode_step_time / self.token_cost
+        return int(min(self.ceiling, max(self.floor, allowed)))
