@@ -8,6 +8,7 @@ lfm-chat bench --tiny --quick --repeats 1        a smoke run in seconds
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shlex
 import sys
@@ -112,6 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.repeats < 1 or (args.threads is not None and args.threads < 1):
         parser.error("--repeats and --threads must be at least 1")
+    if "transformers" in args.engines and importlib.util.find_spec("transformers") is None:
+        print(
+            "lfm-chat bench: the transformers baseline is not installed; "
+            "`pip install -e '.[bench]'` (bin/test installs it too), or run with --engines ours",
+            file=sys.stderr,
+        )
+        return 1
     workloads = [WORKLOADS[name] for name in args.workloads]
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
