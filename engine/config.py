@@ -10,9 +10,9 @@ import torch
 
 from model.cache import HybridCache
 from model.config import Lfm2Config
-from model.loader import QUANTIZATIONS
+from model.loader import QUANTIZATIONS, parse_dtype
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16}
+ENGINE_DTYPES = ("float32", "bfloat16")  # fp16 on CPU is emulated and slow: not offered
 DEFAULT_MAX_MODEL_LEN = 32768
 _BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
@@ -40,7 +40,7 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("auto", *DTYPES):
+        if self.dtype not in ("auto", *ENGINE_DTYPES):
             raise ValueError(f"EngineConfig.dtype must be auto, float32 or bfloat16, not {self.dtype!r}")
         if self.quantize not in QUANTIZATIONS:
             raise ValueError(
@@ -71,7 +71,7 @@ class EngineConfig:
     @property
     def torch_dtype(self) -> torch.dtype:
         """The resolved dtype as a torch.dtype (only valid after `resolve`)."""
-        return DTYPES[self.dtype]
+        return parse_dtype(self.dtype)
 
     def resolve(self, model_config: Lfm2Config) -> EngineConfig:
         """A copy with dtype, num_kv_blocks and max_model_len decided.
@@ -80,7 +80,7 @@ class EngineConfig:
         admission can always finish alone: preemption can never loop on one oversized request.
         """
         dtype = resolve_dtype(self.dtype, self.device)
-        block_bytes = HybridCache.bytes_per_block(model_config, self.block_size, DTYPES[dtype])
+        block_bytes = HybridCache.bytes_per_block(model_config, self.block_size, parse_dtype(dtype))
         blocks = self.num_kv_blocks or max(1, self.kv_cache_memory_mb * 2**20 // block_bytes)
         positions = model_config.max_position_embeddings
         limit = min(self.max_model_len or DEFAULT_MAX_MODEL_LEN, positions, blocks * self.block_size)

@@ -133,10 +133,11 @@ class ShortConv(nn.Module):
         self.conv = nn.Conv1d(h, h, kernel_size=kernel, groups=h, bias=config.conv_bias, padding=kernel - 1)
         self.in_proj = nn.Linear(h, 3 * h, bias=config.conv_bias)
         self.out_proj = nn.Linear(h, h, bias=config.conv_bias)
+        self._taps: torch.Tensor | None = None
 
     def taps(self) -> torch.Tensor:
         """Conv weights as fp32 [L, hidden], oldest tap first; cached because weights never change."""
-        if getattr(self, "_taps", None) is None or self._taps.device != self.conv.weight.device:
+        if self._taps is None or self._taps.device != self.conv.weight.device:
             self._taps = self.conv.weight[:, 0, :].t().float().contiguous()
         return self._taps
 
