@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--quantize",
         default="none",
         choices=list(QUANTIZATIONS),
-        help="int8 = weight-only int8 linears: faster single-stream decode, slightly less exact",
+        help="int8 weights: int8 = weight-only (closest to bf16); w8a8 = int8 activations too (fastest)",
     )
     engine = parser.add_argument_group("engine")
     engine.add_argument("--max-num-seqs", type=int, default=8, help="requests batched per step (default: 8)")

@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--quantize",
         choices=QUANTIZATIONS,
         default="none",
-        help="our engine's weights (int8 = weight-only); transformers stays in --dtype",
+        help="our engine's linears (int8 = weight-only, w8a8 = int8 activations too); transformers: --dtype",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="short lengths, for a smoke run")

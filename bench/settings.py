@@ -18,7 +18,7 @@ class RunSettings:
     quick: bool
     seed: int = 0
     poisson_rate: float | None = None  # requests/s; None until calibrated on the first engine's warm-up
-    quantize: str = "none"  # our engine's weights: "none" or "int8" (weight-only)
+    quantize: str = "none"  # our engine's linears: "none", "int8" (weight-only) or "w8a8"
 
     def build_context(self, workload: Workload, repetition: int) -> BuildContext:
         """Identical prompts for both engines within a repetition, fresh ones in the next."""

@@ -35,7 +35,7 @@ class EngineConfig:
     num_kv_blocks: int | None = None
     kv_cache_memory_mb: int = 1024
     enable_prefix_caching: bool = True
-    quantize: str = "none"  # "int8": weight-only int8 linears (faster single-stream decode on CPU)
+    quantize: str = "none"  # "int8" (weight-only int8 linears) or "w8a8" (int8 activations too)
     num_threads: int | None = None
     seed: int = 0
 

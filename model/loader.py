@@ -10,7 +10,7 @@ import torch
 from model.config import ATTENTION, Lfm2Config
 from model.lfm2 import Lfm2ForCausalLM
 from model.prepack import can_prepack, prepack_linears
-from model.quantize import quantize_int8
+from model.quantize import QUANTIZED_LINEARS, quantize_linears
 from model.weights import load_state_dict
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -61,7 +61,7 @@ def build_model(
     return model.to(device).eval()
 
 
-QUANTIZATIONS = ("none", "int8")
+QUANTIZATIONS = ("none", *QUANTIZED_LINEARS)
 
 
 def load_model(
@@ -73,7 +73,7 @@ def load_model(
 ) -> Lfm2ForCausalLM:
     """Read config.json and the safetensors weights of a local LFM2 checkpoint.
 
-    ``quantize="int8"`` stores every linear weight as int8 (see model/quantize.py); otherwise
+    ``quantize`` "int8" or "w8a8" stores every linear weight as int8 (see model/quantize.py); otherwise
     bf16 weights on CPU are pre-packed for oneDNN (model/prepack.py: same results, faster).
     """
     if quantize not in QUANTIZATIONS:
@@ -82,8 +82,8 @@ def load_model(
     config = Lfm2Config.from_pretrained(checkpoint_dir)
     tensors = load_state_dict(checkpoint_dir, config, parse_dtype(dtype), progress)
     model = build_model(config, tensors, device)
-    if quantize == "int8":
-        return quantize_int8(model)
+    if quantize != "none":
+        return quantize_linears(model, quantize)
     if can_prepack(parse_dtype(dtype), device):
         # a tied head shares the embedding table: packing it would add a second copy (128 MB at 350M)
         prepack_linears(model, skip=("lm_head",) if config.tie_word_embeddings else ())

@@ -1,21 +1,31 @@
-"""The engine serves an int8-quantized model end to end, and rejects unknown schemes up front."""
+"""The engine serves int8-quantized models end to end, and rejects unknown schemes up front."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
-from model.quantize import Int8Linear
+from model.quantize import Int8Linear, W8A8Linear
+
+GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
 
-def test_int8_engine_generates(tiny_ckpt):
-    engine = Engine.from_pretrained(tiny_ckpt, EngineConfig(dtype="bfloat16", quantize="int8"))
-    assert any(isinstance(m, Int8Linear) for m in engine.runner.model.modules())
-    outs = engine.generate(
-        [[10, 11, 12], list(range(20, 60))], SamplingParams(temperature=0, max_tokens=5, ignore_eos=True)
-    )
-    assert [len(o.token_ids) for o in outs] == [5, 5]
+@pytest.mark.parametrize(("scheme", "layer"), [("int8", Int8Linear), ("w8a8", W8A8Linear)])
+def test_quantized_engine_generates(tiny_ckpt, scheme, layer):
+    engine = Engine.from_pretrained(tiny_ckpt, EngineConfig(dtype="bfloat16", quantize=scheme))
+    assert any(isinstance(m, layer) for m in engine.runner.model.modules())
+    outs = engine.generate([[10, 11, 12], list(range(20, 60))], GREEDY)
+    assert [len(o.token_ids) for o in outs] == [8, 8]
     assert all(o.finish_reason == "length" for o in outs)
+
+
+def test_w8a8_batched_tokens_equal_each_prompt_alone(tiny_ckpt, make_engine, prompts):
+    """Per-token activation scales keep requests independent of what they are batched with."""
+    batch = prompts([90, 5, 40, 130, 1, 77], seed=4)
+    alone = make_engine(tiny_ckpt, dtype="bfloat16", quantize="w8a8", max_num_seqs=1)
+    together = make_engine(tiny_ckpt, dtype="bfloat16", quantize="w8a8", max_num_seqs=4, max_num_batched_tokens=48)
+    expected = [alone.generate([prompt], GREEDY)[0].token_ids for prompt in batch]
+    assert [out.token_ids for out in together.generate(batch, GREEDY)] == expected
 
 
 def test_unknown_quantization_is_a_clear_config_error():
