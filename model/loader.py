@@ -8,10 +8,11 @@ from pathlib import Path
 import torch
 
 from model.config import ATTENTION, Lfm2Config
+from model.file_embedding import FileEmbedding
 from model.lfm2 import Lfm2ForCausalLM
 from model.prepack import can_prepack, prepack_linears
 from model.quantize import QUANTIZED_LINEARS, quantize_linears
-from model.weights import load_state_dict
+from model.weights import load_state_dict, locate_tensor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -85,6 +86,13 @@ def load_model(
     if quantize != "none":
         return quantize_linears(model, quantize)
     if can_prepack(parse_dtype(dtype), device):
-        # a tied head shares the embedding table: packing it would add a second copy (128 MB at 350M)
-        prepack_linears(model, skip=("lm_head",) if config.tie_word_embeddings else ())
+        # A packed tied head needs its own copy of the embedding table (128 MB at 350M), paid
+        # back by reading embedding rows from the checkpoint file (model/file_embedding.py).
+        # Where the file holds the table in another dtype, the head stays unpacked and shares
+        # the in-memory table (~7% slower single-stream decode at 350M).
+        table = locate_tensor(checkpoint_dir, "model.embed_tokens.weight")
+        from_file = config.tie_word_embeddings and table is not None and table.dtype == parse_dtype(dtype)
+        prepack_linears(model, skip=("lm_head",) if config.tie_word_embeddings and not from_file else ())
+        if from_file:
+            model.model.embed_tokens = FileEmbedding(table)
     return model

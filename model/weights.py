@@ -11,6 +11,7 @@ import ctypes
 import json
 import struct
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -137,6 +138,28 @@ def iter_checkpoint_tensors(checkpoint_dir: Path) -> Iterator[tuple[str, torch.T
             header, data_start = _read_header(file, path)
             for name, entry in sorted(header.items(), key=lambda item: item[1].get("data_offsets", [0])[0]):
                 yield name, _read_tensor(file, path, name, entry, data_start)
+
+
+@dataclass(frozen=True, slots=True)
+class TensorLocation:
+    """Where a tensor's bytes lie in a checkpoint file, for reading rows without loading it."""
+
+    path: Path
+    offset: int  # of element [0, 0...] from the start of the file
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+
+
+def locate_tensor(checkpoint_dir: Path, name: str) -> TensorLocation | None:
+    """The file position of ``name`` (None if absent), from an already validated checkpoint."""
+    for path in safetensors_files(checkpoint_dir):
+        with path.open("rb") as file:
+            header, data_start = _read_header(file, path)
+        entry = header.get(name)
+        if entry is not None:
+            dtype, shape = SAFETENSORS_DTYPES[entry["dtype"]], tuple(int(d) for d in entry["shape"])
+            return TensorLocation(path, data_start + int(entry["data_offsets"][0]), dtype, shape)
+    return None
 
 
 def load_state_dict(

@@ -23,7 +23,9 @@ def test_w8a8_batched_tokens_equal_each_prompt_alone(tiny_ckpt, make_engine, pro
     """Per-token activation scales keep requests independent of what they are batched with."""
     batch = prompts([90, 5, 40, 130, 1, 77], seed=4)
     alone = make_engine(tiny_ckpt, dtype="bfloat16", quantize="w8a8", max_num_seqs=1)
-    together = make_engine(tiny_ckpt, dtype="bfloat16", quantize="w8a8", max_num_seqs=4, max_num_batched_tokens=48)
+    together = make_engine(
+        tiny_ckpt, dtype="bfloat16", quantize="w8a8", max_num_seqs=4, max_num_batched_tokens=48
+    )
     expected = [alone.generate([prompt], GREEDY)[0].token_ids for prompt in batch]
     assert [out.token_ids for out in together.generate(batch, GREEDY)] == expected
 

@@ -8,6 +8,7 @@ import torch
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.config import Lfm2Config
+from model.file_embedding import FileEmbedding
 from model.loader import build_model, load_model
 from model.prepack import PackedLinear, can_prepack
 from model.weights import load_state_dict
@@ -23,15 +24,21 @@ def logits(model, ids: list[int]) -> torch.Tensor:
     return torch.cat((model(prompt, cache), model(decode, cache)))
 
 
-@pytest.mark.parametrize("preset", ["default", "attn_first"])
-def test_packed_bf16_model_matches_unpacked_bit_for_bit(tiny_ckpt_factory, preset):
-    path = tiny_ckpt_factory(preset)
+@pytest.mark.parametrize(
+    ("preset", "stored_as"),
+    [("default", torch.float32), ("default", torch.bfloat16), ("attn_first", torch.float32)],
+)
+def test_packed_bf16_model_matches_unpacked_bit_for_bit(tiny_ckpt_factory, preset, stored_as):
+    path = tiny_ckpt_factory(preset, dtype=stored_as)
     packed = load_model(path, dtype="bfloat16")
     config = Lfm2Config.from_pretrained(path)
     plain = build_model(config, load_state_dict(path, config, torch.bfloat16))
     assert any(isinstance(m, PackedLinear) for m in packed.modules())
-    # a tied head keeps sharing the embedding table instead of holding a packed copy
-    assert isinstance(packed.lm_head, PackedLinear) != config.tie_word_embeddings
+    # A tied head is packed only where embedding lookups can read the file's bf16 table instead;
+    # otherwise it keeps sharing the one in-memory table.
+    served_from_file = config.tie_word_embeddings and stored_as == torch.bfloat16
+    assert isinstance(packed.lm_head, PackedLinear) == (served_from_file or not config.tie_word_embeddings)
+    assert isinstance(packed.model.embed_tokens, FileEmbedding) == served_from_file
     ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     assert torch.equal(logits(packed, ids), logits(plain, ids))
 
