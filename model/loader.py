@@ -10,6 +10,7 @@ import torch
 from model.config import ATTENTION, Lfm2Config
 from model.file_embedding import FileEmbedding
 from model.lfm2 import Lfm2ForCausalLM
+from model.memory import return_large_frees_to_os
 from model.prepack import can_prepack, prepack_linears
 from model.quantize import QUANTIZED_LINEARS, quantize_linears
 from model.weights import load_state_dict, locate_tensor
@@ -81,6 +82,7 @@ def load_model(
         raise ValueError(f"quantize {quantize!r} is not supported; use one of {', '.join(QUANTIZATIONS)}")
     checkpoint_dir = Path(checkpoint_dir)
     config = Lfm2Config.from_pretrained(checkpoint_dir)
+    return_large_frees_to_os()
     tensors = load_state_dict(checkpoint_dir, config, parse_dtype(dtype), progress)
     model = build_model(config, tensors, device)
     if quantize != "none":
