@@ -7,11 +7,15 @@ the machine (on a compute-bound CPU without AMX about 15 at 350M; far more on a 
 is measured, not configured:
 
     cap = (slowdown - 1) * decode_step_time / seconds_per_prefill_token
-    slowdown = max_slowdown * (1 + queued / decoding)
+    slowdown = max_slowdown * max(1, queued / decoding)
 
-The allowance grows with the number of requests waiting for their prompt (``queued``) per
-decoding stream: one long prompt arriving next to four chats is paced, while thirty users
-waiting behind one stream are not made to trickle in a dozen tokens a step.
+The allowance grows once more requests wait for their prompt (``queued``) than streams
+decode: one long prompt arriving next to four chats is paced, while thirty users waiting
+behind one stream are not made to trickle in a dozen tokens a step.
+
+Until a mixed step has been measured, a prompt-only step stands in for the token cost (its
+whole time over its tokens: an overestimate, so the first paced chunk errs small). Without
+it, the first long prompt after a burst of arrivals would ride along at the initial cap.
 """
 
 from __future__ import annotations
@@ -36,8 +40,10 @@ class PrefillPacer:
     token_cost: float | None = None
 
     def observe(self, step_time: float, decode_tokens: int, prefill_tokens: int) -> None:
-        """Learn from one finished step; steps without decodes say nothing about interference."""
+        """Learn from one finished step."""
         if decode_tokens == 0:
+            if self.token_cost is None and prefill_tokens > 0:
+                self.token_cost = step_time / prefill_tokens
             return
         if prefill_tokens == 0:
             self.decode_step_time = _ewma(self.decode_step_time, step_time, self.weight)
@@ -51,6 +57,6 @@ class PrefillPacer:
             return self.initial_cap
         if self.token_cost <= 0:
             return self.ceiling
-        slowdown = self.max_slowdown * (1 + queued / max(decoding, 1))
+        slowdown = self.max_slowdown * max(1.0, queued / max(decoding, 1))
         allowed = (slowdown - 1) * self.decode_step_time / self.token_cost
         return int(min(self.ceiling, max(self.floor, allowed)))

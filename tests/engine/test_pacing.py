@@ -17,8 +17,19 @@ def test_cap_is_the_start_value_until_both_costs_are_known():
     assert p.cap() == 32
     p.observe(0.050, decode_tokens=4, prefill_tokens=0)
     assert p.cap() == 32
-    p.observe(0.100, decode_tokens=0, prefill_tokens=200)  # no decodes: says nothing about interference
-    assert p.cap() == 32
+    p.observe(0.040, decode_tokens=4, prefill_tokens=10)
+    assert p.cap() != 32
+
+
+def test_a_prompt_only_step_seeds_the_token_cost_until_a_mixed_step_is_measured():
+    """Four prompts arriving together leave no mixed step to learn from; the next prompt is paced anyway."""
+    p = pacer(weight=1.0)
+    p.observe(2.0, decode_tokens=0, prefill_tokens=500)  # 4 ms a token, weights read included
+    p.observe(0.060, decode_tokens=4, prefill_tokens=0)
+    assert p.cap(decoding=4, queued=1) == 15  # (2 - 1) * 60 ms / 4 ms, not the initial 32
+    p.observe(0.060 + 15 * 0.002, decode_tokens=4, prefill_tokens=15)
+    p.observe(3.0, decode_tokens=0, prefill_tokens=500)  # measured interference wins from now on
+    assert p.cap(decoding=4, queued=1) == 30
 
 
 @pytest.mark.parametrize(("per_token", "expected"), [(0.004, 15), (0.0005, 120), (0.1, 8), (0.00001, 256)])
@@ -34,7 +45,8 @@ def test_more_waiting_prompts_per_decoding_stream_allow_bigger_chunks():
     p = pacer(weight=1.0)
     p.observe(0.060, decode_tokens=4, prefill_tokens=0)
     p.observe(0.060 + 32 * 0.004, decode_tokens=4, prefill_tokens=32)
-    assert p.cap(decoding=4, queued=1) == 22  # slowdown 2.5: (1.5 * 60 ms) / 4 ms
+    assert p.cap(decoding=4, queued=1) == 15  # fewer waiting than decoding: slowdown 2
+    assert p.cap(decoding=2, queued=6) == 75  # slowdown 6: (5 * 60 ms) / 4 ms
     assert p.cap(decoding=1, queued=31) == 256  # a crowd waiting behind one stream: no pacing
 
 
