@@ -76,7 +76,9 @@ def load_model(
     """Read config.json and the safetensors weights of a local LFM2 checkpoint.
 
     ``quantize`` "int8" or "w8a8" stores every linear weight as int8 (see model/quantize.py); otherwise
-    bf16 weights on CPU are pre-packed for oneDNN (model/prepack.py: same results, faster).
+    bf16 weights on CPU are pre-packed for oneDNN (model/prepack.py: same results, faster). Where
+    the head no longer needs the plain embedding table, embedding rows are read from the
+    checkpoint file instead of kept in memory (model/file_embedding.py).
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize {quantize!r} is not supported; use one of {', '.join(QUANTIZATIONS)}")
@@ -85,16 +87,17 @@ def load_model(
     return_large_frees_to_os()
     tensors = load_state_dict(checkpoint_dir, config, parse_dtype(dtype), progress)
     model = build_model(config, tensors, device)
+    # Reading embedding rows from the file needs the table there in the model's dtype, on CPU.
+    table = locate_tensor(checkpoint_dir, "model.embed_tokens.weight")
+    from_file = table is not None and table.dtype == parse_dtype(dtype) and torch.device(device).type == "cpu"
     if quantize != "none":
-        return quantize_linears(model, quantize)
-    if can_prepack(parse_dtype(dtype), device):
-        # A packed tied head needs its own copy of the embedding table (128 MB at 350M), paid
-        # back by reading embedding rows from the checkpoint file (model/file_embedding.py).
-        # Where the file holds the table in another dtype, the head stays unpacked and shares
-        # the in-memory table (~7% slower single-stream decode at 350M).
-        table = locate_tensor(checkpoint_dir, "model.embed_tokens.weight")
-        from_file = config.tie_word_embeddings and table is not None and table.dtype == parse_dtype(dtype)
+        quantize_linears(model, quantize)  # the head gets its own int8 copy
+    elif can_prepack(parse_dtype(dtype), device):
+        # A packed tied head needs its own copy of the table (128 MB at 350M), paid back by
+        # reading embedding rows from the file. Where that can't be done, the head stays
+        # unpacked and shares the in-memory table (~7% slower single-stream decode at 350M).
         prepack_linears(model, skip=("lm_head",) if config.tie_word_embeddings and not from_file else ())
-        if from_file:
-            model.model.embed_tokens = FileEmbedding(table)
+    head_shares_table = getattr(model.lm_head, "weight", None) is model.model.embed_tokens.weight
+    if from_file and not head_shares_table:
+        model.model.embed_tokens = FileEmbedding(table)
     return model

@@ -33,13 +33,23 @@ def quantize_rows(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return quantized, scales
 
 
+def _quantize_weight(weight: torch.Tensor, rows_per_chunk: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
+    """quantize_rows over chunks of rows: fp32 temporaries of a whole 350M head would be ~0.8 GB."""
+    quantized = torch.empty(weight.shape, dtype=torch.int8, device=weight.device)
+    scales = torch.empty(weight.shape[0], dtype=torch.float32, device=weight.device)
+    for start in range(0, weight.shape[0], rows_per_chunk):
+        chunk = slice(start, start + rows_per_chunk)
+        quantized[chunk], scales[chunk] = quantize_rows(weight[chunk])
+    return quantized, scales
+
+
 class _QuantizedLinear(nn.Module):
     """A bias-optional linear layer whose weight is stored as int8 rows times a per-row scale."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
-        quantized, scales = quantize_rows(linear.weight.detach())
-        self.register_buffer("weight_int8", quantized.contiguous())
+        quantized, scales = _quantize_weight(linear.weight.detach())
+        self.register_buffer("weight_int8", quantized)
         self.register_buffer("scales", scales.to(linear.weight.dtype))
         self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         self.in_features, self.out_features = linear.in_features, linear.out_features

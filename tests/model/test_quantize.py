@@ -9,6 +9,7 @@ from torch import nn
 
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
+from model.file_embedding import FileEmbedding
 from model.loader import load_model
 from model.quantize import Int8Linear, W8A8Linear, quantize_rows
 
@@ -74,3 +75,12 @@ def test_w8a8_rows_are_independent_of_their_batch():
 def test_unknown_quantization_is_rejected(tiny_ckpt):
     with pytest.raises(ValueError, match="int4"):
         load_model(tiny_ckpt, quantize="int4")
+
+
+def test_a_quantized_head_leaves_embedding_rows_in_the_file(tiny_ckpt_factory):
+    """The int8 head is its own copy, so the bf16 table need not stay in memory as well."""
+    path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
+    stored_bf16 = load_model(path, dtype="bfloat16", quantize="w8a8")
+    assert isinstance(stored_bf16.model.embed_tokens, FileEmbedding)
+    stored_fp32 = load_model(tiny_ckpt_factory("default"), dtype="bfloat16", quantize="w8a8")
+    assert not isinstance(stored_fp32.model.embed_tokens, FileEmbedding)  # the file has no bf16 rows
