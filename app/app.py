@@ -70,8 +70,9 @@ class LfmChatApp(App[None]):
         missing = max(0, self.options.panes - len(conversations))
         conversations += [Conversation(settings=replace(self.options.chat)) for _ in range(missing)]
         config = engine.config
+        weights = config.dtype if config.quantize == "none" else f"{config.dtype} {config.quantize}"
         title = (
-            f"lfm-chat · {self.options.model_label} · {config.device} {config.dtype} · "
+            f"lfm-chat · {self.options.model_label} · {config.device} {weights} · "
             f"context {engine.max_model_len} · batch {config.max_num_seqs}"
         )
         self.chat_screen = ChatScreen(

@@ -12,7 +12,8 @@ from app.app import LfmChatApp
 from app.screens.error import ErrorScreen
 from app.screens.loading import LoadingScreen
 from app.widgets.chat_pane import ChatPane
-from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
+from engine import EngineConfig
+from tests.app.pilot_helpers import ENGINE, MakeOptions, chat_screen, submit, wait_replied, wait_until
 
 
 async def error_text(app: LfmChatApp, pilot: Pilot) -> str:
@@ -76,3 +77,12 @@ async def test_80x24_renders_usable_panes_and_tiny_terminals_get_a_notice(make_o
         assert screen.query_one("#too-small").region.height > 0
         await pilot.resize_terminal(80, 24)
         await wait_until(pilot, lambda: not screen.has_class("-too-small"), "the panes to come back")
+
+
+async def test_the_title_bar_says_which_weights_run(make_options: MakeOptions) -> None:
+    """A quantized model answers slightly differently; the user can see that it is one."""
+    options = make_options(engine=EngineConfig(**{**ENGINE, "dtype": "bfloat16", "quantize": "w8a8"}))
+    app = LfmChatApp(options)
+    async with app.run_test() as pilot:
+        screen = await chat_screen(app, pilot)
+        assert "cpu bfloat16 w8a8 ·" in str(screen.query_one("#title-bar").render())
