@@ -19,6 +19,8 @@ from torch import nn
 from model.errors import CheckpointError
 from model.weights import TensorLocation
 
+FILE_READS_SUPPORTED = hasattr(os, "preadv")  # POSIX; on Windows the table stays in memory
+
 
 class FileEmbedding(nn.Module):
     """``F.embedding(ids, table)`` where ``table`` stays in its safetensors file (CPU only)."""

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from model.config import ATTENTION, Lfm2Config
-from model.file_embedding import FileEmbedding
+from model.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
 from model.lfm2 import Lfm2ForCausalLM
 from model.memory import return_large_frees_to_os
 from model.prepack import can_prepack, prepack_linears
@@ -89,7 +89,8 @@ def load_model(
     model = build_model(config, tensors, device)
     # Reading embedding rows from the file needs the table there in the model's dtype, on CPU.
     table = locate_tensor(checkpoint_dir, "model.embed_tokens.weight")
-    from_file = table is not None and table.dtype == parse_dtype(dtype) and torch.device(device).type == "cpu"
+    on_cpu = torch.device(device).type == "cpu" and FILE_READS_SUPPORTED
+    from_file = table is not None and table.dtype == parse_dtype(dtype) and on_cpu
     if quantize != "none":
         quantize_linears(model, quantize)  # the head gets its own int8 copy
     elif can_prepack(parse_dtype(dtype), device):
