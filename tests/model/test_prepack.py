@@ -26,7 +26,12 @@ def logits(model, ids: list[int]) -> torch.Tensor:
 
 @pytest.mark.parametrize(
     ("preset", "stored_as"),
-    [("default", torch.float32), ("default", torch.bfloat16), ("attn_first", torch.float32)],
+    [
+        ("default", torch.float32),
+        ("default", torch.bfloat16),
+        ("attn_first", torch.float32),
+        ("attn_first", torch.bfloat16),
+    ],
 )
 def test_packed_bf16_model_matches_unpacked_bit_for_bit(tiny_ckpt_factory, preset, stored_as):
     path = tiny_ckpt_factory(preset, dtype=stored_as)
@@ -35,8 +40,8 @@ def test_packed_bf16_model_matches_unpacked_bit_for_bit(tiny_ckpt_factory, prese
     plain = build_model(config, load_state_dict(path, config, torch.bfloat16))
     assert any(isinstance(m, PackedLinear) for m in packed.modules())
     # A tied head is packed only where embedding lookups can read the file's bf16 table instead;
-    # otherwise it keeps sharing the one in-memory table.
-    served_from_file = config.tie_word_embeddings and stored_as == torch.bfloat16
+    # otherwise it keeps sharing the one in-memory table. An untied head never needs the table.
+    served_from_file = stored_as == torch.bfloat16
     assert isinstance(packed.lm_head, PackedLinear) == (served_from_file or not config.tie_word_embeddings)
     assert isinstance(packed.model.embed_tokens, FileEmbedding) == served_from_file
     ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
