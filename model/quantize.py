@@ -63,10 +63,6 @@ class _QuantizedLinear(nn.Module):
     def matmul(self, flat: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
-    def dequantized_weight(self, dtype: torch.dtype) -> torch.Tensor:
-        """The weight the int8 rows stand for, where no fused kernel runs (saves memory at rest only)."""
-        return (self.weight_int8.float() * self.scales[:, None]).to(dtype)
-
 
 class Int8Linear(_QuantizedLinear):
     """Weight-only int8: ``x @ dequant(W).T`` with activations kept in the model dtype."""
@@ -74,7 +70,8 @@ class Int8Linear(_QuantizedLinear):
     def matmul(self, flat: torch.Tensor) -> torch.Tensor:
         if flat.device.type == "cpu" and self.in_features % _INT8PACK_K_MULTIPLE == 0:
             return torch.ops.aten._weight_int8pack_mm(flat.contiguous(), self.weight_int8, self.scales)
-        return F.linear(flat, self.dequantized_weight(flat.dtype))
+        # no fused kernel: dequantize per call (the int8 rows still save memory at rest)
+        return F.linear(flat, (self.weight_int8.float() * self.scales[:, None]).to(flat.dtype))
 
 
 class W8A8Linear(_QuantizedLinear):
