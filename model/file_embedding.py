@@ -1,7 +1,7 @@
 """Token embeddings read row by row from the checkpoint file, instead of held in memory.
 
 A decode step looks up one row per sequence, so the table is almost never needed whole. With
-a tied head, the head's copy is packed for oneDNN (model/prepack.py), a blocked layout that
+a tied head, the head's copy is packed for oneDNN (model/linears.py), a blocked layout that
 cannot serve row lookups; keeping the plain table as well would cost 128 MB at 350M. Reading
 the rows with ``pread`` costs a few microseconds each from the page cache and adds nothing to
 the process's memory. (A memory map would not: the kernel maps 64 KB around every page read,

@@ -57,6 +57,11 @@ class Lfm2ForCausalLM(nn.Module):
             for i, kind in enumerate(config.layer_types)
         ]
 
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype activations run in (the norms' weights stay in it whatever the linears store)."""
+        return self.model.embedding_norm.weight.dtype
+
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight

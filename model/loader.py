@@ -7,11 +7,12 @@ from pathlib import Path
 
 import torch
 
+from model import kernels as native_kernels
 from model.config import ATTENTION, Lfm2Config
 from model.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
 from model.lfm2 import Lfm2ForCausalLM
+from model.linears import bf16_cpu_linear, replace_linears
 from model.memory import return_large_frees_to_os
-from model.prepack import can_prepack, prepack_linears
 from model.quantize import QUANTIZED_LINEARS, quantize_linears
 from model.weights import load_state_dict, locate_tensor
 
@@ -75,29 +76,34 @@ def load_model(
 ) -> Lfm2ForCausalLM:
     """Read config.json and the safetensors weights of a local LFM2 checkpoint.
 
-    ``quantize`` "int8" or "w8a8" stores every linear weight as int8 (see model/quantize.py); otherwise
-    bf16 weights on CPU are pre-packed for oneDNN (model/prepack.py: same results, faster). Where
-    the head no longer needs the plain embedding table, embedding rows are read from the
-    checkpoint file instead of kept in memory (model/file_embedding.py).
+    bf16 on CPU: linears use the native kernels (model/kernels, built on first use) or, where
+    those cannot be built, oneDNN-packed weights (model/linears.py). ``quantize`` "int8"
+    or "w8a8" stores every linear weight as int8 (model/quantize.py). Where the head no longer
+    needs the plain embedding table, embedding rows are read from the checkpoint file instead
+    of kept in memory (model/file_embedding.py).
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize {quantize!r} is not supported; use one of {', '.join(QUANTIZATIONS)}")
     checkpoint_dir = Path(checkpoint_dir)
     config = Lfm2Config.from_pretrained(checkpoint_dir)
+    torch_dtype = parse_dtype(dtype)
+    on_cpu = torch.device(device).type == "cpu"
+    kernels = native_kernels.load() if on_cpu and torch_dtype == torch.bfloat16 else None
     return_large_frees_to_os()
-    tensors = load_state_dict(checkpoint_dir, config, parse_dtype(dtype), progress)
+    tensors = load_state_dict(checkpoint_dir, config, torch_dtype, progress)
     model = build_model(config, tensors, device)
     # Reading embedding rows from the file needs the table there in the model's dtype, on CPU.
     table = locate_tensor(checkpoint_dir, "model.embed_tokens.weight")
-    on_cpu = torch.device(device).type == "cpu" and FILE_READS_SUPPORTED
-    from_file = table is not None and table.dtype == parse_dtype(dtype) and on_cpu
+    from_file = table is not None and table.dtype == torch_dtype and on_cpu and FILE_READS_SUPPORTED
+    make_linear = bf16_cpu_linear(kernels) if on_cpu and torch_dtype == torch.bfloat16 else None
     if quantize != "none":
-        quantize_linears(model, quantize)  # the head gets its own int8 copy
-    elif can_prepack(parse_dtype(dtype), device):
-        # A packed tied head needs its own copy of the table (128 MB at 350M), paid back by
+        quantize_linears(model, quantize, kernels)  # the head gets its own int8 copy
+    elif make_linear is not None:
+        # A repacked tied head needs its own copy of the table (128 MB at 350M), paid back by
         # reading embedding rows from the file. Where that can't be done, the head stays
-        # unpacked and shares the in-memory table (~7% slower single-stream decode at 350M).
-        prepack_linears(model, skip=("lm_head",) if config.tie_word_embeddings and not from_file else ())
+        # unpacked and shares the in-memory table (plain F.linear: slower decode).
+        skip = ("lm_head",) if config.tie_word_embeddings and not from_file else ()
+        replace_linears(model, make_linear, skip=skip)
     head_shares_table = getattr(model.lm_head, "weight", None) is model.model.embed_tokens.weight
     if from_file and not head_shares_table:
         model.model.embed_tokens = FileEmbedding(table)

@@ -11,15 +11,24 @@ data is needed. Two ways to multiply them:
   run time), and ``torch._int_mm`` multiplies int8 by int8 into exact int32 with VNNI. That
   kernel streams weights ~1.5x faster at one row and is 2-4x faster at 8-32 rows. A row's
   result depends only on that row (exact integer sums), so batches stay invariant.
+
+With model/kernels built (bf16 activations on CPU), both run in its native loops instead, at
+every batch size: they stream the int8 weights at close to memory bandwidth at one row and
+outpace torch's kernels at prefill sizes too. The native w8a8 gives torch's result bit for bit
+(same row quantization, exact integer sums). Only the packed weight is kept then.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from model.kernels import PAIR, QUAD, native_width, pack_panels, pad_outputs
+from model.linears import replace_linears
 
 # aten._weight_int8pack_mm crashes (SIGSEGV) on CPU when the input width is not a multiple of 16.
 _INT8PACK_K_MULTIPLE = 16
@@ -44,30 +53,49 @@ def _quantize_weight(weight: torch.Tensor, rows_per_chunk: int = 4096) -> tuple[
 
 
 class _QuantizedLinear(nn.Module):
-    """A bias-optional linear layer whose weight is stored as int8 rows times a per-row scale."""
+    """A bias-optional linear layer whose weight is stored as int8 rows times a per-row scale.
 
-    def __init__(self, linear: nn.Linear) -> None:
+    With ``kernels`` the int8 weight is kept only in the native kernels' panel layout (``group``
+    k values per panel row), with fp32 scales padded to whole panels; otherwise row-major for
+    torch's kernels.
+    """
+
+    group = PAIR
+
+    def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
         super().__init__()
         quantized, scales = _quantize_weight(linear.weight.detach())
-        self.register_buffer("weight_int8", quantized)
-        self.register_buffer("scales", scales.to(linear.weight.dtype))
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
+        self.register_buffer("scales", scales.to(linear.weight.dtype))
+        self.kernels = kernels if native_width(self.in_features) else None
+        if self.kernels is None:
+            self.register_buffer("weight_int8", quantized)
+        else:
+            self.register_buffer("packed_int8", pack_panels(quantized, self.group))
+            self.register_buffer("padded_scales", pad_outputs(self.scales.float()))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = self.matmul(x.reshape(-1, self.in_features))
+        flat = x.reshape(-1, self.in_features)
+        out = self.torch_matmul(flat) if self.kernels is None else self.native_matmul(flat.contiguous())
         if self.bias is not None:
             out = out + self.bias
         return out.view(*x.shape[:-1], self.out_features)
 
-    def matmul(self, flat: torch.Tensor) -> torch.Tensor:
+    def native_matmul(self, flat: torch.Tensor) -> torch.Tensor:
+        raise NotImplementedError
+
+    def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
 
 class Int8Linear(_QuantizedLinear):
     """Weight-only int8: ``x @ dequant(W).T`` with activations kept in the model dtype."""
 
-    def matmul(self, flat: torch.Tensor) -> torch.Tensor:
+    def native_matmul(self, flat: torch.Tensor) -> torch.Tensor:
+        return self.kernels.linear_int8(flat, self.packed_int8, self.padded_scales, self.out_features)
+
+    def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         if flat.device.type == "cpu" and self.in_features % _INT8PACK_K_MULTIPLE == 0:
             return torch.ops.aten._weight_int8pack_mm(flat.contiguous(), self.weight_int8, self.scales)
         # no fused kernel: dequantize per call (the int8 rows still save memory at rest)
@@ -77,7 +105,20 @@ class Int8Linear(_QuantizedLinear):
 class W8A8Linear(_QuantizedLinear):
     """int8 weights times per-token int8 activations, accumulated exactly in int32."""
 
-    def matmul(self, flat: torch.Tensor) -> torch.Tensor:
+    group = QUAD
+
+    def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
+        super().__init__(linear, kernels)
+        if self.kernels is not None:  # activations go in as u8 (+128); these sums undo the offset
+            sums = self.packed_int8.sum(dim=(1, 3), dtype=torch.int32).flatten()
+            self.register_buffer("padded_row_sums", sums)
+
+    def native_matmul(self, flat: torch.Tensor) -> torch.Tensor:
+        return self.kernels.linear_w8a8(
+            flat, self.packed_int8, self.padded_row_sums, self.padded_scales, self.out_features
+        )
+
+    def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         activations, row_scales = quantize_rows(flat)
         if flat.device.type == "cpu":
             sums = torch._int_mm(activations, self.weight_int8.t())
@@ -86,15 +127,10 @@ class W8A8Linear(_QuantizedLinear):
         return (sums * (row_scales[:, None] * self.scales)).to(flat.dtype)
 
 
-QUANTIZED_LINEARS: dict[str, Callable[[nn.Linear], nn.Module]] = {"int8": Int8Linear, "w8a8": W8A8Linear}
+QUANTIZED_LINEARS: dict[str, Callable[..., nn.Module]] = {"int8": Int8Linear, "w8a8": W8A8Linear}
 
 
-def quantize_linears(model: nn.Module, scheme: str) -> nn.Module:
+def quantize_linears(model: nn.Module, scheme: str, kernels: ModuleType | None = None) -> nn.Module:
     """Replace every nn.Linear in ``model`` (lm_head included) with the scheme's layer, in place."""
     make = QUANTIZED_LINEARS[scheme]
-    for name, child in list(model.named_children()):
-        if isinstance(child, nn.Linear):
-            setattr(model, name, make(child))
-        else:
-            quantize_linears(child, scheme)
-    return model
+    return replace_linears(model, lambda linear: make(linear, kernels))

@@ -1,0 +1,101 @@
+"""Native CPU kernels for decode-sized linear layers (cpu_linear.cpp), compiled once on first use.
+
+PyTorch's bf16 and int8 CPU kernels read weights at about half the memory bandwidth a 1-16 row
+product could use; cpu_linear.cpp streams them at nearly all of it (docs/ARCHITECTURE.md has
+the figures). The source is built with `torch.utils.cpp_extension` the first time a model
+needs it (~1 minute, cached under torch's extensions directory, rebuilt only when the source
+changes). Without a C++ compiler or the CPU instructions it uses, `load()` returns None and the
+model keeps PyTorch's kernels: slower, never wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+from model.cpu import cpu_flags
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("cpu_linear.cpp")
+REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni")
+DISABLE_ENV = "LFM_CHAT_NATIVE_KERNELS"  # "0": PyTorch's kernels only (A/B benchmarks, fallback tests)
+# Named instruction sets, not -march=native: the cached build must also run on the next machine
+# that has these flags (a shared home directory, a copied cache).
+_CFLAGS = ["-O3", "-fopenmp", "-mfma", *(f"-m{flag.replace('_', '')}" for flag in REQUIRED_FLAGS)]
+
+
+def missing_cpu_flags() -> list[str]:
+    flags = cpu_flags()
+    return [flag for flag in REQUIRED_FLAGS if flag not in flags]
+
+
+@functools.cache
+def load() -> ModuleType | None:
+    """The compiled kernels, or None where they cannot run here (the reason is logged once)."""
+    if os.environ.get(DISABLE_ENV) == "0":
+        return None
+    missing = missing_cpu_flags()
+    if missing:
+        logger.info("native CPU kernels off: this CPU lacks %s", ", ".join(missing))
+        return None
+    return build(SOURCE, "lfm_chat_cpu_linear")
+
+
+def _put_ninja_on_path() -> None:
+    """torch's builder runs `ninja` from PATH; the ninja package installs it beside the venv's python,
+    which is not on PATH unless the venv is activated."""
+    try:
+        import ninja
+    except ImportError:
+        return
+    if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join((ninja.BIN_DIR, os.environ.get("PATH", "")))
+
+
+def build(source: Path, name: str) -> ModuleType | None:
+    """Compile ``source`` as extension ``name`` (cached by torch), or None with the reason logged."""
+    try:
+        from torch.utils.cpp_extension import load as load_extension
+
+        _put_ninja_on_path()
+        return load_extension(
+            name=name, sources=[str(source)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
+        )
+    except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once
+        lines = str(exc).strip().splitlines()
+        reason = lines[-1] if lines else type(exc).__name__
+        logger.warning("native CPU kernels unavailable (%s); using PyTorch's slower kernels", reason)
+        return None
+
+
+PANEL = 64  # outputs per panel of the packed layout (cpu_linear.cpp)
+PAIR, QUAD = 2, 4  # k values per group: bf16 / int8 weight-only take pairs, w8a8 takes quads
+
+
+def native_width(in_features: int) -> bool:
+    """The kernels walk K in groups of 4 (w8a8's quads); every LFM2 width qualifies."""
+    return in_features % QUAD == 0
+
+
+def pack_panels(weight: torch.Tensor, group: int) -> torch.Tensor:
+    """[N, K] -> [ceil(N / 64), K / group, 64, group]: the layout cpu_linear.cpp streams.
+
+    Rows past N are zero padding (their outputs are never stored). K must divide by 4.
+    """
+    n, k = weight.shape
+    padded = -(-n // PANEL) * PANEL
+    if padded != n:
+        weight = torch.cat((weight, weight.new_zeros(padded - n, k)))
+    return weight.view(padded // PANEL, PANEL, k // group, group).transpose(1, 2).contiguous()
+
+
+def pad_outputs(values: torch.Tensor) -> torch.Tensor:
+    """A per-output vector [N] padded with zeros to whole panels, as the kernels read it."""
+    padded = -(-values.shape[0] // PANEL) * PANEL
+    return torch.cat((values, values.new_zeros(padded - values.shape[0])))

@@ -1,0 +1,81 @@
+"""The CPU forms of a bf16 linear layer, and the walk that swaps them into a model.
+
+- ``NativeLinear``: the weight packed in model/kernels' panel layout and multiplied by its
+  AVX512-BF16 loop, at every batch size: it streams weights at memory speed at one row and
+  outpaces oneDNN at prefill sizes too (docs/ARCHITECTURE.md), and a row's result never
+  depends on the other rows of the batch.
+- ``PackedLinear``: the fallback where the native kernels cannot be built. oneDNN repacks a
+  bf16 weight into its blocked layout on every ``F.linear`` call; packing once at load made a
+  1024x9216 product 1.6-1.9x faster at 1-8 rows, bit-identical to ``F.linear``.
+
+Both keep their own copy of the weight in a layout that cannot serve embedding lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from model.kernels import PAIR, native_width, pack_panels
+
+
+class NativeLinear(nn.Module):
+    """A bf16 linear layer computed by model/kernels' ``linear_bf16``."""
+
+    def __init__(self, linear: nn.Linear, kernels: ModuleType) -> None:
+        super().__init__()
+        if not native_width(linear.in_features):
+            raise ValueError(f"the native kernels need in_features divisible by 4, not {linear.in_features}")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("packed_weight", pack_panels(linear.weight.detach(), PAIR))
+        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.kernels = kernels
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).contiguous()
+        out = self.kernels.linear_bf16(flat, self.packed_weight, self.out_features)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+class PackedLinear(nn.Module):
+    """A bias-free linear layer whose weight lives in oneDNN's blocked layout."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight, 1))
+        self.bias = None if linear.bias is None else linear.bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight, self.bias, "none", [], "")
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def bf16_cpu_linear(kernels: ModuleType | None) -> Callable[[nn.Linear], nn.Module] | None:
+    """How to build each bf16 CPU linear: native where the kernels run, else oneDNN-packed, else as is."""
+    if kernels is not None:
+        return lambda linear: (
+            NativeLinear(linear, kernels) if native_width(linear.in_features) else PackedLinear(linear)
+        )
+    return PackedLinear if torch.backends.mkldnn.is_available() else None
+
+
+def replace_linears(
+    model: nn.Module, make: Callable[[nn.Linear], nn.Module], skip: tuple[str, ...] = ()
+) -> nn.Module:
+    """Replace every nn.Linear below ``model`` (except children named in ``skip``) with ``make(it)``."""
+    for name, child in list(model.named_children()):
+        if name in skip:
+            continue
+        if isinstance(child, nn.Linear):
+            setattr(model, name, make(child))
+        else:
+            replace_linears(child, make, skip)
+    return model
