@@ -10,6 +10,7 @@ import torch
 
 from model.cache import HybridCache
 from model.config import Lfm2Config
+from model.cpu import CPUINFO, cpu_flags
 from model.loader import QUANTIZATIONS, parse_dtype
 
 ENGINE_DTYPES = ("float32", "bfloat16")  # fp16 on CPU is emulated and slow: not offered
@@ -73,13 +74,16 @@ class EngineConfig:
         """The resolved dtype as a torch.dtype (only valid after `resolve`)."""
         return parse_dtype(self.dtype)
 
-    def resolve(self, model_config: Lfm2Config) -> EngineConfig:
+    def resolve(self, model_config: Lfm2Config, model_dtype: torch.dtype | None = None) -> EngineConfig:
         """A copy with dtype, num_kv_blocks and max_model_len decided.
+
+        dtype "auto" takes ``model_dtype`` when a model is already loaded, else the machine's best.
 
         max_model_len is also capped by the KV pool, so any single request that passes
         admission can always finish alone: preemption can never loop on one oversized request.
         """
-        dtype = resolve_dtype(self.dtype, self.device)
+        loaded = {parse_dtype(name): name for name in ENGINE_DTYPES}.get(model_dtype)
+        dtype = loaded if self.dtype == "auto" and loaded else resolve_dtype(self.dtype, self.device)
         block_bytes = HybridCache.bytes_per_block(model_config, self.block_size, parse_dtype(dtype))
         blocks = self.num_kv_blocks or max(1, self.kv_cache_memory_mb * 2**20 // block_bytes)
         positions = model_config.max_position_embeddings
@@ -87,14 +91,9 @@ class EngineConfig:
         return dataclasses.replace(self, dtype=dtype, num_kv_blocks=blocks, max_model_len=limit)
 
 
-def cpu_has_bf16(cpuinfo: Path = Path("/proc/cpuinfo")) -> bool:
+def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
     """True when the CPU computes bf16 natively; elsewhere bf16 matmuls are emulated and slower."""
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    flags = {word for line in text.splitlines() if line.startswith("flags") for word in line.split()}
-    return any(flag in flags for flag in _BF16_CPU_FLAGS)
+    return not cpu_flags(cpuinfo).isdisjoint(_BF16_CPU_FLAGS)
 
 
 def resolve_dtype(dtype: str, device: str) -> str:

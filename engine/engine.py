@@ -27,6 +27,7 @@ from engine.runner import ModelRunner
 from engine.sampler import make_generator
 from engine.sampling_params import SamplingParams
 from engine.scheduler import Scheduler
+from model import kernels as native_kernels
 from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.hub import resolve_checkpoint
@@ -45,7 +46,13 @@ class Engine:
 
     def __init__(self, model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig | None = None):
         self.model_config: Lfm2Config = model.config
-        self.config = (config or EngineConfig()).resolve(self.model_config)
+        self.config = (config or EngineConfig()).resolve(self.model_config, model_dtype=model.dtype)
+        if model.dtype != self.config.torch_dtype:
+            # Casting a loaded model would break its packed and quantized layers: load it right instead.
+            raise ValueError(
+                f"the model was loaded as {model.dtype} but the engine is set to {self.config.dtype}; "
+                "load it with that dtype, or leave EngineConfig.dtype as auto"
+            )
         self.tokenizer = tokenizer
         self.max_model_len: int = self.config.max_model_len
         self.block_manager = BlockManager(
@@ -78,7 +85,7 @@ class Engine:
                 ceiling=self.config.max_num_batched_tokens,
             )
         )
-        self.runner = ModelRunner(model.to(self.config.torch_dtype), cache, self.config.device)
+        self.runner = ModelRunner(model, cache, self.config.device)
         self.metrics = EngineMetrics(time.monotonic())
         self._requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
@@ -100,6 +107,9 @@ class Engine:
         resolved = (config or EngineConfig()).resolve(model_config)
         if resolved.num_threads is not None:
             torch.set_num_threads(resolved.num_threads)
+        if resolved.dtype == "bfloat16" and torch.device(resolved.device).type == "cpu":
+            report("preparing CPU kernels (built once: about a minute the first time)", None)
+            native_kernels.load()
         report("loading weights", 0.0)
         model = load_model(
             path,

@@ -1,4 +1,4 @@
-"""The engine serves int8-quantized models end to end, and rejects unknown schemes up front."""
+"""The engine serves bf16 and int8-quantized models end to end, and rejects unknown schemes up front."""
 
 from __future__ import annotations
 
@@ -19,12 +19,14 @@ def test_quantized_engine_generates(tiny_ckpt, scheme, layer):
     assert all(o.finish_reason == "length" for o in outs)
 
 
-def test_w8a8_batched_tokens_equal_each_prompt_alone(tiny_ckpt, make_engine, prompts):
-    """Per-token activation scales keep requests independent of what they are batched with."""
+@pytest.mark.parametrize("scheme", ["none", "int8", "w8a8"])
+def test_bf16_batched_tokens_equal_each_prompt_alone(tiny_ckpt, make_engine, prompts, scheme):
+    """A bf16 request's tokens do not depend on what it is batched with (native linears compute
+    each row alone; w8a8's per-token scales keep rows apart in torch's kernels too)."""
     batch = prompts([90, 5, 40, 130, 1, 77], seed=4)
-    alone = make_engine(tiny_ckpt, dtype="bfloat16", quantize="w8a8", max_num_seqs=1)
+    alone = make_engine(tiny_ckpt, dtype="bfloat16", quantize=scheme, max_num_seqs=1)
     together = make_engine(
-        tiny_ckpt, dtype="bfloat16", quantize="w8a8", max_num_seqs=4, max_num_batched_tokens=48
+        tiny_ckpt, dtype="bfloat16", quantize=scheme, max_num_seqs=4, max_num_batched_tokens=48
     )
     expected = [alone.generate([prompt], GREEDY)[0].token_ids for prompt in batch]
     assert [out.token_ids for out in together.generate(batch, GREEDY)] == expected
