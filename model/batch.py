@@ -41,6 +41,7 @@ class AttentionGroup:
     query_index: torch.Tensor  # [G, Q] packed token rows
     kv_blocks: torch.Tensor  # [G, NB] blocks holding the context (block 0 where padded)
     mask: torch.Tensor | None  # [G, 1, Q, NB * block_size] True = attend; None: attend to all
+    context_lens: torch.Tensor | None = None  # [G] for single-token queries (decode): what each attends to
 
 
 @dataclass(slots=True)
@@ -176,4 +177,5 @@ def _decode_group(decode: list[tuple[int, SequenceChunk]], block_size: int, devi
         query_index=torch.tensor([[first] for first, _ in decode], dtype=torch.long, device=device),
         kv_blocks=blocks.to(device),
         mask=mask,
+        context_lens=torch.tensor(contexts, dtype=torch.long, device=device),
     )

@@ -6,6 +6,8 @@ Only attention and the short conv look at sequence boundaries, through ``Forward
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -73,7 +75,11 @@ class Attention(nn.Module):
     """GQA attention with per-head q/k RMSNorm, reading and writing the paged KV pool.
 
     q, k and v come from one fused matmul (``qkv_proj``): one weight read instead of three.
+    With ``kernels`` (model/kernels, set by the loader for bf16 on CPU), single-token queries
+    attend straight from the pool; otherwise every group gathers its blocks for SDPA.
     """
+
+    kernels: ModuleType | None = None
 
     def __init__(self, config: Lfm2Config) -> None:
         super().__init__()
@@ -110,6 +116,13 @@ class Attention(nn.Module):
         for group in batch.attention_groups:
             g, n_q = group.query_index.shape
             rows = group.query_index.flatten()
+            if self.kernels is not None and group.context_lens is not None:
+                o = self.kernels.decode_attention(
+                    q.index_select(0, rows), k_cache, v_cache, group.kv_blocks, group.context_lens,
+                    batch.block_size, self.head_dim**-0.5,
+                )
+                out.index_copy_(0, rows, o)
+                continue
             q_g = q.index_select(0, rows).view(g, n_q, self.num_heads, self.head_dim).transpose(1, 2)
             blocks = group.kv_blocks.flatten()
             context = (g, -1, self.num_kv_heads, self.head_dim)

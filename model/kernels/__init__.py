@@ -1,11 +1,13 @@
-"""Native CPU kernels for decode-sized linear layers (cpu_linear.cpp), compiled once on first use.
+"""Native CPU kernels, compiled once on first use: linear layers and decode attention.
 
 PyTorch's bf16 and int8 CPU kernels read weights at about half the memory bandwidth a 1-16 row
-product could use; cpu_linear.cpp streams them at nearly all of it (docs/ARCHITECTURE.md has
-the figures). The source is built with `torch.utils.cpp_extension` the first time a model
-needs it (~1 minute, cached under torch's extensions directory, rebuilt only when the source
-changes). Without a C++ compiler or the CPU instructions it uses, `load()` returns None and the
-model keeps PyTorch's kernels: slower, never wrong.
+product could use; cpu_linear.cpp streams them at nearly all of it. cpu_attention.cpp attends
+single-token queries straight from the paged KV pool, where SDPA needed a padded copy of every
+context (docs/ARCHITECTURE.md has the figures). The sources are built with
+`torch.utils.cpp_extension` the first time a model needs them (~1 minute, cached under torch's
+extensions directory, rebuilt only when a source changes). Without a C++ compiler or the CPU
+instructions they use, `load()` returns None and the model keeps PyTorch's kernels: slower,
+never wrong.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from model.cpu import cpu_flags
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("cpu_linear.cpp")
+SOURCES = tuple(Path(__file__).with_name(f) for f in ("cpu_linear.cpp", "cpu_attention.cpp", "bindings.cpp"))
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni")
 DISABLE_ENV = "LFM_CHAT_NATIVE_KERNELS"  # "0": PyTorch's kernels only (A/B benchmarks, fallback tests)
 # Named instruction sets, not -march=native: the cached build must also run on the next machine
@@ -44,7 +46,7 @@ def load() -> ModuleType | None:
     if missing:
         logger.info("native CPU kernels off: this CPU lacks %s", ", ".join(missing))
         return None
-    return build(SOURCE, "lfm_chat_cpu_linear")
+    return build(SOURCES, "lfm_chat_cpu_kernels")
 
 
 def _put_ninja_on_path() -> None:
@@ -58,14 +60,18 @@ def _put_ninja_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join((ninja.BIN_DIR, os.environ.get("PATH", "")))
 
 
-def build(source: Path, name: str) -> ModuleType | None:
-    """Compile ``source`` as extension ``name`` (cached by torch), or None with the reason logged."""
+def build(sources: tuple[Path, ...], name: str) -> ModuleType | None:
+    """Compile ``sources`` as extension ``name`` (cached by torch), or None with the reason logged."""
     try:
         from torch.utils.cpp_extension import load as load_extension
 
         _put_ninja_on_path()
         return load_extension(
-            name=name, sources=[str(source)], extra_cflags=_CFLAGS, extra_ldflags=["-fopenmp"], verbose=False
+            name=name,
+            sources=[str(source) for source in sources],
+            extra_cflags=_CFLAGS,
+            extra_ldflags=["-fopenmp"],
+            verbose=False,
         )
     except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once
         lines = str(exc).strip().splitlines()
@@ -81,6 +87,11 @@ PAIR, QUAD = 2, 4  # k values per group: bf16 / int8 weight-only take pairs, w8a
 def native_width(in_features: int) -> bool:
     """The kernels walk K in groups of 4 (w8a8's quads); every LFM2 width qualifies."""
     return in_features % QUAD == 0
+
+
+def native_attention(head_dim: int, heads: int, kv_heads: int) -> bool:
+    """What cpu_attention.cpp's decode_attention takes: head_dim <= 256, <= 16 queries per kv head."""
+    return head_dim <= 256 and heads % kv_heads == 0 and heads // kv_heads <= 16
 
 
 def pack_panels(weight: torch.Tensor, group: int) -> torch.Tensor:

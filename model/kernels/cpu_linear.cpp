@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+namespace lfm_kernels {
 namespace {
 
 using bf16 = c10::BFloat16;
@@ -145,6 +146,24 @@ void check_panels(const torch::Tensor& w, at::ScalarType dtype, int64_t N, int64
               "packed weight does not match N=", N, ", K=", K);
 }
 
+// Per-row symmetric int8, as model/quantize.py's quantize_rows: scale = max(amax|x|, 1e-12) / 127,
+// q = round-half-even(x / scale), stored as q + 128 (vpdpbusd multiplies unsigned by signed).
+void quantize_rows_u8(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
+  at::parallel_for(0, M, 16, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const bf16* row = x + r * K;
+      float amax = 0.f;
+      for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
+      const float scale = std::max(amax, 1e-12f) / 127.0f;
+      scales[r] = scale;
+      for (int64_t k = 0; k < K; ++k)
+        q[r * K + k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(static_cast<float>(row[k]) / scale)) + 128);
+    }
+  });
+}
+
+}  // namespace
+
 // ---------------------------------------------------------------- entry points
 
 torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N) {
@@ -183,22 +202,6 @@ torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const 
   return out;
 }
 
-// Per-row symmetric int8, as model/quantize.py's quantize_rows: scale = max(amax|x|, 1e-12) / 127,
-// q = round-half-even(x / scale), stored as q + 128 (vpdpbusd multiplies unsigned by signed).
-void quantize_rows_u8(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
-  at::parallel_for(0, M, 16, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1; ++r) {
-      const bf16* row = x + r * K;
-      float amax = 0.f;
-      for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
-      const float scale = std::max(amax, 1e-12f) / 127.0f;
-      scales[r] = scale;
-      for (int64_t k = 0; k < K; ++k)
-        q[r * K + k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(static_cast<float>(row[k]) / scale)) + 128);
-    }
-  });
-}
-
 torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& row_sums,
                           const torch::Tensor& scales, int64_t N) {
   const int64_t M = x.size(0), K = x.size(1);
@@ -228,10 +231,4 @@ torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const 
   return out;
 }
 
-}  // namespace
-
-PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear_bf16", &linear_bf16, "x @ W.T: bf16 x [M, K], bf16 W packed in pair panels, N outputs");
-  m.def("linear_int8", &linear_int8, "x @ (W * scales).T: bf16 x, int8 W packed in pair panels");
-  m.def("linear_w8a8", &linear_w8a8, "per-row int8 x times int8 W packed in quad panels, exact int32 sums");
-}
+}  // namespace lfm_kernels

@@ -160,5 +160,5 @@ def test_a_failed_build_falls_back_with_the_reason(tmp_path, monkeypatch, caplog
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")
     with caplog.at_level(logging.WARNING, logger="model.kernels"):
-        assert kernels.build(broken, "lfm_chat_test_broken") is None
+        assert kernels.build((broken,), "lfm_chat_test_broken") is None
     assert "native CPU kernels unavailable" in caplog.text

@@ -1,0 +1,70 @@
+"""The native decode attention reads the paged KV pool directly and matches dense attention."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from model import kernels
+
+NATIVE = kernels.load()
+pytestmark = pytest.mark.skipif(NATIVE is None, reason="native CPU kernels cannot run on this machine")
+BLOCK = 16
+
+
+def paged_case(contexts: list[int], heads: int, kv_heads: int, dim: int = 64, seed: int = 0):
+    """Random q and a KV pool whose blocks are handed out to the sequences in shuffled order."""
+    gen = torch.Generator().manual_seed(seed)
+    widths = [-(-c // BLOCK) for c in contexts]
+    num_blocks = sum(widths) + 3
+    order = torch.randperm(num_blocks, generator=gen).tolist()
+    tables = torch.zeros(len(contexts), max(widths), dtype=torch.long)  # padding: block 0, never read
+    for s, width in enumerate(widths):
+        tables[s, :width] = torch.tensor([order.pop() for _ in range(width)])
+    pool = (num_blocks * BLOCK, kv_heads, dim)
+    k = torch.randn(pool, generator=gen).to(torch.bfloat16)
+    v = torch.randn(pool, generator=gen).to(torch.bfloat16)
+    q = torch.randn(len(contexts), heads, dim, generator=gen).to(torch.bfloat16)
+    return q, k, v, tables, torch.tensor(contexts)
+
+
+def dense_reference(q, k, v, tables, lens) -> torch.Tensor:
+    """fp32 softmax(q k^T / sqrt(d)) v over each sequence's gathered context, GQA by repetition."""
+    rep = q.shape[1] // k.shape[1]
+    out = []
+    for s, n in enumerate(lens.tolist()):
+        slots = torch.tensor([tables[s, t // BLOCK] * BLOCK + t % BLOCK for t in range(n)])
+        ks = k[slots].float().repeat_interleave(rep, dim=1)  # [n, H, D]
+        vs = v[slots].float().repeat_interleave(rep, dim=1)
+        scores = torch.einsum("hd,nhd->hn", q[s].float(), ks) / q.shape[-1] ** 0.5
+        out.append(torch.einsum("hn,nhd->hd", scores.softmax(-1), vs))
+    return torch.stack(out)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(16, 8, 64), (4, 1, 16), (6, 6, 40), (12, 2, 128)])
+def test_matches_dense_attention_over_scattered_blocks(heads, kv_heads, dim):
+    q, k, v, tables, lens = paged_case([1, 17, 100, 16, 333], heads, kv_heads, dim)
+    out = NATIVE.decode_attention(q, k, v, tables, lens, BLOCK, q.shape[-1] ** -0.5)
+    expected = dense_reference(q, k, v, tables, lens)
+    assert out.dtype == torch.bfloat16 and out.shape == q.shape
+    assert (out.float() - expected).abs().max() <= 2**-7 * expected.abs().max()  # bf16 rounding
+
+
+def test_a_sequence_does_not_depend_on_its_batch():
+    q, k, v, tables, lens = paged_case([5, 64, 200, 31], heads=16, kv_heads=8, seed=1)
+    together = NATIVE.decode_attention(q, k, v, tables, lens, BLOCK, 0.125)
+    for s in range(len(lens)):
+        width = -(-int(lens[s]) // BLOCK)
+        own_table = tables[s : s + 1, :width].contiguous()  # no padding columns at all
+        one_q = q[s : s + 1].contiguous()
+        alone = NATIVE.decode_attention(one_q, k, v, own_table, lens[s : s + 1], BLOCK, 0.125)
+        assert torch.equal(alone[0], together[s])
+
+
+def test_bad_tables_are_refused_not_read():
+    q, k, v, tables, lens = paged_case([20, 40], heads=4, kv_heads=2)
+    with pytest.raises(RuntimeError, match="context length"):
+        NATIVE.decode_attention(q, k, v, tables, lens + 100, BLOCK, 0.125)
+    tables[0, 0] = 10_000
+    with pytest.raises(RuntimeError, match="outside the KV pool"):
+        NATIVE.decode_attention(q, k, v, tables, lens, BLOCK, 0.125)
