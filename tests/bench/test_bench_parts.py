@@ -57,3 +57,18 @@ def test_peak_rss_reads_the_kernel_high_water_mark(tmp_path):
     status = tmp_path / "status"
     status.write_text("Name:\tpython\nVmHWM:\t  2097152 kB\nVmRSS:\t 1024 kB\n")
     assert peak_rss_mib(status) == 2048.0
+
+
+def test_the_kernel_benchmark_covers_every_linear_of_a_step():
+    """bench.kernels times exactly the weights one 350M forward step multiplies by."""
+    from bench.kernels import lfm2_350m_config, step_shapes
+    from model.weights import expected_shapes
+
+    config = lfm2_350m_config()
+    linear_suffixes = ("proj.weight", ".w1.weight", ".w2.weight", ".w3.weight")
+    in_checkpoint = [
+        shape for name, shape in expected_shapes(config).items() if name.endswith(linear_suffixes)
+    ]
+    head = (config.vocab_size, config.hidden_size)  # tied: the embedding table
+    covered = sum(n * k for n, k in step_shapes(config))
+    assert covered == sum(n * k for n, k in [*in_checkpoint, head])

@@ -1,0 +1,98 @@
+"""`python -m bench.kernels`: the native linear kernels against PyTorch's, per scheme and batch size.
+
+Each figure is the time to multiply M activation rows through every linear of one LFM2-350M
+step (16 layers and the head, ~354M weights, so the weights stream from memory as in decode),
+through the same layer classes the model uses: model/kernels' loops vs the torch fallbacks.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Callable
+
+import torch
+from torch import nn
+
+from bench.checkpoint import LFM2_350M_SHAPE
+from bench.progress import Progress
+from model import kernels
+from model.config import ATTENTION, Lfm2Config
+from model.linears import NativeLinear, PackedLinear
+from model.quantize import Int8Linear, W8A8Linear
+
+SCHEMES: dict[str, tuple[Callable[..., nn.Module], Callable[..., nn.Module]]] = {
+    # scheme: (native layer, PyTorch layer)
+    "bf16": (NativeLinear, lambda linear, _: PackedLinear(linear)),
+    "int8": (Int8Linear, lambda linear, _: Int8Linear(linear)),
+    "w8a8": (W8A8Linear, lambda linear, _: W8A8Linear(linear)),
+}
+
+
+def step_shapes(config: Lfm2Config) -> list[tuple[int, int]]:
+    """(out, in) of every linear one forward step runs, head included."""
+    h, f = config.hidden_size, config.ffn_dim
+    qkv = (config.num_attention_heads + 2 * config.num_key_value_heads) * config.head_dim
+    shapes = []
+    for kind in config.layer_types:
+        shapes += [(qkv, h), (h, h)] if kind == ATTENTION else [(3 * h, h), (h, h)]
+        shapes += [(2 * f, h), (h, f)]
+    return [*shapes, (config.vocab_size, h)]
+
+
+def lfm2_350m_config() -> Lfm2Config:
+    """The benchmark checkpoint's config (its shape fields, without the writer's weight scale)."""
+    return Lfm2Config(**{k: v for k, v in LFM2_350M_SHAPE.items() if k != "weight_std"})
+
+
+def time_step(layers: list[nn.Module], rows: int, repeats: int) -> float:
+    """Median seconds for `rows` activation rows through every layer."""
+    widths = {layer.in_features for layer in layers}
+    inputs = {width: torch.randn(rows, width, dtype=torch.bfloat16) for width in widths}
+    times = []
+    for _ in range(repeats + 1):  # the first pass warms caches and thread pools
+        began = time.perf_counter()
+        for layer in layers:
+            layer(inputs[layer.in_features])
+        times.append(time.perf_counter() - began)
+    return statistics.median(times[1:])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default="1,8,32,256", help="comma-separated batch sizes")
+    parser.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated: bf16,int8,w8a8")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=None)
+    args = parser.parse_args(argv)
+    native = kernels.load()
+    if native is None:
+        print("bench.kernels: the native kernels cannot run here (see the log above)", file=sys.stderr)
+        return 1
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    rows = [int(r) for r in args.rows.split(",")]
+    schemes = args.schemes.split(",")
+    shapes = step_shapes(lfm2_350m_config())
+    progress = Progress(len(schemes) * len(rows) * 2)
+    print(f"{'scheme':6} {'rows':>5} {'native ms':>10} {'torch ms':>10} {'torch/native':>13}")
+    for scheme in schemes:
+        make_native, make_torch = SCHEMES[scheme]
+        results = {}
+        for label, make in (("native", make_native), ("torch", make_torch)):
+            progress.note(f"building {scheme} {label} layers")
+            layers = [make(nn.Linear(k, n, bias=False, dtype=torch.bfloat16), native) for n, k in shapes]
+            for m in rows:
+                with progress.run(f"{scheme} {label} {m} rows"):
+                    results[label, m] = time_step(layers, m, args.repeats)
+            del layers
+        for m in rows:
+            a, b = results["native", m], results["torch", m]
+            print(f"{scheme:6} {m:>5} {a * 1e3:>10.1f} {b * 1e3:>10.1f} {b / a:>12.2f}x")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
