@@ -35,7 +35,11 @@ class ModelRunner:
         """Compute every chunk; return one sampled token per chunk with want_logits, in order."""
         sequences = [self._sequence_chunk(chunk) for chunk in chunks]
         batch = build_forward_batch(
-            sequences, self.cache.block_size, self.model.config.conv_L_cache, self.device
+            sequences,
+            self.cache.block_size,
+            self.model.config.conv_L_cache,
+            self.device,
+            row_query_limit=self.model.row_query_limit,
         )
         logits = self.model(batch, self.cache)
         sampling = [chunk.request for chunk in chunks if chunk.want_logits]

@@ -10,6 +10,8 @@ Packed layout for chunks A (3 new tokens after 5 cached) and B (1 decode token a
     KV slots   blockA[0]*bs+5 ...   (each new token's K/V is written there first)
     attention  group 0: A's 3 queries over A's blocks (causal; slots past position 7 masked)
                group 1: every single-token chunk batched, padded to the most blocks
+               (with row_query_limit >= 3, A's queries would join group 1 as three rows
+               attending to 6, 7 and 8 positions: see build_forward_batch)
     conv ext   [state_A (L-1 rows) | state_B (L-1 rows) | a5 a6 a7 b9]
                each token's window = L consecutive entries of its own sequence
 """
@@ -41,7 +43,7 @@ class AttentionGroup:
     query_index: torch.Tensor  # [G, Q] packed token rows
     kv_blocks: torch.Tensor  # [G, NB] blocks holding the context (block 0 where padded)
     mask: torch.Tensor | None  # [G, 1, Q, NB * block_size] True = attend; None: attend to all
-    context_lens: torch.Tensor | None = None  # [G] for single-token queries (decode): what each attends to
+    context_lens: torch.Tensor | None = None  # [G] for single-query rows: positions each attends to
 
 
 @dataclass(slots=True)
@@ -90,9 +92,18 @@ def _check(chunk: SequenceChunk, block_size: int) -> None:
 
 
 def build_forward_batch(
-    chunks: list[SequenceChunk], block_size: int, conv_L_cache: int, device: torch.device | str = "cpu"
+    chunks: list[SequenceChunk],
+    block_size: int,
+    conv_L_cache: int,
+    device: torch.device | str = "cpu",
+    row_query_limit: int = 1,
 ) -> ForwardBatch:
-    """Lay out ``chunks`` as one packed batch; see the module docstring for the layout."""
+    """Lay out ``chunks`` as one packed batch; see the module docstring for the layout.
+
+    Chunks of at most ``row_query_limit`` tokens attend as single-query rows, each over its own
+    context. That is what a paged attention kernel wants (no gathered copy of the context per
+    chunk); for SDPA, which gathers per row, the limit stays 1 (decode only).
+    """
     if not chunks:
         raise ValueError("a forward batch needs at least one chunk")
     state_len = conv_L_cache - 1
@@ -104,7 +115,7 @@ def build_forward_batch(
     window: list[list[int]] = []
     write_index: list[list[int]] = []
     write_rows: list[int] = []
-    decode: list[tuple[int, SequenceChunk]] = []
+    rows: list[tuple[int, list[int], int]] = []  # single-query rows: packed row, block table, context
     groups: list[AttentionGroup] = []
     state_base = 0
     token_base = num_chunks * state_len
@@ -125,12 +136,12 @@ def build_forward_batch(
         for offset, row in [*chunk.snapshots, (n - 1, chunk.conv_dst_row)]:
             write_index.append(ext[offset + 1 : offset + conv_L_cache])
             write_rows.append(row)
-        if n == 1:
-            decode.append((first, chunk))
+        if n <= row_query_limit:
+            rows.extend((first + k, chunk.block_table, chunk.start_pos + k + 1) for k in range(n))
         else:
             groups.append(_prefill_group(first, chunk, block_size, device))
-    if decode:
-        groups.append(_decode_group(decode, block_size, device))
+    if rows:
+        groups.append(_row_group(rows, block_size, device))
 
     def as_tensor(values: list) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
@@ -164,17 +175,17 @@ def _prefill_group(first: int, chunk: SequenceChunk, block_size: int, device) ->
     )
 
 
-def _decode_group(decode: list[tuple[int, SequenceChunk]], block_size: int, device) -> AttentionGroup:
-    """All single-token chunks in one call, contexts right-padded to the longest (in blocks)."""
-    contexts = [c.start_pos + 1 for _, c in decode]
-    blocks = _padded_blocks([c.block_table for _, c in decode], contexts, block_size)
+def _row_group(rows: list[tuple[int, list[int], int]], block_size: int, device) -> AttentionGroup:
+    """All single-query rows in one call, contexts right-padded to the longest (in blocks)."""
+    contexts = [context for _, _, context in rows]
+    blocks = _padded_blocks([table for _, table, _ in rows], contexts, block_size)
     width = blocks.shape[1] * block_size
     mask = None
     if min(contexts) != width:
         lengths = torch.tensor(contexts)
         mask = (torch.arange(width)[None, :] < lengths[:, None])[:, None, None, :].to(device)
     return AttentionGroup(
-        query_index=torch.tensor([[first] for first, _ in decode], dtype=torch.long, device=device),
+        query_index=torch.tensor([[row] for row, _, _ in rows], dtype=torch.long, device=device),
         kv_blocks=blocks.to(device),
         mask=mask,
         context_lens=torch.tensor(contexts, dtype=torch.long, device=device),

@@ -51,6 +51,9 @@ class Lfm2ForCausalLM(nn.Module):
         self.model = Lfm2Model(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryTable(config.head_dim, config.rope_theta)
+        # chunks this short attend as single-query rows (model/batch.py); the loader raises it
+        # where attention runs the paged kernel, which reads each row's context in place
+        self.row_query_limit = 1
         # cache list index of each layer: attention layers index k/v, conv layers index conv rows
         self._cache_index = [
             (config.attention_layers if kind == "full_attention" else config.conv_layers).index(i)

@@ -67,6 +67,10 @@ def build_model(
 
 
 QUANTIZATIONS = ("none", *QUANTIZED_LINEARS)
+# With the paged attention kernel, prompt chunks up to this long attend row by row instead of
+# gathering their context for SDPA: the small chunks paced in beside decoding streams (a 2k
+# prompt's 8-token chunks cost 15-40 ms each through SDPA, growing with the prompt).
+ROW_QUERY_LIMIT = 16
 
 
 def load_model(
@@ -110,7 +114,8 @@ def load_model(
     if kernels is not None and native_attention(*heads):
         for module in model.modules():
             if isinstance(module, Attention):
-                module.kernels = kernels  # decode queries attend straight from the KV pool
+                module.kernels = kernels  # single queries attend straight from the KV pool
+        model.row_query_limit = ROW_QUERY_LIMIT
     head_shares_table = getattr(model.lm_head, "weight", None) is model.model.embed_tokens.weight
     if from_file and not head_shares_table:
         model.model.embed_tokens = FileEmbedding(table)

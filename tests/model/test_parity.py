@@ -30,8 +30,14 @@ def new_cache(model: Lfm2ForCausalLM, dtype=torch.float32, blocks: int = 64, row
     return HybridCache(model.config, num_blocks=blocks, block_size=BLOCK, num_conv_rows=rows, dtype=dtype)
 
 
-def run(model: Lfm2ForCausalLM, cache: HybridCache, chunks: list[SequenceChunk], all_rows: bool = False):
-    batch = build_forward_batch(chunks, BLOCK, model.config.conv_L_cache)
+def run(
+    model: Lfm2ForCausalLM,
+    cache: HybridCache,
+    chunks: list[SequenceChunk],
+    all_rows: bool = False,
+    row_query_limit: int = 1,
+):
+    batch = build_forward_batch(chunks, BLOCK, model.config.conv_L_cache, row_query_limit=row_query_limit)
     if all_rows:
         batch.logits_index = torch.arange(batch.num_tokens)
     return model(batch, cache)
@@ -58,20 +64,27 @@ def test_prefill_logits_match_reference_at_every_position(pair):
     assert (ours - reference_logits(ref, ids)).abs().max().item() <= FP32_TOL
 
 
-def test_chunked_prefill_then_token_by_token_decode_match_reference(pair):
+# 16: chunks of up to 16 tokens attend as single-query rows (the layout the paged kernel gets)
+ROW_LIMITS = pytest.mark.parametrize("row_query_limit", [1, 16])
+
+
+@ROW_LIMITS
+def test_chunked_prefill_then_token_by_token_decode_match_reference(pair, row_query_limit):
     model, ref = pair
     ids = prompt(model.config.vocab_size, 40, seed=2)
     expected = reference_logits(ref, ids)
     cache = new_cache(model)
     pos, row = 0, HybridCache.ZERO_ROW
     for size in (5, 11, 8, 1, 1, 3, *[1] * 11):  # uneven chunks, crossing block boundaries
-        logits = run(model, cache, [SequenceChunk(ids[pos : pos + size], pos, blocks(0), row, 1)])
+        chunk = SequenceChunk(ids[pos : pos + size], pos, blocks(0), row, 1)
+        logits = run(model, cache, [chunk], row_query_limit=row_query_limit)
         pos, row = pos + size, 1
         assert (logits[0] - expected[pos - 1]).abs().max().item() <= FP32_TOL, f"after {pos} tokens"
     assert pos == len(ids)
 
 
-def test_packed_batch_of_sequences_at_different_positions(pair):
+@ROW_LIMITS
+def test_packed_batch_of_sequences_at_different_positions(pair, row_query_limit):
     """One forward mixing prefill chunks and decodes gives each sequence its solo logits."""
     model, ref = pair
     vocab = model.config.vocab_size
@@ -94,7 +107,7 @@ def test_packed_batch_of_sequences_at_different_positions(pair):
         first_block, row = layout[name]
         src = row if start else HybridCache.ZERO_ROW
         chunks.append(SequenceChunk(seqs[name][start:], start, blocks(first_block), src, row))
-    logits = run(model, cache, chunks)
+    logits = run(model, cache, chunks, row_query_limit=row_query_limit)  # b's 13 tokens, c's 5 as rows at 16
     for i, name in enumerate("abcd"):
         expected = reference_logits(ref, seqs[name])[-1]
         assert (logits[i] - expected).abs().max().item() <= FP32_TOL, name
