@@ -105,7 +105,7 @@ def test_native_layers_keep_only_the_packed_weight():
 @needs_native
 @pytest.mark.parametrize("stored_as", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("preset", ["default", "attn_first"])
-def test_bf16_model_runs_native_linears_as_exactly_as_torch(tiny_ckpt_factory, preset, stored_as):
+def test_bf16_model_on_native_kernels_is_as_exact_as_torch(tiny_ckpt_factory, preset, stored_as):
     path = tiny_ckpt_factory(preset, dtype=stored_as)
     config = Lfm2Config.from_pretrained(path)
     native = load_model(path, dtype="bfloat16")
