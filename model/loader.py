@@ -10,7 +10,6 @@ import torch
 from model import kernels as native_kernels
 from model.config import ATTENTION, Lfm2Config
 from model.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
-from model.kernels import native_attention
 from model.layers import Attention
 from model.lfm2 import Lfm2ForCausalLM
 from model.linears import bf16_cpu_linear, replace_linears
@@ -111,7 +110,7 @@ def load_model(
         skip = ("lm_head",) if config.tie_word_embeddings and not from_file else ()
         replace_linears(model, make_linear, skip=skip)
     heads = (config.head_dim, config.num_attention_heads, config.num_key_value_heads)
-    if kernels is not None and native_attention(*heads):
+    if kernels is not None and native_kernels.native_attention(*heads):
         for module in model.modules():
             if isinstance(module, Attention):
                 module.kernels = kernels  # single queries attend straight from the KV pool
