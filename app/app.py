@@ -85,6 +85,13 @@ class LfmChatApp(App[None]):
             snapshot_interval=self.options.snapshot_interval,
         )
         self.switch_screen(self.chat_screen)
+        if engine.kernel_fallback:
+            self.notify(
+                f"Native CPU kernels unavailable ({engine.kernel_fallback}): running on PyTorch's "
+                "kernels, about half the speed. README: Quick start.",
+                severity="warning",
+                timeout=20,
+            )
 
     def on_loading_screen_failed(self, message: LoadingScreen.Failed) -> None:
         self.switch_screen(ErrorScreen(message.reason))

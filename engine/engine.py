@@ -86,6 +86,11 @@ class Engine:
             )
         )
         self.runner = ModelRunner(model, cache, self.config.device)
+        # why a bf16 CPU engine runs on PyTorch's slower kernels, for the UI to say (None: it doesn't)
+        on_cpu = torch.device(self.config.device).type == "cpu"
+        self.kernel_fallback = (
+            native_kernels.unavailable_reason() if on_cpu and self.config.dtype == "bfloat16" else None
+        )
         self.metrics = EngineMetrics(time.monotonic())
         self._requests: dict[str, Request] = {}
         self._arrivals = itertools.count()

@@ -39,14 +39,29 @@ def missing_cpu_flags() -> list[str]:
 
 @functools.cache
 def load() -> ModuleType | None:
-    """The compiled kernels, or None where they cannot run here (the reason is logged once)."""
+    """The compiled kernels, or None where they cannot run here (`unavailable_reason()` says why)."""
     if os.environ.get(DISABLE_ENV) == "0":
         return None
     missing = missing_cpu_flags()
     if missing:
-        logger.info("native CPU kernels off: this CPU lacks %s", ", ".join(missing))
+        logger.info("native CPU kernels off: %s", _note(f"this CPU lacks {', '.join(missing)}"))
         return None
     return build(SOURCES, "lfm_chat_cpu_kernels")
+
+
+_reasons: list[str] = []  # why the kernels are off, once load() has found out
+
+
+def _note(reason: str) -> str:
+    _reasons.append(reason)
+    return reason
+
+
+def unavailable_reason() -> str | None:
+    """Why `load()` returned None (None when the kernels run, or were turned off on purpose)."""
+    if load() is not None or not _reasons:
+        return None
+    return _reasons[-1]
 
 
 def _put_ninja_on_path() -> None:
@@ -75,13 +90,13 @@ def build(sources: tuple[Path, ...], name: str) -> ModuleType | None:
         )
     except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once
         lines = str(exc).strip().splitlines()
-        reason = lines[-1] if lines else type(exc).__name__
+        reason = _note(f"the build failed: {lines[-1] if lines else type(exc).__name__}")
         logger.warning("native CPU kernels unavailable (%s); using PyTorch's slower kernels", reason)
         return None
 
 
 PANEL = 64  # outputs per panel of the packed layout (cpu_linear.cpp)
-PAIR, QUAD = 2, 4  # k values per group: bf16 / int8 weight-only take pairs, w8a8 takes quads
+PAIR, QUAD = 2, 4  # k values per group: bf16 panels hold pairs (vdpbf16ps), int8 ones quads (vpdpbusd)
 
 
 def native_width(in_features: int) -> bool:

@@ -13,6 +13,7 @@ from app.screens.error import ErrorScreen
 from app.screens.loading import LoadingScreen
 from app.widgets.chat_pane import ChatPane
 from engine import EngineConfig
+from model import kernels
 from tests.app.pilot_helpers import ENGINE, MakeOptions, chat_screen, submit, wait_replied, wait_until
 
 
@@ -86,3 +87,26 @@ async def test_the_title_bar_says_which_weights_run(make_options: MakeOptions) -
     async with app.run_test() as pilot:
         screen = await chat_screen(app, pilot)
         assert "cpu bfloat16 w8a8 ·" in str(screen.query_one("#title-bar").render())
+
+
+@pytest.mark.parametrize("flags", [None, frozenset({"avx2", "avx512f"})])
+async def test_the_slower_fallback_kernels_are_announced(
+    make_options: MakeOptions, monkeypatch: pytest.MonkeyPatch, flags: frozenset[str] | None
+) -> None:
+    """Where the native kernels cannot run (here: a CPU without their instructions), the user is
+    told why it runs slower; where they run, nothing is said."""
+    if flags is not None:
+        monkeypatch.setattr(kernels, "cpu_flags", lambda: flags)
+    kernels.load.cache_clear()
+    try:
+        reason = kernels.unavailable_reason()
+        app = LfmChatApp(make_options(engine=EngineConfig(**{**ENGINE, "dtype": "bfloat16"})))
+        async with app.run_test() as pilot:
+            await chat_screen(app, pilot)
+            notes = [str(n.message) for n in app._notifications]
+    finally:
+        kernels.load.cache_clear()
+    assert (flags is None) == (reason is None or "avx512_bf16" not in reason)
+    warned = [note for note in notes if "Native CPU kernels unavailable" in note]
+    assert warned == ([] if reason is None else [warned[0]])
+    assert reason is None or reason in warned[0]
