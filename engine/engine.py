@@ -86,11 +86,9 @@ class Engine:
             )
         )
         self.runner = ModelRunner(model, cache, self.config.device)
-        # why a bf16 CPU engine runs on PyTorch's slower kernels, for the UI to say (None: it doesn't)
-        on_cpu = torch.device(self.config.device).type == "cpu"
-        self.kernel_fallback = (
-            native_kernels.unavailable_reason() if on_cpu and self.config.dtype == "bfloat16" else None
-        )
+        # why this engine runs on PyTorch's slower kernels, for the UI to say (None: it doesn't)
+        wanted = native_kernels.wanted_for(self.config.torch_dtype, self.config.device)
+        self.kernel_fallback = native_kernels.unavailable_reason() if wanted else None
         self.metrics = EngineMetrics(time.monotonic())
         self._requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
@@ -112,7 +110,7 @@ class Engine:
         resolved = (config or EngineConfig()).resolve(model_config)
         if resolved.num_threads is not None:
             torch.set_num_threads(resolved.num_threads)
-        if resolved.dtype == "bfloat16" and torch.device(resolved.device).type == "cpu":
+        if native_kernels.wanted_for(resolved.torch_dtype, resolved.device):
             report("preparing CPU kernels (built once: about a minute the first time)", None)
             native_kernels.load()
         report("loading weights", 0.0)

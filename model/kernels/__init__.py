@@ -37,31 +37,32 @@ def missing_cpu_flags() -> list[str]:
     return [flag for flag in REQUIRED_FLAGS if flag not in flags]
 
 
+def wanted_for(dtype: torch.dtype, device: torch.device | str) -> bool:
+    """The kernels serve bf16 models on CPU; every other combination keeps PyTorch's own."""
+    return dtype == torch.bfloat16 and torch.device(device).type == "cpu"
+
+
 @functools.cache
-def load() -> ModuleType | None:
-    """The compiled kernels, or None where they cannot run here (`unavailable_reason()` says why)."""
+def availability() -> tuple[ModuleType | None, str | None]:
+    """The compiled kernels, or None and why not (no reason when turned off on purpose)."""
     if os.environ.get(DISABLE_ENV) == "0":
-        return None
+        return None, None
     missing = missing_cpu_flags()
     if missing:
-        logger.info("native CPU kernels off: %s", _note(f"this CPU lacks {', '.join(missing)}"))
-        return None
+        reason = f"this CPU lacks {', '.join(missing)}"
+        logger.info("native CPU kernels off: %s", reason)
+        return None, reason
     return build(SOURCES, "lfm_chat_cpu_kernels")
 
 
-_reasons: list[str] = []  # why the kernels are off, once load() has found out
-
-
-def _note(reason: str) -> str:
-    _reasons.append(reason)
-    return reason
+def load() -> ModuleType | None:
+    """The compiled kernels, or None where they cannot run here (`unavailable_reason()` says why)."""
+    return availability()[0]
 
 
 def unavailable_reason() -> str | None:
-    """Why `load()` returned None (None when the kernels run, or were turned off on purpose)."""
-    if load() is not None or not _reasons:
-        return None
-    return _reasons[-1]
+    """Why `load()` returns None (None when the kernels run, or were turned off on purpose)."""
+    return availability()[1]
 
 
 def _put_ninja_on_path() -> None:
@@ -75,13 +76,13 @@ def _put_ninja_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join((ninja.BIN_DIR, os.environ.get("PATH", "")))
 
 
-def build(sources: tuple[Path, ...], name: str) -> ModuleType | None:
-    """Compile ``sources`` as extension ``name`` (cached by torch), or None with the reason logged."""
+def build(sources: tuple[Path, ...], name: str) -> tuple[ModuleType | None, str | None]:
+    """Compile ``sources`` as extension ``name`` (cached by torch); on failure None and the reason."""
     try:
         from torch.utils.cpp_extension import load as load_extension
 
         _put_ninja_on_path()
-        return load_extension(
+        module = load_extension(
             name=name,
             sources=[str(source) for source in sources],
             extra_cflags=_CFLAGS,
@@ -90,9 +91,10 @@ def build(sources: tuple[Path, ...], name: str) -> ModuleType | None:
         )
     except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once
         lines = str(exc).strip().splitlines()
-        reason = _note(f"the build failed: {lines[-1] if lines else type(exc).__name__}")
+        reason = f"the build failed: {lines[-1] if lines else type(exc).__name__}"
         logger.warning("native CPU kernels unavailable (%s); using PyTorch's slower kernels", reason)
-        return None
+        return None, reason
+    return module, None
 
 
 PANEL = 64  # outputs per panel of the packed layout (cpu_linear.cpp)

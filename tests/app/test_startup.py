@@ -97,7 +97,7 @@ async def test_the_slower_fallback_kernels_are_announced(
     told why it runs slower; where they run, nothing is said."""
     if flags is not None:
         monkeypatch.setattr(kernels, "cpu_flags", lambda: flags)
-    kernels.load.cache_clear()
+    kernels.availability.cache_clear()
     try:
         reason = kernels.unavailable_reason()
         app = LfmChatApp(make_options(engine=EngineConfig(**{**ENGINE, "dtype": "bfloat16"})))
@@ -105,7 +105,7 @@ async def test_the_slower_fallback_kernels_are_announced(
             await chat_screen(app, pilot)
             notes = [str(n.message) for n in app._notifications]
     finally:
-        kernels.load.cache_clear()
+        kernels.availability.cache_clear()
     assert (flags is None) == (reason is None or "avx512_bf16" not in reason)
     warned = [note for note in notes if "Native CPU kernels unavailable" in note]
     assert warned == ([] if reason is None else [warned[0]])

@@ -33,9 +33,9 @@ SHAPES = [(100, 64), (1000, 1024), (64, 4608), (3, 12)]  # (N, K): partial panel
 def torch_kernels_only(monkeypatch):
     """Load models as on a machine where the native kernels cannot be built."""
     monkeypatch.setenv(kernels.DISABLE_ENV, "0")
-    kernels.load.cache_clear()
+    kernels.availability.cache_clear()
     yield
-    kernels.load.cache_clear()
+    kernels.availability.cache_clear()
 
 
 def logits(model, ids: list[int]) -> torch.Tensor:
@@ -146,12 +146,12 @@ def test_float32_keeps_plain_linears(tiny_ckpt):
 
 def test_a_cpu_without_the_instructions_falls_back(monkeypatch, caplog):
     monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
-    kernels.load.cache_clear()
+    kernels.availability.cache_clear()
     try:
         with caplog.at_level(logging.INFO, logger="model.kernels"):
             assert kernels.load() is None
     finally:
-        kernels.load.cache_clear()
+        kernels.availability.cache_clear()
     assert "avx512_bf16" in caplog.text
 
 
@@ -160,5 +160,6 @@ def test_a_failed_build_falls_back_with_the_reason(tmp_path, monkeypatch, caplog
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")
     with caplog.at_level(logging.WARNING, logger="model.kernels"):
-        assert kernels.build((broken,), "lfm_chat_test_broken") is None
+        module, reason = kernels.build((broken,), "lfm_chat_test_broken")
+    assert module is None and reason is not None and reason.startswith("the build failed")
     assert "native CPU kernels unavailable" in caplog.text
