@@ -2,6 +2,10 @@
 
 Parameter names match the Hugging Face checkpoint, so weights load without renaming.
 Only attention and the short conv look at sequence boundaries, through ``ForwardBatch``.
+
+Modules with a ``kernels`` attribute run their elementwise work (norms, gates, conv, RoPE)
+in model/kernels' fused loops once ``Lfm2ForCausalLM.use_native_kernels`` sets it (bf16 on
+CPU); the PyTorch code beside each is the reference those loops reproduce.
 """
 
 from __future__ import annotations
@@ -12,19 +16,26 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.batch import ForwardBatch
+from model.batch import AttentionGroup, ForwardBatch
 from model.config import Lfm2Config
 
 
 class RMSNorm(nn.Module):
     """RMSNorm with fp32 statistics; the weight is applied in the input dtype, as the reference does."""
 
+    kernels: ModuleType | None = None
+
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """Normalize ``x``; with ``residual``, first add it into ``x`` in place (the skip connection)."""
+        if self.kernels is not None:
+            return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
+        if residual is not None:
+            x.add_(residual)
         x32 = x.float()
         x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * x32.to(x.dtype)
@@ -33,12 +44,16 @@ class RMSNorm(nn.Module):
 class SwiGLU(nn.Module):
     """LFM2's feed-forward w2(silu(w1 x) * w3 x), with w1 and w3 fused into one matmul (``w13``)."""
 
+    kernels: ModuleType | None = None
+
     def __init__(self, hidden: int, ffn: int) -> None:
         super().__init__()
         self.w13 = nn.Linear(hidden, 2 * ffn, bias=False)
         self.w2 = nn.Linear(ffn, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            return self.w2(self.kernels.swiglu(self.w13(x)))
         gate, up = self.w13(x).chunk(2, dim=-1)
         return self.w2(F.silu(gate) * up)
 
@@ -52,14 +67,28 @@ class RotaryTable:
         self.cos = torch.empty(0, device="cpu")
         self.sin = torch.empty(0, device="cpu")
 
-    def lookup(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """cos, sin of shape [T, head_dim // 2] for the given positions."""
+    def at(self, positions: torch.Tensor) -> Rope:
+        """The tables, grown to cover ``positions``, for one step at those positions."""
         needed = int(positions.max()) + 1
         if self.cos.shape[0] < needed or self.cos.device != positions.device:
             size = max(needed, 2 * self.cos.shape[0], 4096)
             freqs = torch.outer(torch.arange(size, dtype=torch.float32, device="cpu"), self.inv_freq)
             self.cos, self.sin = freqs.cos().to(positions.device), freqs.sin().to(positions.device)
-        return self.cos[positions], self.sin[positions]
+        return Rope(self.cos, self.sin, positions)
+
+
+class Rope:
+    """One step's RoPE: whole tables (for the fused kernel) and, gathered on first use, its rows."""
+
+    def __init__(self, cos_table: torch.Tensor, sin_table: torch.Tensor, positions: torch.Tensor) -> None:
+        self.cos_table, self.sin_table, self.positions = cos_table, sin_table, positions
+        self._rows: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def rows(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """cos, sin [T, head_dim // 2] at the step's positions (gathered once, shared by all layers)."""
+        if self._rows is None:
+            self._rows = self.cos_table[self.positions], self.sin_table[self.positions]
+        return self._rows
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -75,7 +104,7 @@ class Attention(nn.Module):
     """GQA attention with per-head q/k RMSNorm, reading and writing the paged KV pool.
 
     q, k and v come from one fused matmul (``qkv_proj``): one weight read instead of three.
-    With ``kernels`` (model/kernels, set by the loader for bf16 on CPU), single-token queries
+    With ``kernels``, the norms, RoPE and KV write are one fused pass, and single-token queries
     attend straight from the pool; otherwise every group gathers its blocks for SDPA.
     """
 
@@ -98,30 +127,25 @@ class Attention(nn.Module):
         self,
         x: torch.Tensor,
         batch: ForwardBatch,
-        rope: tuple[torch.Tensor, torch.Tensor],
+        rope: Rope,
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
         t = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = self.q_layernorm(q.reshape(t, self.num_heads, self.head_dim))
-        k = self.k_layernorm(k.reshape(t, self.num_kv_heads, self.head_dim))
-        v = v.reshape(t, self.num_kv_heads, self.head_dim)
-        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
-        # index_select / index_copy_ over flat indices: several times faster than advanced indexing
-        k_cache.index_copy_(0, batch.kv_write_slots, k)
-        v_cache.index_copy_(0, batch.kv_write_slots, v)
+        q = self._project(x, batch, rope, k_cache, v_cache)
+        groups = batch.attention_groups
+        if self.kernels is not None and len(groups) == 1 and groups[0].context_lens is not None:
+            # every token is a single-query row, in packed order: no gather or scatter of q
+            out = self._attend_rows(q, groups[0], batch, k_cache, v_cache)
+            return self.out_proj(out.view(t, -1))
         out = torch.empty_like(q)
         num_blocks = k_cache.shape[0] // batch.block_size
-        for group in batch.attention_groups:
+        for group in groups:
             g, n_q = group.query_index.shape
             rows = group.query_index.flatten()
             if self.kernels is not None and group.context_lens is not None:
-                o = self.kernels.decode_attention(
-                    q.index_select(0, rows), k_cache, v_cache, group.kv_blocks, group.context_lens,
-                    batch.block_size, self.head_dim**-0.5,
-                )
-                out.index_copy_(0, rows, o)
+                attended = self._attend_rows(q.index_select(0, rows), group, batch, k_cache, v_cache)
+                out.index_copy_(0, rows, attended)
                 continue
             q_g = q.index_select(0, rows).view(g, n_q, self.num_heads, self.head_dim).transpose(1, 2)
             blocks = group.kv_blocks.flatten()
@@ -132,6 +156,49 @@ class Attention(nn.Module):
             out.index_copy_(0, rows, o.transpose(1, 2).reshape(g * n_q, self.num_heads, self.head_dim))
         return self.out_proj(out.view(t, -1))
 
+    def _project(
+        self, x: torch.Tensor, batch: ForwardBatch, rope: Rope, k_cache: torch.Tensor, v_cache: torch.Tensor
+    ) -> torch.Tensor:
+        """q [T, heads, head_dim], normed and rotated; k and v written to their cache slots."""
+        qkv = self.qkv_proj(x)
+        if self.kernels is not None:
+            return self.kernels.attention_prep(
+                qkv,
+                self.q_layernorm.weight,
+                self.k_layernorm.weight,
+                self.q_layernorm.eps,
+                rope.cos_table,
+                rope.sin_table,
+                rope.positions,
+                k_cache,
+                v_cache,
+                batch.kv_write_slots,
+                self.num_heads,
+            )
+        t = x.shape[0]
+        q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
+        q = self.q_layernorm(q.reshape(t, self.num_heads, self.head_dim))
+        k = self.k_layernorm(k.reshape(t, self.num_kv_heads, self.head_dim))
+        v = v.reshape(t, self.num_kv_heads, self.head_dim)
+        q, k = apply_rotary(q, *rope.rows()), apply_rotary(k, *rope.rows())
+        # index_copy_ over flat indices: several times faster than advanced indexing
+        k_cache.index_copy_(0, batch.kv_write_slots, k)
+        v_cache.index_copy_(0, batch.kv_write_slots, v)
+        return q
+
+    def _attend_rows(
+        self,
+        q: torch.Tensor,
+        group: AttentionGroup,
+        batch: ForwardBatch,
+        k_cache: torch.Tensor,
+        v_cache: torch.Tensor,
+    ) -> torch.Tensor:
+        """The paged kernel: each single-query row over its own context, read in place."""
+        return self.kernels.decode_attention(
+            q, k_cache, v_cache, group.kv_blocks, group.context_lens, batch.block_size, self.head_dim**-0.5
+        )
+
 
 class ShortConv(nn.Module):
     """LFM2's double-gated short convolution: out_proj(C * causal_depthwise_conv(B * x)).
@@ -139,6 +206,8 @@ class ShortConv(nn.Module):
     The conv state between steps is the last ``L-1`` values of ``B * x``; see model/batch.py
     for how windows reach back into it.
     """
+
+    kernels: ModuleType | None = None
 
     def __init__(self, config: Lfm2Config) -> None:
         super().__init__()
@@ -155,6 +224,18 @@ class ShortConv(nn.Module):
         return self._taps
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: torch.Tensor) -> torch.Tensor:
+        if self.kernels is not None:
+            gated = self.kernels.short_conv(
+                self.in_proj(x),
+                state,
+                self.taps(),
+                self.conv.bias,
+                batch.conv_src_rows,
+                batch.conv_window,
+                batch.conv_write_index,
+                batch.conv_write_rows,
+            )
+            return self.out_proj(gated)
         b_gate, c_gate, xv = self.in_proj(x).chunk(3, dim=-1)
         bx = b_gate * xv
         ext = torch.cat((state[batch.conv_src_rows].flatten(0, 1), bx))

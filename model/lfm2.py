@@ -7,6 +7,8 @@ batch asks for.
 
 from __future__ import annotations
 
+from types import ModuleType
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -15,6 +17,11 @@ from model.batch import ForwardBatch
 from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.layers import DecoderLayer, RMSNorm, RotaryTable
+
+# With the paged attention kernel, prompt chunks up to this long attend row by row instead of
+# gathering their context for SDPA: the small chunks paced in beside decoding streams (a 2k
+# prompt's 8-token chunks cost 15-40 ms each through SDPA, growing with the prompt).
+ROW_QUERY_LIMIT = 16
 
 
 class Embedding(nn.Module):
@@ -51,8 +58,8 @@ class Lfm2ForCausalLM(nn.Module):
         self.model = Lfm2Model(config)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryTable(config.head_dim, config.rope_theta)
-        # chunks this short attend as single-query rows (model/batch.py); the loader raises it
-        # where attention runs the paged kernel, which reads each row's context in place
+        # chunks this short attend as single-query rows (model/batch.py); use_native_kernels
+        # raises it where attention runs the paged kernel, which reads each row's context in place
         self.row_query_limit = 1
         # cache list index of each layer: attention layers index k/v, conv layers index conv rows
         self._cache_index = [
@@ -69,18 +76,36 @@ class Lfm2ForCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
+    def use_native_kernels(self, kernels: ModuleType, paged_attention: bool) -> None:
+        """Run the elementwise work in model/kernels' fused loops (a bf16 model on CPU).
+
+        ``paged_attention``: attention layers also take the kernels (their fused projection side
+        and the paged decode kernel), and prompt chunks up to ``ROW_QUERY_LIMIT`` tokens attend
+        row by row; off where the head shape is outside what the kernel takes.
+        """
+        self.model.embedding_norm.kernels = kernels
+        for layer in self.model.layers:
+            layer.operator_norm.kernels = layer.ffn_norm.kernels = layer.feed_forward.kernels = kernels
+            if not layer.is_attention:
+                layer.conv.kernels = kernels
+            elif paged_attention:
+                layer.self_attn.kernels = kernels
+        if paged_attention:
+            self.row_query_limit = ROW_QUERY_LIMIT
+
     @torch.inference_mode()
     def forward(self, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:
         """Run one step; returns float32 logits ``[len(batch.logits_index), vocab]``."""
         hidden = self.model.embed_tokens(batch.input_ids)
-        rope = self.rotary.lookup(batch.positions)
+        rope = self.rotary.at(batch.positions)
+        pending = None  # the last sublayer's output, added into hidden by the next norm
         for layer, index in zip(self.model.layers, self._cache_index, strict=True):
-            normed = layer.operator_norm(hidden)
+            normed = layer.operator_norm(hidden, pending)
             if layer.is_attention:
                 mixed = layer.self_attn(normed, batch, rope, cache.k[index], cache.v[index])
             else:
                 mixed = layer.conv(normed, batch, cache.conv[index])
-            hidden = hidden + mixed
-            hidden = hidden + layer.feed_forward(layer.ffn_norm(hidden))
-        last = self.model.embedding_norm(hidden[batch.logits_index])
+            pending = layer.feed_forward(layer.ffn_norm(hidden, mixed))
+        rows = batch.logits_index
+        last = self.model.embedding_norm(hidden[rows], pending[rows])
         return self.lm_head(last).float()

@@ -10,7 +10,6 @@ import torch
 from model import kernels as native_kernels
 from model.config import ATTENTION, Lfm2Config
 from model.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
-from model.layers import Attention
 from model.lfm2 import Lfm2ForCausalLM
 from model.linears import bf16_cpu_linear, replace_linears
 from model.memory import return_large_frees_to_os
@@ -66,10 +65,6 @@ def build_model(
 
 
 QUANTIZATIONS = ("none", *QUANTIZED_LINEARS)
-# With the paged attention kernel, prompt chunks up to this long attend row by row instead of
-# gathering their context for SDPA: the small chunks paced in beside decoding streams (a 2k
-# prompt's 8-token chunks cost 15-40 ms each through SDPA, growing with the prompt).
-ROW_QUERY_LIMIT = 16
 
 
 def load_model(
@@ -109,12 +104,9 @@ def load_model(
         # unpacked and shares the in-memory table (plain F.linear: slower decode).
         skip = ("lm_head",) if config.tie_word_embeddings and not from_file else ()
         replace_linears(model, make_linear, skip=skip)
-    heads = (config.head_dim, config.num_attention_heads, config.num_key_value_heads)
-    if kernels is not None and native_kernels.native_attention(*heads):
-        for module in model.modules():
-            if isinstance(module, Attention):
-                module.kernels = kernels  # single queries attend straight from the KV pool
-        model.row_query_limit = ROW_QUERY_LIMIT
+    if kernels is not None:
+        heads = (config.head_dim, config.num_attention_heads, config.num_key_value_heads)
+        model.use_native_kernels(kernels, paged_attention=native_kernels.native_attention(*heads))
     head_shares_table = getattr(model.lm_head, "weight", None) is model.model.embed_tokens.weight
     if from_file and not head_shares_table:
         model.model.embed_tokens = FileEmbedding(table)

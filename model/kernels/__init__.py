@@ -24,12 +24,20 @@ from model.cpu import cpu_flags
 
 logger = logging.getLogger(__name__)
 
-SOURCES = tuple(Path(__file__).with_name(f) for f in ("cpu_linear.cpp", "cpu_attention.cpp", "bindings.cpp"))
+_SOURCE_FILES = ("cpu_linear.cpp", "cpu_attention.cpp", "cpu_layer_ops.cpp", "bindings.cpp")
+SOURCES = tuple(Path(__file__).with_name(name) for name in _SOURCE_FILES)
 REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni")
 DISABLE_ENV = "LFM_CHAT_NATIVE_KERNELS"  # "0": PyTorch's kernels only (A/B benchmarks, fallback tests)
 # Named instruction sets, not -march=native: the cached build must also run on the next machine
 # that has these flags (a shared home directory, a copied cache).
-_CFLAGS = ["-O3", "-fopenmp", "-mfma", *(f"-m{flag.replace('_', '')}" for flag in REQUIRED_FLAGS)]
+# -ffp-contract=off: no fused multiply-add where the PyTorch code rounds between multiply and add.
+_CFLAGS = [
+    "-O3",
+    "-fopenmp",
+    "-mfma",
+    "-ffp-contract=off",
+    *(f"-m{f.replace('_', '')}" for f in REQUIRED_FLAGS),
+]
 
 
 def missing_cpu_flags() -> list[str]:

@@ -1,7 +1,9 @@
-// The Python module of model/kernels: one binding per entry point of cpu_linear.cpp and
-// cpu_attention.cpp (kept apart so each source file holds one kind of kernel).
+// The Python module of model/kernels: one binding per entry point of cpu_linear.cpp,
+// cpu_attention.cpp and cpu_layer_ops.cpp (kept apart so each source file holds one kind of kernel).
 
 #include <torch/extension.h>
+
+#include <optional>
 
 namespace lfm_kernels {
 torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N);
@@ -11,6 +13,17 @@ torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const 
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                                const torch::Tensor& block_tables, const torch::Tensor& context_lens,
                                int64_t block_size, double scale);
+torch::Tensor add_rms_norm(torch::Tensor& hidden, const std::optional<torch::Tensor>& delta,
+                           const torch::Tensor& weight, double eps);
+torch::Tensor swiglu(const torch::Tensor& gate_up);
+torch::Tensor short_conv(const torch::Tensor& bcx, torch::Tensor& state, const torch::Tensor& taps,
+                         const std::optional<torch::Tensor>& bias, const torch::Tensor& src_rows,
+                         const torch::Tensor& window, const torch::Tensor& write_index,
+                         const torch::Tensor& write_rows);
+torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_weight, const torch::Tensor& k_weight,
+                             double eps, const torch::Tensor& cos, const torch::Tensor& sin,
+                             const torch::Tensor& positions, torch::Tensor& k_cache, torch::Tensor& v_cache,
+                             const torch::Tensor& write_slots, int64_t heads);
 }  // namespace lfm_kernels
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -18,4 +31,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("linear_int8", &lfm_kernels::linear_int8, "x @ (W * scales).T: bf16 x, int8 W packed in pair panels");
   m.def("linear_w8a8", &lfm_kernels::linear_w8a8, "per-row int8 x times int8 W in quad panels, exact int32 sums");
   m.def("decode_attention", &lfm_kernels::decode_attention, "one query per sequence over the paged KV pool");
+  m.def("add_rms_norm", &lfm_kernels::add_rms_norm, "hidden += delta (in place, if given), then RMSNorm");
+  m.def("swiglu", &lfm_kernels::swiglu, "silu(gate) * up from w13's [gate | up] output");
+  m.def("short_conv", &lfm_kernels::short_conv, "LFM2's gated short conv between in_proj and out_proj");
+  m.def("attention_prep", &lfm_kernels::attention_prep, "q/k norms and RoPE; k and v written to the KV pool");
 }

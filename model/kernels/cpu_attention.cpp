@@ -17,6 +17,8 @@
 #include <immintrin.h>
 #include <torch/extension.h>
 
+#include "cpu_vec.h"
+
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -25,27 +27,8 @@
 namespace lfm_kernels {
 namespace {
 
-using bf16 = c10::BFloat16;
-
 constexpr int64_t MAX_DIM = 256;  // head_dim up to 256 (LFM2: 64), in chunks of 32 (the last one masked)
 constexpr int MAX_REP = 16;       // query heads per kv head
-
-// exp(x) for x <= 0, 16 lanes: Cephes' expf polynomial after reducing by powers of two (~1 ulp).
-inline __m512 exp_nonpositive(__m512 x) {
-  x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
-  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
-                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
-  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
-  __m512 p = _mm512_set1_ps(1.9875691500e-4f);
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
-  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
-  const __m512 y = _mm512_add_ps(_mm512_fmadd_ps(p, _mm512_mul_ps(r, r), r), _mm512_set1_ps(1.0f));
-  return _mm512_scalef_ps(y, n);
-}
 
 // scores[0..n) -> exp(scores - max), returns their sum.
 float softmax_numerators(float* scores, int64_t n) {
@@ -54,7 +37,7 @@ float softmax_numerators(float* scores, int64_t n) {
   const __m512 vpeak = _mm512_set1_ps(peak);
   __m512 vsum = _mm512_setzero_ps();
   for (int64_t t = 0; t < n; t += 16) {
-    const __mmask16 mask = n - t >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - t)) - 1);
+    const __mmask16 mask = lanes_upto(n - t);
     const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + t), vpeak));
     _mm512_mask_storeu_ps(scores + t, mask, e);
     vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(mask, e));
@@ -128,16 +111,14 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_ca
           const __m512 p = _mm512_set1_ps(sc[t]);
           const bf16* vt = vp + row[t];
           for (int64_t c = 0; c < halves; ++c) {
-            const __m256i raw = _mm256_maskz_loadu_epi16(c + 1 < halves ? __mmask16(0xFFFF) : last16, vt + 16 * c);
-            const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+            const __m512 v = load_bf16(vt + 16 * c, c + 1 < halves ? __mmask16(0xFFFF) : last16);
             acc[c] = _mm512_fmadd_ps(p, v, acc[c]);
           }
         }
         bf16* oh = op + (s * H + g * rep + h) * D;
         const __m512 norm = _mm512_set1_ps(inv_sum);
         for (int64_t c = 0; c < halves; ++c)
-          _mm256_mask_storeu_epi16(oh + 16 * c, c + 1 < halves ? __mmask16(0xFFFF) : last16,
-                                   (__m256i)_mm512_cvtneps_pbh(_mm512_mul_ps(acc[c], norm)));
+          store_bf16(oh + 16 * c, _mm512_mul_ps(acc[c], norm), c + 1 < halves ? __mmask16(0xFFFF) : last16);
       }
     }
   });
