@@ -25,6 +25,22 @@ from engine.sampling_params import SamplingParams
 NUCLEUS_PREFIX = 256
 
 
+# Greedy picks take the max of each block of this many logits first, then the argmax inside
+# the winning block: torch's CPU argmax over a 65k vocabulary is ~5x slower than its amax.
+ARGMAX_BLOCK = 1024
+
+
+def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(-1)`` for [B, V] logits, the first index on ties, in two vectorized passes."""
+    rows, vocab = logits.shape
+    if vocab % ARGMAX_BLOCK:
+        return logits.argmax(dim=-1)
+    blocks = logits.view(rows, vocab // ARGMAX_BLOCK, ARGMAX_BLOCK)
+    best_block = blocks.amax(dim=-1).argmax(dim=-1)  # the first block holding the row's max
+    inside = blocks[torch.arange(rows, device=logits.device), best_block].argmax(dim=-1)
+    return best_block * ARGMAX_BLOCK + inside
+
+
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
     """One generator per request, so its draws never depend on what else is in the batch.
 
@@ -195,8 +211,10 @@ class Sampler:
         tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         drawn = [i for i, row in enumerate(rows) if not row.params.is_greedy]
+        if len(greedy) == len(rows):
+            return greedy_tokens(logits).tolist()
         if greedy:
-            tokens[greedy] = logits[greedy].argmax(dim=-1)
+            tokens[greedy] = greedy_tokens(logits[greedy])
         if drawn:
             drawn_rows = [rows[i] for i in drawn]
             processed = process_logits(logits[drawn], drawn_rows)

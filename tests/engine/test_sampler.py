@@ -10,11 +10,13 @@ import pytest
 import torch
 
 from engine.sampler import (
+    ARGMAX_BLOCK,
     NUCLEUS_PREFIX,
     Sampler,
     SamplingRow,
     apply_penalties,
     apply_top_p,
+    greedy_tokens,
     make_generator,
     process_logits,
 )
@@ -180,6 +182,19 @@ def test_greedy_rows_take_argmax_in_a_mixed_batch():
     tokens = Sampler().sample(logits, rows)
     assert tokens[0] == logits[0].argmax().item()
     assert tokens[2] == logits[2].argmax().item()
+
+
+@pytest.mark.parametrize("vocab", [3 * ARGMAX_BLOCK, 65536, 1000])
+def test_greedy_tokens_are_torch_argmax_including_ties(vocab):
+    logits = random_logits(5, vocab, seed=11)
+    top = logits.max() + 1
+    logits[0, [7, vocab - 1]] = top  # tied in different blocks: the first wins
+    logits[1, [vocab - 3, vocab - 2]] = top  # tied inside the last block
+    logits[2] = 0.0  # all tied
+    tokens = Sampler().sample(logits, [make_row(temperature=0.0) for _ in range(5)])
+    assert tokens == logits.argmax(dim=-1).tolist()
+    assert tokens[:3] == [7, vocab - 3, 0]
+    assert torch.equal(greedy_tokens(logits[3:]), logits[3:].argmax(dim=-1))
 
 
 def test_greedy_takes_argmax_of_penalized_logits():
