@@ -30,6 +30,8 @@ class ModelRunner:
         self.cache = cache
         self.device = torch.device(device)
         self.sampler = Sampler()
+        # float32 logits, reused every step and grown to the most sampling rows seen
+        self._logits = torch.empty(0, model.config.vocab_size, device=self.device)
 
     def run(self, chunks: list[ScheduledChunk]) -> list[int]:
         """Compute every chunk; return one sampled token per chunk with want_logits, in order."""
@@ -41,11 +43,16 @@ class ModelRunner:
             self.device,
             row_query_limit=self.model.row_query_limit,
         )
-        logits = self.model(batch, self.cache)
+        logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
         sampling = [chunk.request for chunk in chunks if chunk.want_logits]
         if not sampling:
             return []
         return self.sampler.sample(logits, [_sampling_row(request) for request in sampling])
+
+    def _logits_buffer(self, rows: int) -> torch.Tensor:
+        if self._logits.shape[0] < rows:
+            self._logits = torch.empty(rows, self._logits.shape[1], device=self.device)
+        return self._logits[:rows]
 
     @staticmethod
     def _sequence_chunk(chunk: ScheduledChunk) -> SequenceChunk:

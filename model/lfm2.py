@@ -17,6 +17,7 @@ from model.batch import ForwardBatch
 from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.layers import DecoderLayer, RMSNorm, RotaryTable
+from model.linears import logits_into
 
 # With the paged attention kernel, prompt chunks up to this long attend row by row instead of
 # gathering their context for SDPA: the small chunks paced in beside decoding streams (a 2k
@@ -94,8 +95,14 @@ class Lfm2ForCausalLM(nn.Module):
             self.row_query_limit = ROW_QUERY_LIMIT
 
     @torch.inference_mode()
-    def forward(self, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:
-        """Run one step; returns float32 logits ``[len(batch.logits_index), vocab]``."""
+    def forward(
+        self, batch: ForwardBatch, cache: HybridCache, logits_out: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Run one step; returns float32 logits ``[len(batch.logits_index), vocab]``.
+
+        ``logits_out``: a float32 tensor of that shape to write them into and return (a buffer the
+        caller reuses every step; see `logits_into`).
+        """
         hidden = self.model.embed_tokens(batch.input_ids)
         rope = self.rotary.at(batch.positions)
         pending = None  # the last sublayer's output, added into hidden by the next norm
@@ -108,4 +115,6 @@ class Lfm2ForCausalLM(nn.Module):
             pending = layer.feed_forward(layer.ffn_norm(hidden, mixed))
         rows = batch.logits_index
         last = self.model.embedding_norm(hidden[rows], pending[rows])
-        return self.lm_head(last).float()
+        if logits_out is None:
+            return self.lm_head(last).float()
+        return logits_into(self.lm_head, last, logits_out)

@@ -82,7 +82,13 @@ class _QuantizedLinear(nn.Module):
             out = out + self.bias
         return out.view(*x.shape[:-1], self.out_features)
 
-    def native_matmul(self, flat: torch.Tensor) -> torch.Tensor:
+    def fill_float(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``self(x)`` as float32, written into ``out``; see model/linears.py's `logits_into`."""
+        if self.kernels is None or self.bias is not None:
+            return out.copy_(self(x))
+        return self.native_matmul(x.contiguous(), out)
+
+    def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         raise NotImplementedError
 
     def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
@@ -92,8 +98,8 @@ class _QuantizedLinear(nn.Module):
 class Int8Linear(_QuantizedLinear):
     """Weight-only int8: ``x @ dequant(W).T`` with activations kept in the model dtype."""
 
-    def native_matmul(self, flat: torch.Tensor) -> torch.Tensor:
-        return self.kernels.linear_int8(flat, self.packed_int8, self.padded_scales, self.out_features)
+    def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return self.kernels.linear_int8(flat, self.packed_int8, self.padded_scales, self.out_features, out)
 
     def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         if flat.device.type == "cpu" and self.in_features % _INT8PACK_K_MULTIPLE == 0:
@@ -113,9 +119,9 @@ class W8A8Linear(_QuantizedLinear):
             sums = self.packed_int8.sum(dim=(1, 3), dtype=torch.int32).flatten()
             self.register_buffer("padded_row_sums", sums)
 
-    def native_matmul(self, flat: torch.Tensor) -> torch.Tensor:
+    def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         return self.kernels.linear_w8a8(
-            flat, self.packed_int8, self.padded_row_sums, self.padded_scales, self.out_features
+            flat, self.packed_int8, self.padded_row_sums, self.padded_scales, self.out_features, out
         )
 
     def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:

@@ -6,10 +6,12 @@
 #include <optional>
 
 namespace lfm_kernels {
-torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N);
-torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N);
+torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
+                          const std::optional<torch::Tensor>& out);
+torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N,
+                          const std::optional<torch::Tensor>& out);
 torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& row_sums,
-                          const torch::Tensor& scales, int64_t N);
+                          const torch::Tensor& scales, int64_t N, const std::optional<torch::Tensor>& out);
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                                const torch::Tensor& block_tables, const torch::Tensor& context_lens,
                                int64_t block_size, double scale);
@@ -27,9 +29,13 @@ torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_we
 }  // namespace lfm_kernels
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("linear_bf16", &lfm_kernels::linear_bf16, "x @ W.T: bf16 x [M, K], bf16 W packed in pair panels, N outputs");
-  m.def("linear_int8", &lfm_kernels::linear_int8, "x @ (W * scales).T: bf16 x, int8 W packed in pair panels");
-  m.def("linear_w8a8", &lfm_kernels::linear_w8a8, "per-row int8 x times int8 W in quad panels, exact int32 sums");
+  // each linear returns bf16 [M, N], or fills `out` (fp32 [M, N], the same bf16-rounded values) and returns it
+  m.def("linear_bf16", &lfm_kernels::linear_bf16, "x @ W.T: bf16 x [M, K], bf16 W packed in pair panels, N outputs",
+        py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());
+  m.def("linear_int8", &lfm_kernels::linear_int8, "x @ (W * scales).T: bf16 x, int8 W packed in pair panels",
+        py::arg("x"), py::arg("w"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none());
+  m.def("linear_w8a8", &lfm_kernels::linear_w8a8, "per-row int8 x times int8 W in quad panels, exact int32 sums",
+        py::arg("x"), py::arg("w"), py::arg("row_sums"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none());
   m.def("decode_attention", &lfm_kernels::decode_attention, "one query per sequence over the paged KV pool");
   m.def("add_rms_norm", &lfm_kernels::add_rms_norm, "hidden += delta (in place, if given), then RMSNorm");
   m.def("swiglu", &lfm_kernels::swiglu, "silu(gate) * up from w13's [gate | up] output");

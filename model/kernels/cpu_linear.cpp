@@ -29,12 +29,13 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <vector>
+
+#include "cpu_vec.h"
 
 namespace lfm_kernels {
 namespace {
-
-using bf16 = c10::BFloat16;
 
 constexpr int64_t PANEL = 64;  // outputs per panel: 4 vectors of 16 lanes
 constexpr int VECS = 4;
@@ -126,12 +127,42 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
   });
 }
 
-// Store 16 bf16 outputs of row `row`, first output n0, clipped at N.
-inline void store_bf16(bf16* out, int64_t N, int64_t row, int64_t n0, __m512 values) {
-  if (n0 >= N) return;
-  const __mmask16 mask = N - n0 >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (N - n0)) - 1);
-  _mm256_mask_storeu_epi16(out + row * N + n0, mask, (__m256i)_mm512_cvtneps_pbh(values));
-}
+// Where a product's [M, N] outputs go: a new bf16 tensor or, for the head's logits, an fp32
+// tensor the caller reuses every step, holding the same bf16-rounded values. (A fresh 2 MB
+// fp32 copy per step is a fresh mmap under model/memory.py's threshold: ~0.8 ms of page
+// faults at 8 rows.)
+class Output {
+ public:
+  Output(const torch::Tensor& x, int64_t N, const std::optional<torch::Tensor>& into) : N_(N) {
+    const int64_t M = x.size(0);
+    if (into) {
+      TORCH_CHECK(into->scalar_type() == at::kFloat && into->is_contiguous() && into->dim() == 2 &&
+                      into->size(0) == M && into->size(1) == N,
+                  "out must be a contiguous float32 [M, N]");
+      tensor_ = *into;
+      f32_ = tensor_.data_ptr<float>();
+    } else {
+      tensor_ = torch::empty({M, N}, x.options());
+      bf16_ = tensor_.data_ptr<bf16>();
+    }
+  }
+  // 16 outputs of row `row` from output n0, clipped at N
+  inline void store(int64_t row, int64_t n0, __m512 values) const {
+    if (n0 >= N_) return;
+    const __mmask16 mask = lanes_upto(N_ - n0);
+    if (f32_ != nullptr)
+      _mm512_mask_storeu_ps(f32_ + row * N_ + n0, mask, round_bf16(values));
+    else
+      store_bf16(bf16_ + row * N_ + n0, values, mask);
+  }
+  torch::Tensor tensor() const { return tensor_; }
+
+ private:
+  int64_t N_;
+  torch::Tensor tensor_;
+  bf16* bf16_ = nullptr;
+  float* f32_ = nullptr;
+};
 
 void check_x(const torch::Tensor& x, int64_t K) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16,
@@ -166,58 +197,57 @@ void quantize_rows_u8(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* sc
 
 // ---------------------------------------------------------------- entry points
 
-torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N) {
+torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
+                          const std::optional<torch::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kBFloat16, N, K, 2);
-  auto out = torch::empty({M, N}, x.options());
+  const Output result(x, N, out);
   const bf16* xp = x.data_ptr<bf16>();
   const bf16* wp = w.data_ptr<bf16>();
-  bf16* op = out.data_ptr<bf16>();
   for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
     tile_bf16<R.value>(xp + m0 * K, K, Bf16Panel{wp + p * PANEL * K}, [&](int r, int j, __m512 sums) {
-      store_bf16(op, N, m0 + r, p * PANEL + 16 * j, sums);
+      result.store(m0 + r, p * PANEL + 16 * j, sums);
     });
   });
-  return out;
+  return result.tensor();
 }
 
-torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N) {
+torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N,
+                          const std::optional<torch::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kChar, N, K, 2);
   TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == (N + PANEL - 1) / PANEL * PANEL,
               "scales: fp32, padded to whole panels");
-  auto out = torch::empty({M, N}, x.options());
+  const Output result(x, N, out);
   const bf16* xp = x.data_ptr<bf16>();
   const int8_t* wp = w.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
-  bf16* op = out.data_ptr<bf16>();
   for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
     tile_bf16<R.value>(xp + m0 * K, K, Int8Panel{wp + p * PANEL * K}, [&](int r, int j, __m512 sums) {
       const int64_t n0 = p * PANEL + 16 * j;
-      store_bf16(op, N, m0 + r, n0, _mm512_mul_ps(sums, _mm512_loadu_ps(sp + n0)));
+      result.store(m0 + r, n0, _mm512_mul_ps(sums, _mm512_loadu_ps(sp + n0)));
     });
   });
-  return out;
+  return result.tensor();
 }
 
 torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& row_sums,
-                          const torch::Tensor& scales, int64_t N) {
+                          const torch::Tensor& scales, int64_t N, const std::optional<torch::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kChar, N, K, 4);
   const int64_t padded = (N + PANEL - 1) / PANEL * PANEL;
   TORCH_CHECK(row_sums.scalar_type() == at::kInt && row_sums.numel() == padded, "row_sums: int32, padded");
   TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == padded, "scales: fp32, padded");
-  auto out = torch::empty({M, N}, x.options());
+  const Output result(x, N, out);
   std::vector<uint8_t> xq(M * K);
   std::vector<float> xs(M);
   quantize_rows_u8(x.data_ptr<bf16>(), M, K, xq.data(), xs.data());
   const int8_t* wp = w.data_ptr<int8_t>();
   const int32_t* sums = row_sums.data_ptr<int32_t>();
   const float* sp = scales.data_ptr<float>();
-  bf16* op = out.data_ptr<bf16>();
   const __m512i bias = _mm512_set1_epi32(128);
   for_each_tile(M, padded / PANEL, [&](auto R, int64_t m0, int64_t p) {
     tile_u8s8<R.value>(xq.data() + m0 * K, K, wp + p * PANEL * K, [&](int r, int j, __m512i acc) {
@@ -225,10 +255,10 @@ torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const 
       // undo the +128 on x: sum((q + 128) * w) - 128 * sum(w), exact in int32
       const __m512i exact = _mm512_sub_epi32(acc, _mm512_mullo_epi32(bias, _mm512_loadu_si512(sums + n0)));
       const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(xs[m0 + r]), _mm512_loadu_ps(sp + n0));
-      store_bf16(op, N, m0 + r, n0, _mm512_mul_ps(_mm512_cvtepi32_ps(exact), scale));
+      result.store(m0 + r, n0, _mm512_mul_ps(_mm512_cvtepi32_ps(exact), scale));
     });
   });
-  return out;
+  return result.tensor();
 }
 
 }  // namespace lfm_kernels

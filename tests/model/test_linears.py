@@ -19,7 +19,7 @@ from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.file_embedding import FileEmbedding
-from model.linears import NativeLinear, PackedLinear
+from model.linears import NativeLinear, PackedLinear, logits_into
 from model.loader import build_model, load_model
 from model.quantize import Int8Linear, W8A8Linear
 from model.weights import load_state_dict
@@ -93,6 +93,25 @@ def test_native_rows_do_not_depend_on_their_batch(layer):
     together = module(rows)
     for i in range(len(rows)):
         assert torch.equal(module(rows[i : i + 1]), together[i : i + 1])
+
+
+@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear, PackedLinear, nn.Linear])
+def test_logits_written_into_a_float_buffer_equal_the_heads_output(layer):
+    """The engine's reused logits buffer holds exactly ``head(x).float()``, whatever the head."""
+    linear = bf16_linear(200, 256, seed=4)
+    if layer is nn.Linear:
+        head = linear
+    elif layer is PackedLinear:
+        head = PackedLinear(linear)
+    elif NATIVE is None:
+        pytest.skip("native CPU kernels cannot run on this machine")
+    else:
+        head = layer(linear, NATIVE)
+    x = torch.randn(5, 256, dtype=torch.bfloat16)
+    buffer = torch.full((5, 200), float("nan"))
+    written = logits_into(head, x, buffer)
+    assert written.data_ptr() == buffer.data_ptr()
+    assert torch.equal(written, head(x).float())
 
 
 @needs_native
