@@ -41,7 +41,10 @@ def dense_reference(q, k, v, tables, lens) -> torch.Tensor:
     return torch.stack(out)
 
 
-@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(16, 8, 64), (4, 1, 16), (6, 6, 40), (12, 2, 128)])
+HEAD_SHAPES = [(16, 8, 64), (4, 1, 16), (6, 6, 40), (12, 2, 128), (4, 2, 256)]  # (heads, kv_heads, dim)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), HEAD_SHAPES)
 def test_matches_dense_attention_over_scattered_blocks(heads, kv_heads, dim):
     q, k, v, tables, lens = paged_case([1, 17, 100, 16, 333], heads, kv_heads, dim)
     out = NATIVE.decode_attention(q, k, v, tables, lens, BLOCK, q.shape[-1] ** -0.5)
