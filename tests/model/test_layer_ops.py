@@ -111,12 +111,14 @@ def test_short_conv_matches_bit_for_bit_including_state_writes(conv_bias):
     assert not torch.equal(native_state, state)
 
 
-def test_attention_projection_writes_the_same_cache_and_queries():
-    cfg = config(hidden=64, heads=4, kv_heads=2)  # head_dim 16: RoPE halves of 8
+# (hidden, heads, kv_heads): head_dim 16 (RoPE halves of 8), 40 (a masked tail), 64 with 3 q per kv head
+@pytest.mark.parametrize(("hidden", "heads", "kv_heads"), [(64, 4, 2), (80, 2, 1), (384, 6, 2)])
+def test_attention_projection_writes_the_same_cache_and_queries(hidden, heads, kv_heads):
+    cfg = config(hidden=hidden, heads=heads, kv_heads=kv_heads)
     attention = randomized(Attention(cfg), seed=9)
     batch = build_forward_batch(CHUNKS, BLOCK, 3)
     rope = RotaryTable(cfg.head_dim, cfg.rope_theta).at(batch.positions)
-    x = bf16(batch.num_tokens, 64, seed=10)
+    x = bf16(batch.num_tokens, hidden, seed=10)
     pool = (9 * BLOCK, cfg.num_key_value_heads, cfg.head_dim)
     caches = {side: (bf16(*pool, seed=11), bf16(*pool, seed=12)) for side in ("torch", "native")}
     q_torch = attention._project(x, batch, rope, *caches["torch"])
