@@ -208,15 +208,14 @@ class Sampler:
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(f"logits must be [len(rows)={len(rows)}, vocab], got {tuple(logits.shape)}")
         logits = apply_penalties(logits, rows)
-        tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
-        drawn = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         if len(greedy) == len(rows):
             return greedy_tokens(logits).tolist()
+        drawn = [i for i, row in enumerate(rows) if not row.params.is_greedy]
+        tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
         if greedy:
             tokens[greedy] = greedy_tokens(logits[greedy])
-        if drawn:
-            drawn_rows = [rows[i] for i in drawn]
-            processed = process_logits(logits[drawn], drawn_rows)
-            tokens[drawn] = sample_from(processed, [row.generator for row in drawn_rows])
+        drawn_rows = [rows[i] for i in drawn]
+        processed = process_logits(logits[drawn], drawn_rows)
+        tokens[drawn] = sample_from(processed, [row.generator for row in drawn_rows])
         return tokens.tolist()

@@ -116,5 +116,5 @@ class Lfm2ForCausalLM(nn.Module):
         rows = batch.logits_index
         last = self.model.embedding_norm(hidden[rows], pending[rows])
         if logits_out is None:
-            return self.lm_head(last).float()
+            logits_out = torch.empty(rows.numel(), self.config.vocab_size, device=last.device)
         return logits_into(self.lm_head, last, logits_out)
