@@ -88,14 +88,15 @@ def load_model(
     config = Lfm2Config.from_pretrained(checkpoint_dir)
     torch_dtype = parse_dtype(dtype)
     on_cpu = torch.device(device).type == "cpu"
-    kernels = native_kernels.load() if native_kernels.wanted_for(torch_dtype, device) else None
+    wants_kernels = native_kernels.wanted_for(torch_dtype, device)
+    kernels = native_kernels.load() if wants_kernels else None
     return_large_frees_to_os()
     tensors = load_state_dict(checkpoint_dir, config, torch_dtype, progress)
     model = build_model(config, tensors, device)
     # Reading embedding rows from the file needs the table there in the model's dtype, on CPU.
     table = locate_tensor(checkpoint_dir, "model.embed_tokens.weight")
     from_file = table is not None and table.dtype == torch_dtype and on_cpu and FILE_READS_SUPPORTED
-    make_linear = bf16_cpu_linear(kernels) if native_kernels.wanted_for(torch_dtype, device) else None
+    make_linear = bf16_cpu_linear(kernels) if wants_kernels else None
     if quantize != "none":
         quantize_linears(model, quantize, kernels)  # the head gets its own int8 copy
     elif make_linear is not None:

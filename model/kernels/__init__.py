@@ -1,9 +1,11 @@
-"""Native CPU kernels, compiled once on first use: linear layers and decode attention.
+"""Native CPU kernels, compiled once on first use: linear layers, decode attention, layer ops.
 
 PyTorch's bf16 and int8 CPU kernels read weights at about half the memory bandwidth a 1-16 row
 product could use; cpu_linear.cpp streams them at nearly all of it. cpu_attention.cpp attends
 single-token queries straight from the paged KV pool, where SDPA needed a padded copy of every
-context (docs/ARCHITECTURE.md has the figures). The sources are built with
+context. cpu_layer_ops.cpp does the elementwise work between the linears (norms, SwiGLU's gate,
+the short conv, RoPE) in one pass per group instead of dozens of small ATen ops
+(docs/ARCHITECTURE.md has the figures). The sources are built with
 `torch.utils.cpp_extension` the first time a model needs them (~1 minute, cached under torch's
 extensions directory, rebuilt only when a source changes). Without a C++ compiler or the CPU
 instructions they use, `load()` returns None and the model keeps PyTorch's kernels: slower,
