@@ -3,14 +3,12 @@
 Parameter names match the Hugging Face checkpoint, so weights load without renaming.
 Only attention and the short conv look at sequence boundaries, through ``ForwardBatch``.
 
-Modules with a ``kernels`` attribute run their elementwise work (norms, gates, conv, RoPE)
-in model/kernels' fused loops once ``Lfm2ForCausalLM.use_native_kernels`` sets it (bf16 on
-CPU); the PyTorch code beside each is the reference those loops reproduce.
+Pure PyTorch, to read beside transformers' modular_lfm2: this is the reference and the
+fallback. model/native_layers.py swaps subclasses in that run the same steps in model/kernels'
+fused loops (bf16 on CPU).
 """
 
 from __future__ import annotations
-
-from types import ModuleType
 
 import torch
 import torch.nn.functional as F
@@ -23,8 +21,6 @@ from model.config import Lfm2Config
 class RMSNorm(nn.Module):
     """RMSNorm with fp32 statistics; the weight is applied in the input dtype, as the reference does."""
 
-    kernels: ModuleType | None = None
-
     def __init__(self, dim: int, eps: float) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
@@ -32,8 +28,6 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """Normalize ``x``; with ``residual``, first add it into ``x`` in place (the skip connection)."""
-        if self.kernels is not None:
-            return self.kernels.add_rms_norm(x, residual, self.weight, self.eps)
         if residual is not None:
             x.add_(residual)
         x32 = x.float()
@@ -44,16 +38,12 @@ class RMSNorm(nn.Module):
 class SwiGLU(nn.Module):
     """LFM2's feed-forward w2(silu(w1 x) * w3 x), with w1 and w3 fused into one matmul (``w13``)."""
 
-    kernels: ModuleType | None = None
-
     def __init__(self, hidden: int, ffn: int) -> None:
         super().__init__()
         self.w13 = nn.Linear(hidden, 2 * ffn, bias=False)
         self.w2 = nn.Linear(ffn, hidden, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if self.kernels is not None:
-            return self.w2(self.kernels.swiglu(self.w13(x)))
         gate, up = self.w13(x).chunk(2, dim=-1)
         return self.w2(F.silu(gate) * up)
 
@@ -104,11 +94,8 @@ class Attention(nn.Module):
     """GQA attention with per-head q/k RMSNorm, reading and writing the paged KV pool.
 
     q, k and v come from one fused matmul (``qkv_proj``): one weight read instead of three.
-    With ``kernels``, the norms, RoPE and KV write are one fused pass, and single-token queries
-    attend straight from the pool; otherwise every group gathers its blocks for SDPA.
+    Each attention group (model/batch.py) gathers its context's blocks for SDPA.
     """
-
-    kernels: ModuleType | None = None
 
     def __init__(self, config: Lfm2Config) -> None:
         super().__init__()
@@ -131,50 +118,18 @@ class Attention(nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
-        t = x.shape[0]
         q = self._project(x, batch, rope, k_cache, v_cache)
-        groups = batch.attention_groups
-        if self.kernels is not None and len(groups) == 1 and groups[0].context_lens is not None:
-            # every token is a single-query row, in packed order: no gather or scatter of q
-            out = self._attend_rows(q, groups[0], batch, k_cache, v_cache)
-            return self.out_proj(out.view(t, -1))
         out = torch.empty_like(q)
-        num_blocks = k_cache.shape[0] // batch.block_size
-        for group in groups:
-            g, n_q = group.query_index.shape
+        for group in batch.attention_groups:
             rows = group.query_index.flatten()
-            if self.kernels is not None and group.context_lens is not None:
-                attended = self._attend_rows(q.index_select(0, rows), group, batch, k_cache, v_cache)
-                out.index_copy_(0, rows, attended)
-                continue
-            q_g = q.index_select(0, rows).view(g, n_q, self.num_heads, self.head_dim).transpose(1, 2)
-            blocks = group.kv_blocks.flatten()
-            context = (g, -1, self.num_kv_heads, self.head_dim)
-            k_g = k_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
-            v_g = v_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
-            o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=group.mask, enable_gqa=True)
-            out.index_copy_(0, rows, o.transpose(1, 2).reshape(g * n_q, self.num_heads, self.head_dim))
-        return self.out_proj(out.view(t, -1))
+            out.index_copy_(0, rows, self._attend(q.index_select(0, rows), group, batch, k_cache, v_cache))
+        return self.out_proj(out.view(x.shape[0], -1))
 
     def _project(
         self, x: torch.Tensor, batch: ForwardBatch, rope: Rope, k_cache: torch.Tensor, v_cache: torch.Tensor
     ) -> torch.Tensor:
         """q [T, heads, head_dim], normed and rotated; k and v written to their cache slots."""
         qkv = self.qkv_proj(x)
-        if self.kernels is not None:
-            return self.kernels.attention_prep(
-                qkv,
-                self.q_layernorm.weight,
-                self.k_layernorm.weight,
-                self.q_layernorm.eps,
-                rope.cos_table,
-                rope.sin_table,
-                rope.positions,
-                k_cache,
-                v_cache,
-                batch.kv_write_slots,
-                self.num_heads,
-            )
         t = x.shape[0]
         q, k, v = qkv.split([self.q_size, self.kv_size, self.kv_size], dim=-1)
         q = self.q_layernorm(q.reshape(t, self.num_heads, self.head_dim))
@@ -186,7 +141,7 @@ class Attention(nn.Module):
         v_cache.index_copy_(0, batch.kv_write_slots, v)
         return q
 
-    def _attend_rows(
+    def _attend(
         self,
         q: torch.Tensor,
         group: AttentionGroup,
@@ -194,10 +149,16 @@ class Attention(nn.Module):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
-        """The paged kernel: each single-query row over its own context, read in place."""
-        return self.kernels.decode_attention(
-            q, k_cache, v_cache, group.kv_blocks, group.context_lens, batch.block_size, self.head_dim**-0.5
-        )
+        """One group's queries ``[g * n_q, heads, head_dim]`` over their gathered context, by SDPA."""
+        g, n_q = group.query_index.shape
+        q_g = q.view(g, n_q, self.num_heads, self.head_dim).transpose(1, 2)
+        num_blocks = k_cache.shape[0] // batch.block_size
+        blocks = group.kv_blocks.flatten()
+        context = (g, -1, self.num_kv_heads, self.head_dim)
+        k_g = k_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
+        v_g = v_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
+        o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=group.mask, enable_gqa=True)
+        return o.transpose(1, 2).reshape(g * n_q, self.num_heads, self.head_dim)
 
 
 class ShortConv(nn.Module):
@@ -206,8 +167,6 @@ class ShortConv(nn.Module):
     The conv state between steps is the last ``L-1`` values of ``B * x``; see model/batch.py
     for how windows reach back into it.
     """
-
-    kernels: ModuleType | None = None
 
     def __init__(self, config: Lfm2Config) -> None:
         super().__init__()
@@ -224,18 +183,6 @@ class ShortConv(nn.Module):
         return self._taps
 
     def forward(self, x: torch.Tensor, batch: ForwardBatch, state: torch.Tensor) -> torch.Tensor:
-        if self.kernels is not None:
-            gated = self.kernels.short_conv(
-                self.in_proj(x),
-                state,
-                self.taps(),
-                self.conv.bias,
-                batch.conv_src_rows,
-                batch.conv_window,
-                batch.conv_write_index,
-                batch.conv_write_rows,
-            )
-            return self.out_proj(gated)
         b_gate, c_gate, xv = self.in_proj(x).chunk(3, dim=-1)
         bx = b_gate * xv
         ext = torch.cat((state[batch.conv_src_rows].flatten(0, 1), bx))

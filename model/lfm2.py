@@ -18,6 +18,7 @@ from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.layers import DecoderLayer, RMSNorm, RotaryTable
 from model.linears import logits_into
+from model.native_layers import use_native_layers
 
 # With the paged attention kernel, prompt chunks up to this long attend row by row instead of
 # gathering their context for SDPA: the small chunks paced in beside decoding streams (a 2k
@@ -80,17 +81,13 @@ class Lfm2ForCausalLM(nn.Module):
     def use_native_kernels(self, kernels: ModuleType, paged_attention: bool) -> None:
         """Run the elementwise work in model/kernels' fused loops (a bf16 model on CPU).
 
+        The norms, SwiGLUs and short convs become model/native_layers.py's subclasses, in place.
+
         ``paged_attention``: attention layers also take the kernels (their fused projection side
         and the paged decode kernel), and prompt chunks up to ``ROW_QUERY_LIMIT`` tokens attend
         row by row; off where the head shape is outside what the kernel takes.
         """
-        self.model.embedding_norm.kernels = kernels
-        for layer in self.model.layers:
-            layer.operator_norm.kernels = layer.ffn_norm.kernels = layer.feed_forward.kernels = kernels
-            if not layer.is_attention:
-                layer.conv.kernels = kernels
-            elif paged_attention:
-                layer.self_attn.kernels = kernels
+        use_native_layers(self.model, kernels, attention=paged_attention)
         if paged_attention:
             self.row_query_limit = ROW_QUERY_LIMIT
 

@@ -1,7 +1,7 @@
 """The fused elementwise kernels (cpu_layer_ops.cpp) against the PyTorch code they replace.
 
-Each module of model/layers.py runs once with ``kernels`` unset (its PyTorch reference) and
-once with the native kernels, on the same bf16 inputs. Where both sides do the same fp32
+Each module of model/layers.py runs once as it is (its PyTorch reference) and once as its
+model/native_layers.py subclass, on the same bf16 inputs. Where both sides do the same fp32
 operations in the same order, results must be bit for bit equal; the RMSNorm's mean of
 squares is summed in another order, so a normalized value may differ by one bf16 ulp.
 """
@@ -18,8 +18,9 @@ from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.layers import Attention, RMSNorm, RotaryTable, ShortConv, SwiGLU
-from model.lfm2 import Lfm2ForCausalLM
+from model.lfm2 import ROW_QUERY_LIMIT, Lfm2ForCausalLM
 from model.loader import load_model
+from model.native_layers import NATIVE_SUBCLASS, NativeAttention, use_native_layers, use_reference_layers
 
 NATIVE = kernels.load()
 pytestmark = pytest.mark.skipif(NATIVE is None, reason="native CPU kernels cannot run on this machine")
@@ -31,9 +32,7 @@ def bf16(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
 
 
 def with_kernels(module: torch.nn.Module) -> torch.nn.Module:
-    native = copy.deepcopy(module)
-    native.kernels = NATIVE
-    return native
+    return use_native_layers(copy.deepcopy(module), NATIVE)
 
 
 def assert_within_an_ulp(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -161,9 +160,7 @@ def test_whole_model_greedy_tokens_match_the_pytorch_elementwise_path(tiny_ckpt_
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
     native = load_model(path, dtype="bfloat16")
     reference = load_model(path, dtype="bfloat16")
-    for module in reference.modules():
-        if isinstance(module, (RMSNorm, SwiGLU, ShortConv, Attention)):
-            module.kernels = None  # the linears keep theirs
+    use_reference_layers(reference)  # the linears keep their kernels
     assert isinstance(native, Lfm2ForCausalLM)
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(20, native.config.vocab_size, (24,), generator=generator).tolist()
@@ -176,3 +173,28 @@ def test_whole_model_greedy_tokens_match_the_pytorch_elementwise_path(tiny_ckpt_
     assert torch.equal(logits["native"].argmax(-1), logits["reference"].argmax(-1))
     scale = logits["reference"].abs().max()
     assert (logits["native"] - logits["reference"]).abs().max() <= 0.05 * scale
+
+
+@pytest.mark.parametrize("paged_attention", [True, False])
+def test_native_layers_swap_in_place_sharing_every_parameter(paged_attention):
+    """use_native_kernels changes classes, never copies a weight, and swaps back the same way."""
+    model = Lfm2ForCausalLM(config()).to(torch.bfloat16)
+    before = dict(model.named_parameters())
+    classes = {name: type(module) for name, module in model.named_modules()}
+    model.use_native_kernels(NATIVE, paged_attention=paged_attention)
+    assert model.row_query_limit == (ROW_QUERY_LIMIT if paged_attention else 1)
+    after = dict(model.named_parameters())
+    assert after.keys() == before.keys() and all(after[name] is before[name] for name in before)
+    for name, module in model.named_modules():
+        native = NATIVE_SUBCLASS.get(classes[name])
+        if native is None or name.endswith(("q_layernorm", "k_layernorm")):
+            # linears are the loader's business; q/k norms run inside attention_prep
+            assert type(module) is classes[name], name
+        elif native is NativeAttention and not paged_attention:
+            assert type(module) is Attention and not hasattr(module, "kernels")
+        else:
+            assert type(module) is native and module.kernels is NATIVE, name
+    use_reference_layers(model)
+    assert {name: type(module) for name, module in model.named_modules()} == classes
+    assert not any(hasattr(module, "kernels") for module in model.modules())
+    assert all(after[name] is param for name, param in model.named_parameters())
