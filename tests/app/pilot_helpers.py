@@ -1,4 +1,9 @@
-"""Helpers for app tests: the test engine config, and waiting on the app by condition instead of sleeps."""
+"""Helpers for app tests: the test engine config, and waiting on the app by condition instead of sleeps.
+
+A wait also stops as soon as the app can no longer get there (it exited, crashed, or shows the
+error screen), with the reason in the failure: a broken start is a fast, readable failure, not
+a two-minute timeout.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,7 @@ from textual.pilot import Pilot
 from app.conversation import ChatSettings
 from app.options import AppOptions
 from app.screens.chat import ChatScreen
+from app.screens.error import ErrorScreen
 from app.widgets.chat_pane import ChatPane
 from engine import RequestOutput
 
@@ -31,14 +37,39 @@ GREEDY = ChatSettings(temperature=0.0, max_tokens=24)
 
 LIMIT = 120.0  # seconds; only a hang reaches it (the machine is shared and slow)
 
+DeadEnd = Callable[[App], str | None]
+
+
+def exited(app: App) -> str | None:
+    """Why waiting on ``app`` is pointless: it exited or crashed (Textual sets a return code for both)."""
+    if app.return_code is not None:
+        return f"the app exited with return code {app.return_code}"
+    return None
+
+
+def exited_or_failed(app: App) -> str | None:
+    """`exited`, or lfm-chat gave up starting and shows why (nothing else can come after that)."""
+    stack = app.screen_stack
+    if stack and isinstance(stack[-1], ErrorScreen):
+        return f"the app shows its error screen: {stack[-1].reason}"
+    return exited(app)
+
 
 async def wait_until(
-    pilot: Pilot, predicate: Callable[[], object], what: str = "", limit: float = LIMIT
+    pilot: Pilot,
+    predicate: Callable[[], object],
+    what: str = "",
+    limit: float = LIMIT,
+    dead_end: DeadEnd = exited_or_failed,
 ) -> None:
+    """Poll until ``predicate()`` holds; fail at once in a ``dead_end`` state, or after ``limit`` s."""
     deadline = time.monotonic() + limit
     while not predicate():
+        why = dead_end(pilot.app)
+        if why is not None:
+            raise AssertionError(f"gave up waiting for {what or predicate}: {why}")
         if time.monotonic() > deadline:
-            raise AssertionError(f"gave up waiting for {what or predicate}")
+            raise AssertionError(f"gave up waiting for {what or predicate} after {limit:.0f} s")
         await pilot.pause(0.02)
 
 
@@ -46,6 +77,18 @@ async def chat_screen(app: App, pilot: Pilot) -> ChatScreen:
     """The chat screen, once the engine has loaded and the screen is mounted."""
     await wait_until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.is_mounted, "a chat")
     assert isinstance(app.screen, ChatScreen)
+    return app.screen
+
+
+async def error_screen(app: App, pilot: Pilot) -> ErrorScreen:
+    """The error screen lfm-chat shows when it cannot start, once mounted."""
+    await wait_until(
+        pilot,
+        lambda: isinstance(app.screen, ErrorScreen) and app.screen.is_mounted,
+        "an error",
+        dead_end=exited,
+    )
+    assert isinstance(app.screen, ErrorScreen)
     return app.screen
 
 
