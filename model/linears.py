@@ -1,12 +1,13 @@
 """The CPU forms of a bf16 linear layer, and the walk that swaps them into a model.
 
 - ``NativeLinear``: the weight packed in model/kernels' panel layout and multiplied by its
-  AVX512-BF16 loop, at every batch size: it streams weights at memory speed at one row and
+  loop (AVX-512 or AVX2), at every batch size: it streams weights at memory speed at one row and
   outpaces oneDNN at prefill sizes too (docs/ARCHITECTURE.md), and a row's result never
   depends on the other rows of the batch.
-- ``PackedLinear``: the fallback where the native kernels cannot be built. oneDNN repacks a
-  bf16 weight into its blocked layout on every ``F.linear`` call; packing once at load made a
-  1024x9216 product 1.6-1.9x faster at 1-8 rows, bit-identical to ``F.linear``.
+- ``PackedLinear``: the fallback where the native kernels cannot be built but oneDNN does bf16
+  (AVX-512 BW/VL/DQ or AVX-NE-CONVERT). oneDNN repacks a bf16 weight into its blocked layout on
+  every ``F.linear`` call; packing once at load made a 1024x9216 product 1.6-1.9x faster at 1-8
+  rows, bit-identical to ``F.linear``. Elsewhere bf16 layers stay plain ``nn.Linear``.
 
 Both keep their own copy of the weight in a layout that cannot serve embedding lookups.
 """
@@ -19,7 +20,7 @@ from types import ModuleType
 import torch
 from torch import nn
 
-from model.kernels import PAIR, native_width, pack_panels
+from model.kernels.layout import PAIR, native_width, pack_panels
 
 
 class NativeLinear(nn.Module):
@@ -30,7 +31,7 @@ class NativeLinear(nn.Module):
         if not native_width(linear.in_features):
             raise ValueError(f"the native kernels need in_features divisible by 4, not {linear.in_features}")
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.register_buffer("packed_weight", pack_panels(linear.weight.detach(), PAIR))
+        self.register_buffer("packed_weight", pack_panels(linear.weight.detach(), PAIR, kernels.PANEL))
         self.bias = None if linear.bias is None else linear.bias.detach()
         self.kernels = kernels
 
@@ -65,12 +66,23 @@ class PackedLinear(nn.Module):
 
 
 def bf16_cpu_linear(kernels: ModuleType | None) -> Callable[[nn.Linear], nn.Module] | None:
-    """How to build each bf16 CPU linear: native where the kernels run, else oneDNN-packed, else as is."""
-    if kernels is not None:
-        return lambda linear: (
-            NativeLinear(linear, kernels) if native_width(linear.in_features) else PackedLinear(linear)
-        )
-    return PackedLinear if torch.backends.mkldnn.is_available() else None
+    """How to build each bf16 CPU linear: native where the kernels run, else oneDNN-packed where
+    oneDNN does bf16 on this CPU, else None (keep ``nn.Linear``)."""
+    fallback = PackedLinear if onednn_bf16_supported() else None
+    if kernels is None:
+        return fallback
+
+    def make(linear: nn.Linear) -> nn.Module:
+        if native_width(linear.in_features):
+            return NativeLinear(linear, kernels)
+        return fallback(linear) if fallback is not None else linear
+
+    return make
+
+
+def onednn_bf16_supported() -> bool:
+    """oneDNN's bf16 prepack raises on CPUs without AVX-512 BW/VL/DQ or AVX-NE-CONVERT (most AVX2 ones)."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
 
 
 def replace_linears(

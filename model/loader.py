@@ -10,6 +10,7 @@ import torch
 from model import kernels as native_kernels
 from model.config import ATTENTION, Lfm2Config
 from model.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
+from model.kernels.layout import native_attention
 from model.lfm2 import Lfm2ForCausalLM
 from model.linears import bf16_cpu_linear, replace_linears
 from model.memory import return_large_frees_to_os
@@ -107,7 +108,7 @@ def load_model(
         replace_linears(model, make_linear, skip=skip)
     if kernels is not None:
         heads = (config.head_dim, config.num_attention_heads, config.num_key_value_heads)
-        model.use_native_kernels(kernels, paged_attention=native_kernels.native_attention(*heads))
+        model.use_native_kernels(kernels, paged_attention=native_attention(*heads))
     head_shares_table = getattr(model.lm_head, "weight", None) is model.model.embed_tokens.weight
     if from_file and not head_shares_table:
         model.model.embed_tokens = FileEmbedding(table)

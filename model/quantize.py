@@ -12,9 +12,9 @@ data is needed. Two ways to multiply them:
   kernel streams weights ~1.5x faster at one row and is 2-4x faster at 8-32 rows. A row's
   result depends only on that row (exact integer sums), so batches stay invariant.
 
-With model/kernels built (bf16 activations on CPU), both run in its native loops instead, at
-every batch size: they stream the int8 weights at close to memory bandwidth at one row and
-outpace torch's kernels at prefill sizes too. The native w8a8 gives torch's result bit for bit
+With model/kernels built (bf16 activations on CPU, AVX-512 or AVX2), both run in its native
+loops instead, at every batch size: they stream the int8 weights at close to memory bandwidth
+at one row and outpace torch's kernels at prefill sizes too. The native w8a8 gives torch's result bit for bit
 (same row quantization, exact integer sums). Only the packed weight is kept then.
 """
 
@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.kernels import PAIR, QUAD, native_width, pack_panels, pad_outputs
+from model.kernels.layout import PAIR, QUAD, native_width, pack_panels, pad_outputs
 from model.linears import replace_linears
 
 # aten._weight_int8pack_mm crashes (SIGSEGV) on CPU when the input width is not a multiple of 16.
@@ -72,8 +72,8 @@ class _QuantizedLinear(nn.Module):
         if self.kernels is None:
             self.register_buffer("weight_int8", quantized)
         else:
-            self.register_buffer("packed_int8", pack_panels(quantized, self.group))
-            self.register_buffer("padded_scales", pad_outputs(self.scales.float()))
+            self.register_buffer("packed_int8", pack_panels(quantized, self.group, kernels.PANEL))
+            self.register_buffer("padded_scales", pad_outputs(self.scales.float(), kernels.PANEL))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features)

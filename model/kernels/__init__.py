@@ -1,15 +1,18 @@
-"""Native CPU kernels, compiled once on first use: linear layers, decode attention, layer ops.
+"""Native CPU kernels, compiled once on first use for the widest instruction set the CPU has.
 
 PyTorch's bf16 and int8 CPU kernels read weights at about half the memory bandwidth a 1-16 row
 product could use; cpu_linear.cpp streams them at nearly all of it. cpu_attention.cpp attends
 single-token queries straight from the paged KV pool, where SDPA needed a padded copy of every
 context. cpu_layer_ops.cpp does the elementwise work between the linears (norms, SwiGLU's gate,
 the short conv, RoPE) in one pass per group instead of dozens of small ATen ops
-(docs/ARCHITECTURE.md has the figures). The sources are built with
-`torch.utils.cpp_extension` the first time a model needs them (~1 minute, cached under torch's
-extensions directory, rebuilt only when a source changes). Without a C++ compiler or the CPU
-instructions they use, `load()` returns None and the model keeps PyTorch's kernels: slower,
-never wrong.
+(docs/ARCHITECTURE.md has the figures).
+
+Every source is written once over cpu_vec.h's vector layer and compiled for one instruction set
+(``ISAS``, widest first). The build takes the widest one the CPU runs; ``LFM_CHAT_ISA=avx2``
+forces a narrower one (tests build every set the machine can run). Builds go through
+`torch.utils.cpp_extension`, cached under torch's extensions directory per instruction set and
+rebuilt only when a source changes. Without a C++ compiler or any of these instruction sets
+(ARM, old x86), `load()` returns None and the model keeps PyTorch's kernels: slower, never wrong.
 """
 
 from __future__ import annotations
@@ -28,23 +31,34 @@ logger = logging.getLogger(__name__)
 
 _SOURCE_FILES = ("cpu_linear.cpp", "cpu_attention.cpp", "cpu_layer_ops.cpp", "bindings.cpp")
 SOURCES = tuple(Path(__file__).with_name(name) for name in _SOURCE_FILES)
-REQUIRED_FLAGS = ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni")
 DISABLE_ENV = "LFM_CHAT_NATIVE_KERNELS"  # "0": PyTorch's kernels only (A/B benchmarks, fallback tests)
-# Named instruction sets, not -march=native: the cached build must also run on the next machine
-# that has these flags (a shared home directory, a copied cache).
+ISA_ENV = "LFM_CHAT_ISA"  # force one instruction set, e.g. "avx2" on an AVX-512 machine
+
+# Instruction set -> the /proc/cpuinfo flags it needs, widest first. The compiler flags name
+# these sets rather than -march=native, so a cached build also runs on the next machine that
+# has them (a shared home directory, a copied cache).
+ISAS: dict[str, tuple[str, ...]] = {
+    "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "fma"),
+    "avxvnni": ("avx2", "fma", "avx_vnni"),
+    "avx2": ("avx2", "fma"),
+}
 # -ffp-contract=off: no fused multiply-add where the PyTorch code rounds between multiply and add.
-_CFLAGS = [
-    "-O3",
-    "-fopenmp",
-    "-mfma",
-    "-ffp-contract=off",
-    *(f"-m{f.replace('_', '')}" for f in REQUIRED_FLAGS),
-]
+_COMMON_CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
 
 
-def missing_cpu_flags() -> list[str]:
+def compile_flags(isa: str) -> list[str]:
+    """-m flags naming exactly the instruction set's features (avx512_bf16 -> -mavx512bf16)."""
+    return [*_COMMON_CFLAGS, *(f"-m{flag.replace('_', '')}" for flag in ISAS[isa])]
+
+
+def missing_flags(isa: str) -> list[str]:
     flags = cpu_flags()
-    return [flag for flag in REQUIRED_FLAGS if flag not in flags]
+    return [flag for flag in ISAS[isa] if flag not in flags]
+
+
+def runnable_isas() -> list[str]:
+    """The instruction sets this CPU can run, widest first (what tests build and compare)."""
+    return [isa for isa in ISAS if not missing_flags(isa)]
 
 
 def wanted_for(dtype: torch.dtype, device: torch.device | str) -> bool:
@@ -52,27 +66,53 @@ def wanted_for(dtype: torch.dtype, device: torch.device | str) -> bool:
     return dtype == torch.bfloat16 and torch.device(device).type == "cpu"
 
 
+def _chosen_isa() -> tuple[str | None, str | None]:
+    """The instruction set to build (LFM_CHAT_ISA, else the widest runnable), or None and why not."""
+    forced = os.environ.get(ISA_ENV, "").strip().lower()
+    if forced:
+        if forced not in ISAS:
+            return None, f"{ISA_ENV}={forced} is not one of {', '.join(ISAS)}"
+        return forced, None
+    runnable = runnable_isas()
+    if runnable:
+        return runnable[0], None
+    return None, f"this CPU lacks {', '.join(missing_flags('avx2'))} (and AVX-512)"
+
+
 @functools.cache
-def availability() -> tuple[ModuleType | None, str | None]:
-    """The compiled kernels, or None and why not (no reason when turned off on purpose)."""
+def availability(isa: str | None = None) -> tuple[ModuleType | None, str | None]:
+    """The compiled kernels for ``isa`` (None: the chosen one), or None and why not.
+
+    No reason is given when the kernels were turned off on purpose (LFM_CHAT_NATIVE_KERNELS=0).
+    """
     if os.environ.get(DISABLE_ENV) == "0":
         return None, None
-    missing = missing_cpu_flags()
+    if isa is None:
+        isa, reason = _chosen_isa()
+        if isa is None:
+            logger.info("native CPU kernels off: %s", reason)
+            return None, reason
+    missing = missing_flags(isa)
     if missing:
         reason = f"this CPU lacks {', '.join(missing)}"
-        logger.info("native CPU kernels off: %s", reason)
+        logger.info("native CPU kernels (%s) off: %s", isa, reason)
         return None, reason
-    return build(SOURCES, "lfm_chat_cpu_kernels")
+    return build(isa)
 
 
-def load() -> ModuleType | None:
+def load(isa: str | None = None) -> ModuleType | None:
     """The compiled kernels, or None where they cannot run here (`unavailable_reason()` says why)."""
-    return availability()[0]
+    return availability(isa)[0]
 
 
-def unavailable_reason() -> str | None:
+def unavailable_reason(isa: str | None = None) -> str | None:
     """Why `load()` returns None (None when the kernels run, or were turned off on purpose)."""
-    return availability()[1]
+    return availability(isa)[1]
+
+
+def clear_cache() -> None:
+    """Forget what was decided, so a changed environment (tests) is looked at again."""
+    availability.cache_clear()
 
 
 def _put_ninja_on_path() -> None:
@@ -86,17 +126,18 @@ def _put_ninja_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join((ninja.BIN_DIR, os.environ.get("PATH", "")))
 
 
-def build(sources: tuple[Path, ...], name: str) -> tuple[ModuleType | None, str | None]:
-    """Compile ``sources`` as extension ``name`` (cached by torch); on failure None and the reason."""
+def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | None, str | None]:
+    """Compile ``sources`` for ``isa`` (cached by torch); on failure None and the reason."""
     try:
         from torch.utils.cpp_extension import load as load_extension
 
         _put_ninja_on_path()
         module = load_extension(
-            name=name,
+            name=f"lfm_chat_cpu_kernels_{isa}",
             sources=[str(source) for source in sources],
-            extra_cflags=_CFLAGS,
+            extra_cflags=compile_flags(isa),
             extra_ldflags=["-fopenmp"],
+            extra_include_paths=[str(Path(__file__).parent)],
             verbose=False,
         )
     except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once
@@ -105,35 +146,3 @@ def build(sources: tuple[Path, ...], name: str) -> tuple[ModuleType | None, str 
         logger.warning("native CPU kernels unavailable (%s); using PyTorch's slower kernels", reason)
         return None, reason
     return module, None
-
-
-PANEL = 64  # outputs per panel of the packed layout (cpu_linear.cpp)
-PAIR, QUAD = 2, 4  # k values per group: bf16 panels hold pairs (vdpbf16ps), int8 ones quads (vpdpbusd)
-
-
-def native_width(in_features: int) -> bool:
-    """The kernels walk K in groups of 4 (w8a8's quads); every LFM2 width qualifies."""
-    return in_features % QUAD == 0
-
-
-def native_attention(head_dim: int, heads: int, kv_heads: int) -> bool:
-    """What cpu_attention.cpp's decode_attention takes: head_dim <= 256, <= 16 queries per kv head."""
-    return head_dim <= 256 and heads % kv_heads == 0 and heads // kv_heads <= 16
-
-
-def pack_panels(weight: torch.Tensor, group: int) -> torch.Tensor:
-    """[N, K] -> [ceil(N / 64), K / group, 64, group]: the layout cpu_linear.cpp streams.
-
-    Rows past N are zero padding (their outputs are never stored). K must divide by 4.
-    """
-    n, k = weight.shape
-    padded = -(-n // PANEL) * PANEL
-    if padded != n:
-        weight = torch.cat((weight, weight.new_zeros(padded - n, k)))
-    return weight.view(padded // PANEL, PANEL, k // group, group).transpose(1, 2).contiguous()
-
-
-def pad_outputs(values: torch.Tensor) -> torch.Tensor:
-    """A per-output vector [N] padded with zeros to whole panels, as the kernels read it."""
-    padded = -(-values.shape[0] // PANEL) * PANEL
-    return torch.cat((values, values.new_zeros(padded - values.shape[0])))

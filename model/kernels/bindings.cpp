@@ -5,7 +5,10 @@
 
 #include <optional>
 
+#include "cpu_vec.h"
+
 namespace lfm_kernels {
+int64_t linear_panel();
 torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
                           const std::optional<torch::Tensor>& out);
 torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N,
@@ -29,6 +32,8 @@ torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_we
 }  // namespace lfm_kernels
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.attr("ISA") = LFM_ISA_NAME;              // the instruction set this build was compiled for
+  m.attr("PANEL") = lfm_kernels::linear_panel();  // outputs per panel of the packed linear weights
   // each linear returns bf16 [M, N], or fills `out` (fp32 [M, N], the same bf16-rounded values) and returns it
   m.def("linear_bf16", &lfm_kernels::linear_bf16, "x @ W.T: bf16 x [M, K], bf16 W packed in pair panels, N outputs",
         py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());

@@ -1,4 +1,4 @@
-// Attention of single-token (decode) queries over the paged KV pool, on AVX512-BF16 CPUs.
+// Attention of single-token (decode) queries over the paged KV pool, on the CPU.
 //
 // Why: SDPA on CPU wants one dense [batch, heads, context, dim] tensor, so decode first
 // gathered every sequence's cached blocks into a padded copy (index_select) and then ran a
@@ -7,121 +7,103 @@
 // where they lie (block table -> slot) and does nothing for padding.
 //
 // Per (sequence, kv head), for the rep = heads / kv_heads queries sharing that head:
-//   scores[t] = q . k[t] * scale        fp32 sums of bf16 products (vdpbf16ps), t < context
+//   scores[t] = q . k[t] * scale        fp32 sums of bf16 products (cpu_vec.h's dot_pairs), t < context
 //   p = softmax(scores)                 fp32, max-subtracted
 //   out = sum_t p[t] v[t]               fp32, rounded to bf16 once
 // Each sequence is computed alone, so its result never depends on the rest of the batch.
 //
-// Scores are taken 16 positions at a time and reduced together (sum_each), not with one
+// Scores are taken LANES positions at a time and reduced together (sum_each), not with one
 // horizontal sum per position; head_dim's chunk count is a template constant so q and the
-// accumulators stay in registers. With both, 8 streams x 180 positions went 166 -> 75 us a
-// layer alone, and 2.25 -> ~1.5 ms per step inside the engine (where K/V come from DRAM).
+// accumulators stay in registers (docs/ARCHITECTURE.md has the figures).
 
 #include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/extension.h>
 
 #include "cpu_vec.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 namespace lfm_kernels {
 namespace {
 
-constexpr int64_t MAX_DIM = 256;  // head_dim up to 256 (LFM2: 64), in chunks of 32 (the last one masked)
-constexpr int MAX_REP = 16;       // query heads per kv head
+using namespace vec;
+
+constexpr int64_t MAX_DIM = 256;   // head_dim up to 256 (LFM2: 64)
+constexpr int CHUNK = 2 * LANES;   // head_dim values per pair chunk (the last one partial)
+constexpr int MAX_REP = 16;        // query heads per kv head
 
 // scores[0..n) -> exp(scores - max), returns their sum.
 float softmax_numerators(float* scores, int64_t n) {
   float peak = -std::numeric_limits<float>::infinity();
   for (int64_t t = 0; t < n; ++t) peak = std::max(peak, scores[t]);
-  const __m512 vpeak = _mm512_set1_ps(peak);
-  __m512 vsum = _mm512_setzero_ps();
-  for (int64_t t = 0; t < n; t += 16) {
-    const __mmask16 mask = lanes_upto(n - t);
-    const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, scores + t), vpeak));
-    _mm512_mask_storeu_ps(scores + t, mask, e);
-    vsum = _mm512_add_ps(vsum, _mm512_maskz_mov_ps(mask, e));
+  const vf vpeak = set1(peak);
+  vf vsum = zero();
+  for (int64_t t = 0; t < n; t += LANES) {
+    const vf e = exp_nonpositive(sub(load(scores + t, n - t), vpeak));
+    store(scores + t, e, n - t);
+    vsum = add(vsum, n - t >= LANES ? e : load(scores + t, n - t));  // lanes past n stay out of the sum
   }
-  return _mm512_reduce_add_ps(vsum);
+  return reduce_add(vsum);
 }
-
 
 #define UNROLL16 _Pragma("GCC unroll 16")
 
-// r[i] = the sum of v[PERM[i]]'s 16 lanes, in 15 shuffle-and-add steps instead of 16
-// horizontal reductions. Position i of a group of 16 goes into v[PERM[i]], so r lists the
-// positions in order (the tree's output order is a 4x4 transpose of its input order).
-constexpr int PERM[16] = {0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15};
-
-inline __m512 sum_each(const __m512 (&v)[16]) {
-  __m512 eight[8], four[4], two[2];
-  UNROLL16 for (int i = 0; i < 8; ++i)  // 128-bit lanes: [v2i: 2 x 4 partials | v2i+1: 2 x 4 partials]
-    eight[i] = _mm512_add_ps(_mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(1, 0, 1, 0)),
-                             _mm512_shuffle_f32x4(v[2 * i], v[2 * i + 1], _MM_SHUFFLE(3, 2, 3, 2)));
-  UNROLL16 for (int i = 0; i < 4; ++i)  // lane j: 4 partials of v[4i + j]
-    four[i] = _mm512_add_ps(_mm512_shuffle_f32x4(eight[2 * i], eight[2 * i + 1], _MM_SHUFFLE(2, 0, 2, 0)),
-                            _mm512_shuffle_f32x4(eight[2 * i], eight[2 * i + 1], _MM_SHUFFLE(3, 1, 3, 1)));
-  UNROLL16 for (int i = 0; i < 2; ++i)  // lane j: 2 partials each of v[8i + j] and v[8i + 4 + j]
-    two[i] = _mm512_add_ps(_mm512_unpacklo_ps(four[2 * i], four[2 * i + 1]),
-                           _mm512_unpackhi_ps(four[2 * i], four[2 * i + 1]));
-  // lane j: sums of v[j], v[4 + j], v[8 + j], v[12 + j]
-  return _mm512_add_ps(_mm512_shuffle_ps(two[0], two[1], _MM_SHUFFLE(1, 0, 1, 0)),
-                       _mm512_shuffle_ps(two[0], two[1], _MM_SHUFFLE(3, 2, 3, 2)));
-}
-
 // One sequence and one kv head: its `rep` query heads over `n` context positions whose rows
-// start at k + offsets[t] and v + offsets[t]. CH = 32-value chunks per head (head_dim <= 32 CH),
+// start at k + offsets[t] and v + offsets[t]. CH = pair chunks per head (head_dim <= CH * CHUNK),
 // a compile-time constant so q and the accumulators stay in registers.
 template <int CH>
 void attend(const bf16* q, const bf16* k, const bf16* v, const int64_t* offsets, int64_t n, int64_t rep, int64_t D,
             float scale, float* scores, bf16* out) {
-  const __mmask32 last32 = D % 32 ? __mmask32((1u << (D % 32)) - 1) : ~__mmask32(0);
-  const __mmask16 last16 = D % 16 ? __mmask16((1u << (D % 16)) - 1) : __mmask16(0xFFFF);
-  const int64_t halves = (D + 15) / 16;
-  const __m512 vscale = _mm512_set1_ps(scale);
+  const int64_t last_values = D - (CH - 1) * CHUNK;  // head_dim values in the last chunk
+  const int64_t vectors = (D + LANES - 1) / LANES;   // fp32 vectors of one output row
+  const vf vscale = set1(scale);
   for (int64_t h = 0; h < rep; ++h) {
     const bf16* qh = q + h * D;
-    __m512bh qv[CH];
-    UNROLL16 for (int c = 0; c < CH; ++c)
-      qv[c] = (__m512bh)_mm512_maskz_loadu_epi16(c + 1 < CH ? ~__mmask32(0) : last32, qh + 32 * c);
+    Pairs qv[CH];
+    UNROLL16 for (int c = 0; c < CH; ++c) qv[c] = load_pairs(qh + CHUNK * c, c + 1 < CH ? CHUNK : last_values);
     float* sc = scores + h * n;
-    for (int64_t t0 = 0; t0 < n; t0 += 16) {  // scores of 16 positions at a time
-      const int64_t count = std::min<int64_t>(16, n - t0);
-      __m512 acc[16];
-      UNROLL16 for (int i = 0; i < 16; ++i) {
-        acc[PERM[i]] = _mm512_setzero_ps();
+    for (int64_t t0 = 0; t0 < n; t0 += LANES) {  // scores of LANES positions at a time
+      const int64_t count = std::min<int64_t>(LANES, n - t0);
+      vf acc[LANES];
+      UNROLL16 for (int i = 0; i < LANES; ++i) {
+        acc[SUM_ORDER[i]] = zero();
         if (i < count) {
           const bf16* kt = k + offsets[t0 + i];
-          UNROLL16 for (int c = 0; c < CH; ++c) {  // past head_dim lies the next head (or the pool's end)
-            const __m512i kc = _mm512_maskz_loadu_epi16(c + 1 < CH ? ~__mmask32(0) : last32, kt + 32 * c);
-            acc[PERM[i]] = _mm512_dpbf16_ps(acc[PERM[i]], qv[c], (__m512bh)kc);
-          }
+          UNROLL16 for (int c = 0; c < CH; ++c)  // past head_dim lies the next head (or the pool's end)
+            acc[SUM_ORDER[i]] = dot_pairs(acc[SUM_ORDER[i]], qv[c],
+                                          load_pairs(kt + CHUNK * c, c + 1 < CH ? CHUNK : last_values));
         }
       }
-      _mm512_mask_storeu_ps(sc + t0, lanes_upto(count), _mm512_mul_ps(sum_each(acc), vscale));
+      store(sc + t0, mul(sum_each(acc), vscale), count);
     }
-    const __m512 norm = _mm512_set1_ps(1.0f / softmax_numerators(sc, n));
-    __m512 acc[2 * CH];
-    UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = _mm512_setzero_ps();
+    const vf norm = set1(1.0f / softmax_numerators(sc, n));
+    vf acc[2 * CH];
+    UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = zero();
     for (int64_t t = 0; t < n; ++t) {
-      const __m512 p = _mm512_set1_ps(sc[t]);
+      const vf p = set1(sc[t]);
       const bf16* vt = v + offsets[t];
       UNROLL16 for (int c = 0; c < 2 * CH; ++c)
-        if (c < halves) acc[c] = _mm512_fmadd_ps(p, load_bf16(vt + 16 * c, c + 1 < halves ? 0xFFFF : last16), acc[c]);
+        if (c < vectors) acc[c] = fmadd(p, load_bf16(vt + LANES * c, D - LANES * c), acc[c]);
     }
     UNROLL16 for (int c = 0; c < 2 * CH; ++c)
-      if (c < halves) store_bf16(out + h * D + 16 * c, _mm512_mul_ps(acc[c], norm), c + 1 < halves ? 0xFFFF : last16);
+      if (c < vectors) store_bf16(out + h * D + LANES * c, mul(acc[c], norm), D - LANES * c);
   }
 }
 
 using AttendFn = void (*)(const bf16*, const bf16*, const bf16*, const int64_t*, int64_t, int64_t, int64_t, float,
                           float*, bf16*);
-constexpr AttendFn ATTEND[] = {attend<1>, attend<2>, attend<3>, attend<4>, attend<5>, attend<6>, attend<7>, attend<8>};
+
+template <std::size_t... I>
+constexpr auto attend_table(std::index_sequence<I...>) {
+  return std::array<AttendFn, sizeof...(I)>{attend<int(I) + 1>...};
+}
+// attend<CH> for every chunk count head_dim <= 256 may need
+constexpr auto ATTEND = attend_table(std::make_index_sequence<MAX_DIM / CHUNK>{});
 
 }  // namespace
 
@@ -154,7 +136,7 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_ca
   const bf16* kp = k_cache.data_ptr<bf16>();
   const bf16* vp = v_cache.data_ptr<bf16>();
   bf16* op = out.data_ptr<bf16>();
-  const AttendFn attend_head = ATTEND[(D + 31) / 32 - 1];
+  const AttendFn attend_head = ATTEND[(D + CHUNK - 1) / CHUNK - 1];
 
   at::parallel_for(0, S * Hkv, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scores;

@@ -1,4 +1,4 @@
-// The work between the linear layers, one pass per group of ops, on AVX512 CPUs.
+// The work between the linear layers, one pass per group of ops, over cpu_vec.h's vector layer.
 //
 // Why: a 1-stream bf16 decode step spends ~22 ms in its linears. The rest (RMSNorms, the
 // residual adds, SwiGLU's gate, the short conv, q/k norms, RoPE, the KV write) touches only
@@ -24,6 +24,8 @@
 namespace lfm_kernels {
 namespace {
 
+using namespace vec;
+
 // Rows per parallel task: fewer rows than this run inline, since starting a parallel region
 // costs more than normalizing a few decode rows.
 constexpr int64_t ROWS_PER_TASK = 32;
@@ -44,16 +46,15 @@ void check_range(const torch::Tensor& t, int64_t end, const char* what) {
 
 // out = weight * bf16(x * rsqrt(mean(x^2) + eps)), rounded to bf16: RMSNorm.forward for one row.
 void rms_norm_row(const bf16* x, const bf16* weight, bf16* out, int64_t n, float eps) {
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __m512 v = load_bf16(x + i, lanes_upto(n - i));
-    sum = _mm512_add_ps(sum, _mm512_mul_ps(v, v));
+  vf sum = zero();
+  for (int64_t i = 0; i < n; i += LANES) {
+    const vf v = load_bf16(x + i, n - i);
+    sum = add(sum, mul(v, v));
   }
-  const __m512 inv = _mm512_set1_ps(1.0f / std::sqrt(_mm512_reduce_add_ps(sum) / static_cast<float>(n) + eps));
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = lanes_upto(n - i);
-    const __m512 normed = round_bf16(_mm512_mul_ps(load_bf16(x + i, m), inv));
-    store_bf16(out + i, _mm512_mul_ps(load_bf16(weight + i, m), normed), m);
+  const vf inv = set1(1.0f / std::sqrt(reduce_add(sum) / static_cast<float>(n) + eps));
+  for (int64_t i = 0; i < n; i += LANES) {
+    const vf normed = round_bf16(mul(load_bf16(x + i, n - i), inv));
+    store_bf16(out + i, mul(load_bf16(weight + i, n - i), normed), n - i);
   }
 }
 
@@ -81,10 +82,8 @@ torch::Tensor add_rms_norm(torch::Tensor& hidden, const std::optional<torch::Ten
     for (int64_t t = t0; t < t1; ++t) {
       bf16* row = h + t * n;
       if (d != nullptr) {
-        for (int64_t i = 0; i < n; i += 16) {
-          const __mmask16 m = lanes_upto(n - i);
-          store_bf16(row + i, _mm512_add_ps(load_bf16(row + i, m), load_bf16(d + t * n + i, m)), m);
-        }
+        for (int64_t i = 0; i < n; i += LANES)
+          store_bf16(row + i, add(load_bf16(row + i, n - i), load_bf16(d + t * n + i, n - i)), n - i);
       }
       rms_norm_row(row, w, o + t * n, n, feps);
     }
@@ -100,19 +99,17 @@ torch::Tensor swiglu(const torch::Tensor& gate_up) {
   auto out = torch::empty({T, F}, gate_up.options());
   const bf16* in = gate_up.data_ptr<bf16>();
   bf16* o = out.data_ptr<bf16>();
-  const __m512 one = _mm512_set1_ps(1.0f);
+  const vf one = set1(1.0f);
   at::parallel_for(0, T, ROWS_PER_TASK, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) {
       const bf16* gate = in + t * 2 * F;
-      for (int64_t i = 0; i < F; i += 16) {
-        const __mmask16 m = lanes_upto(F - i);
-        const __m512 g = load_bf16(gate + i, m);
+      for (int64_t i = 0; i < F; i += LANES) {
+        const vf g = load_bf16(gate + i, F - i);
         // g / (1 + exp(-g)) as PyTorch computes it; for g < 0 the same over exp(g): exp never overflows
-        const __m512 e = exp_nonpositive(_mm512_sub_ps(_mm512_setzero_ps(), _mm512_abs_ps(g)));
-        const __mmask16 negative = _mm512_cmp_ps_mask(g, _mm512_setzero_ps(), _CMP_LT_OQ);
-        const __m512 numerator = _mm512_mask_mul_ps(g, negative, g, e);
-        const __m512 silu = round_bf16(_mm512_div_ps(numerator, _mm512_add_ps(one, e)));
-        store_bf16(o + t * F + i, _mm512_mul_ps(silu, load_bf16(gate + F + i, m)), m);
+        const vf e = exp_nonpositive(sub(zero(), vec::abs(g)));
+        const vf numerator = select_negative(g, mul(g, e), g);
+        const vf silu = round_bf16(div(numerator, add(one, e)));
+        store_bf16(o + t * F + i, mul(silu, load_bf16(gate + F + i, F - i)), F - i);
       }
     }
   });
@@ -164,23 +161,21 @@ torch::Tensor short_conv(const torch::Tensor& bcx, torch::Tensor& state, const t
 
   at::parallel_for(0, T, ROWS_PER_TASK, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
-      for (int64_t i = 0; i < h; i += 16) {
-        const __mmask16 m = lanes_upto(h - i);
+      for (int64_t i = 0; i < h; i += LANES) {
         const bf16* row = in + t * 3 * h;
-        store_bf16(bxp + t * h + i, _mm512_mul_ps(load_bf16(row + i, m), load_bf16(row + 2 * h + i, m)), m);
+        store_bf16(bxp + t * h + i, mul(load_bf16(row + i, h - i), load_bf16(row + 2 * h + i, h - i)), h - i);
       }
   });
   at::parallel_for(0, T, ROWS_PER_TASK, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t)
-      for (int64_t i = 0; i < h; i += 16) {
-        const __mmask16 m = lanes_upto(h - i);
-        __m512 acc = _mm512_setzero_ps();
+      for (int64_t i = 0; i < h; i += LANES) {
+        const int64_t m = h - i;
+        vf acc = zero();
         for (int64_t j = 0; j < L; ++j)
-          acc = _mm512_add_ps(acc, _mm512_mul_ps(load_bf16(entry(win[t * L + j]) + i, m),
-                                                 _mm512_maskz_loadu_ps(m, tp + j * h + i)));
-        if (bp != nullptr) acc = _mm512_add_ps(acc, load_bf16(bp + i, m));
-        const __m512 c = load_bf16(in + t * 3 * h + h + i, m);
-        store_bf16(o + t * h + i, _mm512_mul_ps(c, round_bf16(acc)), m);
+          acc = add(acc, mul(load_bf16(entry(win[t * L + j]) + i, m), load(tp + j * h + i, m)));
+        if (bp != nullptr) acc = add(acc, load_bf16(bp + i, m));
+        const vf c = load_bf16(in + t * 3 * h + h + i, m);
+        store_bf16(o + t * h + i, mul(c, round_bf16(acc)), m);
       }
   });
   // A state row may be read above and written here (its sequence's own row): gather first.

@@ -1,34 +1,33 @@
-// Linear layers on AVX512-BF16 CPUs: out[M, N] = x[M, K] @ W.T, W pre-packed in panels.
+// Linear layers on the CPU: out[M, N] = x[M, K] @ W.T, W pre-packed in panels.
 //
 // Why: at decode batch sizes a step reads every weight once, so speed is memory bandwidth,
 // and PyTorch's bf16 and int8 CPU kernels reach about half of it at one row. These loops
-// stream each weight once per step with 512-bit loads and keep up at prefill sizes too.
+// stream each weight once per step and keep up at prefill sizes too. They are written once
+// over cpu_vec.h's vector layer and compiled per instruction set (LANES = 16 on AVX-512, 8 on
+// AVX2).
 //
-// Packed layout (model/linears.py packs at load): W [N, K] becomes panels of 64 outputs,
-// each panel K/G groups of G consecutive k for all 64 outputs:
+// Packed layout (model/linears.py packs at load): W [N, K] becomes panels of PANEL = 4 * LANES
+// outputs, each panel K/G groups of G consecutive k for all its outputs:
 //
-//     panel[n / 64][k / G][n % 64][k % G]       G = 2 for bf16 (vdpbf16ps takes pairs),
-//                                               G = 4 for int8 x int8 (vpdpbusd takes quads)
+//     panel[n / PANEL][k / G][n % PANEL][k % G]     G = 2 for bf16 and int8 weights (pairs),
+//                                                   G = 4 for int8 x int8 (quads)
 //
-// One group of a panel is 4 vectors of 16 outputs; an activation row's G values are
-// broadcast and multiplied into 16 fp32/int32 lanes, one lane per output. No horizontal
+// One group of a panel is 4 vectors of LANES outputs; an activation row's G values are
+// broadcast and multiplied into LANES fp32/int32 lanes, one lane per output. No horizontal
 // sums, and every output's sum runs over k in the same order whatever M is: a row's result
 // never depends on what else is in the batch.
 //
 //   linear_bf16   bf16 x, bf16 W                    fp32 accumulation
-//   linear_int8   bf16 x, int8 W * per-row scale    W widened to bf16 in registers
+//   linear_int8   bf16 x, int8 W * per-row scale    W widened in registers
 //   linear_w8a8   x quantized per row to int8 (model/quantize.py's rounding), int8 W,
 //                 exact int32 sums: bit for bit what quantize_rows + torch._int_mm give
 
 #include <ATen/Parallel.h>
-#include <c10/util/BFloat16.h>
-#include <immintrin.h>
 #include <torch/extension.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -37,76 +36,73 @@
 namespace lfm_kernels {
 namespace {
 
-constexpr int64_t PANEL = 64;  // outputs per panel: 4 vectors of 16 lanes
-constexpr int VECS = 4;
-constexpr int MR = 4;          // activation rows per register tile (4 x 4 accumulators)
+using namespace vec;
+
+constexpr int VECS = 4;                     // vectors of outputs per panel
+constexpr int64_t PANEL = VECS * LANES;     // outputs per panel
+constexpr int MR = LANES == 16 ? 4 : 2;     // activation rows per register tile: 4 x 4 accumulators
+                                            // fill half of AVX-512's 32 registers, 2 x 4 half of AVX2's 16
 
 #define UNROLL _Pragma("GCC unroll 8")
 
-inline int32_t load_u32(const void* p) {
-  int32_t v;
-  std::memcpy(&v, p, 4);
-  return v;
-}
+// ---------------------------------------------------------------- weight groups as bf16 pairs
 
-// ---------------------------------------------------------------- weight groups as bf16
-
-// One k-pair of a bf16 panel: 4 vectors of 16 outputs x 2 k.
+// One k-pair of a bf16 panel: 4 vectors of LANES outputs x 2 k.
 struct Bf16Panel {
   const bf16* w;
-  inline void load(int64_t pair, __m512bh (&out)[VECS]) const {
-    const bf16* g = w + pair * PANEL * 2;
-    UNROLL for (int j = 0; j < VECS; ++j) out[j] = (__m512bh)_mm512_loadu_si512(g + j * 32);
-  }
+  inline Pairs load(int64_t pair, int j) const { return load_pairs(w + (pair * PANEL + j * LANES) * 2); }
 };
 
-// One k-pair of an int8 panel, widened to bf16 (exact: |w| <= 127 fits bf16's significand).
+// One k-pair of an int8 panel, widened (times INT8_PAIR_SCALE, exact).
 struct Int8Panel {
   const int8_t* w;
-  inline void load(int64_t pair, __m512bh (&out)[VECS]) const {
-    const int8_t* g = w + pair * PANEL * 2;
-    UNROLL for (int j = 0; j < VECS; ++j) {
-      const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(g + j * 32));
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(bytes)));
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(bytes, 1)));
-      out[j] = _mm512_cvtne2ps_pbh(hi, lo);
-    }
-  }
+  inline Pairs load(int64_t pair, int j) const { return int8_pairs(w + (pair * PANEL + j * LANES) * 2); }
 };
 
-// R activation rows (bf16, row stride K) against one panel; store(r, j, 16 fp32 sums).
+// R activation rows (bf16, row stride K) against one panel; store(r, j, LANES fp32 sums).
 template <int R, typename Panel, typename Store>
-inline void tile_bf16(const bf16* x, int64_t K, const Panel& panel, Store&& store) {
-  __m512 acc[R][VECS];
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = _mm512_setzero_ps();
+inline void tile_pairs(const bf16* x, int64_t K, const Panel& panel, Store&& store) {
+  vf acc[R][VECS];
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero();
   const int64_t pairs = K / 2;
   for (int64_t p = 0; p < pairs; ++p) {
-    __m512bh w[VECS];
-    panel.load(p, w);
-    UNROLL for (int r = 0; r < R; ++r) {
-      const __m512bh xb = (__m512bh)_mm512_set1_epi32(load_u32(x + r * K + 2 * p));
-      UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], xb, w[j]);
+    Pairs xb[R];
+    UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_pair(x + r * K + 2 * p);
+    UNROLL for (int j = 0; j < VECS; ++j) {
+      const Pairs w = panel.load(p, j);
+      UNROLL for (int r = 0; r < R; ++r) acc[r][j] = dot_pairs(acc[r][j], xb[r], w);
     }
   }
   UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
 }
 
-// R activation rows (u8 = int8 + 128, row stride K) against one int8 quad panel: int32 sums.
+// R activation rows (int8 + QUAD_OFFSET, row stride K) against one int8 quad panel: int32 sums.
 template <int R, typename Store>
-inline void tile_u8s8(const uint8_t* x, int64_t K, const int8_t* panel, Store&& store) {
-  __m512i acc[R][VECS];
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = _mm512_setzero_si512();
+inline void tile_quads(const uint8_t* x, int64_t K, const int8_t* panel, Store&& store) {
+  vi acc[R][VECS];
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero_i32();
   const int64_t quads = K / 4;
   for (int64_t q = 0; q < quads; ++q) {
     const int8_t* g = panel + q * PANEL * 4;
-    __m512i w[VECS];
-    UNROLL for (int j = 0; j < VECS; ++j) w[j] = _mm512_loadu_si512(g + j * 64);
-    UNROLL for (int r = 0; r < R; ++r) {
-      const __m512i xb = _mm512_set1_epi32(load_u32(x + r * K + 4 * q));
-      UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = _mm512_dpbusd_epi32(acc[r][j], xb, w[j]);
+    Quads xb[R];
+    UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_quad(x + r * K + 4 * q);
+    UNROLL for (int j = 0; j < VECS; ++j) {
+      const Quads w = load_quads(g + j * LANES * 4);
+      UNROLL for (int r = 0; r < R; ++r) acc[r][j] = dot_quads(acc[r][j], xb[r], w);
     }
   }
   UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
+}
+
+// The last rows < MR of a panel, as one tile of exactly that many rows.
+template <int R, typename Tile>
+inline void remainder_tile(int64_t rows, int64_t m, int64_t p, Tile&& tile) {
+  if constexpr (R > 0) {
+    if (rows == R)
+      tile(std::integral_constant<int, R>{}, m, p);
+    else
+      remainder_tile<R - 1>(rows, m, p, tile);
+  }
 }
 
 // Every panel (split between threads) against all M rows, MR at a time.
@@ -117,12 +113,7 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
     for (int64_t p = p0; p < p1; ++p) {
       int64_t m = 0;
       for (; m + MR <= M; m += MR) tile(std::integral_constant<int, MR>{}, m, p);
-      switch (M - m) {
-        case 3: tile(std::integral_constant<int, 3>{}, m, p); break;
-        case 2: tile(std::integral_constant<int, 2>{}, m, p); break;
-        case 1: tile(std::integral_constant<int, 1>{}, m, p); break;
-        default: break;
-      }
+      remainder_tile<MR - 1>(M - m, m, p, tile);
     }
   });
 }
@@ -146,14 +137,13 @@ class Output {
       bf16_ = tensor_.data_ptr<bf16>();
     }
   }
-  // 16 outputs of row `row` from output n0, clipped at N
-  inline void store(int64_t row, int64_t n0, __m512 values) const {
+  // LANES outputs of row `row` from output n0, clipped at N
+  inline void store(int64_t row, int64_t n0, vf values) const {
     if (n0 >= N_) return;
-    const __mmask16 mask = lanes_upto(N_ - n0);
     if (f32_ != nullptr)
-      _mm512_mask_storeu_ps(f32_ + row * N_ + n0, mask, round_bf16(values));
+      vec::store(f32_ + row * N_ + n0, round_bf16(values), N_ - n0);
     else
-      store_bf16(bf16_ + row * N_ + n0, values, mask);
+      store_bf16(bf16_ + row * N_ + n0, values, N_ - n0);
   }
   torch::Tensor tensor() const { return tensor_; }
 
@@ -178,8 +168,9 @@ void check_panels(const torch::Tensor& w, at::ScalarType dtype, int64_t N, int64
 }
 
 // Per-row symmetric int8, as model/quantize.py's quantize_rows: scale = max(amax|x|, 1e-12) / 127,
-// q = round-half-even(x / scale), stored as q + 128 (vpdpbusd multiplies unsigned by signed).
-void quantize_rows_u8(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
+// q = round-half-even(x / scale), stored as q + QUAD_OFFSET (u8 where the dot product multiplies
+// unsigned by signed).
+void quantize_rows(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* scales) {
   at::parallel_for(0, M, 16, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const bf16* row = x + r * K;
@@ -187,8 +178,10 @@ void quantize_rows_u8(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* sc
       for (int64_t k = 0; k < K; ++k) amax = std::max(amax, std::fabs(static_cast<float>(row[k])));
       const float scale = std::max(amax, 1e-12f) / 127.0f;
       scales[r] = scale;
-      for (int64_t k = 0; k < K; ++k)
-        q[r * K + k] = static_cast<uint8_t>(static_cast<int32_t>(std::nearbyint(static_cast<float>(row[k]) / scale)) + 128);
+      for (int64_t k = 0; k < K; ++k) {
+        const int32_t rounded = static_cast<int32_t>(std::nearbyint(static_cast<float>(row[k]) / scale));
+        q[r * K + k] = static_cast<uint8_t>(rounded + QUAD_OFFSET);
+      }
     }
   });
 }
@@ -196,6 +189,8 @@ void quantize_rows_u8(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* sc
 }  // namespace
 
 // ---------------------------------------------------------------- entry points
+
+int64_t linear_panel() { return PANEL; }
 
 torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
                           const std::optional<torch::Tensor>& out) {
@@ -206,8 +201,8 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_
   const bf16* xp = x.data_ptr<bf16>();
   const bf16* wp = w.data_ptr<bf16>();
   for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
-    tile_bf16<R.value>(xp + m0 * K, K, Bf16Panel{wp + p * PANEL * K}, [&](int r, int j, __m512 sums) {
-      result.store(m0 + r, p * PANEL + 16 * j, sums);
+    tile_pairs<R.value>(xp + m0 * K, K, Bf16Panel{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
+      result.store(m0 + r, p * PANEL + LANES * j, sums);
     });
   });
   return result.tensor();
@@ -224,10 +219,11 @@ torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const 
   const bf16* xp = x.data_ptr<bf16>();
   const int8_t* wp = w.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
+  const vf unscale = set1(1.0f / INT8_PAIR_SCALE);  // a power of two: exact
   for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
-    tile_bf16<R.value>(xp + m0 * K, K, Int8Panel{wp + p * PANEL * K}, [&](int r, int j, __m512 sums) {
-      const int64_t n0 = p * PANEL + 16 * j;
-      result.store(m0 + r, n0, _mm512_mul_ps(sums, _mm512_loadu_ps(sp + n0)));
+    tile_pairs<R.value>(xp + m0 * K, K, Int8Panel{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
+      const int64_t n0 = p * PANEL + LANES * j;
+      result.store(m0 + r, n0, mul(sums, mul(load(sp + n0), unscale)));
     });
   });
   return result.tensor();
@@ -244,18 +240,16 @@ torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const 
   const Output result(x, N, out);
   std::vector<uint8_t> xq(M * K);
   std::vector<float> xs(M);
-  quantize_rows_u8(x.data_ptr<bf16>(), M, K, xq.data(), xs.data());
+  quantize_rows(x.data_ptr<bf16>(), M, K, xq.data(), xs.data());
   const int8_t* wp = w.data_ptr<int8_t>();
   const int32_t* sums = row_sums.data_ptr<int32_t>();
   const float* sp = scales.data_ptr<float>();
-  const __m512i bias = _mm512_set1_epi32(128);
   for_each_tile(M, padded / PANEL, [&](auto R, int64_t m0, int64_t p) {
-    tile_u8s8<R.value>(xq.data() + m0 * K, K, wp + p * PANEL * K, [&](int r, int j, __m512i acc) {
-      const int64_t n0 = p * PANEL + 16 * j;
-      // undo the +128 on x: sum((q + 128) * w) - 128 * sum(w), exact in int32
-      const __m512i exact = _mm512_sub_epi32(acc, _mm512_mullo_epi32(bias, _mm512_loadu_si512(sums + n0)));
-      const __m512 scale = _mm512_mul_ps(_mm512_set1_ps(xs[m0 + r]), _mm512_loadu_ps(sp + n0));
-      result.store(m0 + r, n0, _mm512_mul_ps(_mm512_cvtepi32_ps(exact), scale));
+    tile_quads<R.value>(xq.data() + m0 * K, K, wp + p * PANEL * K, [&](int r, int j, vi acc) {
+      const int64_t n0 = p * PANEL + LANES * j;
+      if constexpr (QUAD_OFFSET != 0)  // undo the offset on x: sum((q + 128) * w) - 128 * sum(w), exact
+        acc = sub_i32(acc, mul_i32(set1_i32(QUAD_OFFSET), load_i32(sums + n0)));
+      result.store(m0 + r, n0, mul(to_float(acc), mul(set1(xs[m0 + r]), load(sp + n0))));
     });
   });
   return result.tensor();

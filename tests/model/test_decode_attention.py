@@ -5,10 +5,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from model import kernels
-
-NATIVE = kernels.load()
-pytestmark = pytest.mark.skipif(NATIVE is None, reason="native CPU kernels cannot run on this machine")
 BLOCK = 16
 
 
@@ -45,29 +41,29 @@ HEAD_SHAPES = [(16, 8, 64), (4, 1, 16), (6, 6, 40), (12, 2, 128), (4, 2, 256)]  
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "dim"), HEAD_SHAPES)
-def test_matches_dense_attention_over_scattered_blocks(heads, kv_heads, dim):
+def test_matches_dense_attention_over_scattered_blocks(native, heads, kv_heads, dim):
     q, k, v, tables, lens = paged_case([1, 17, 100, 16, 333], heads, kv_heads, dim)
-    out = NATIVE.decode_attention(q, k, v, tables, lens, BLOCK, q.shape[-1] ** -0.5)
+    out = native.decode_attention(q, k, v, tables, lens, BLOCK, q.shape[-1] ** -0.5)
     expected = dense_reference(q, k, v, tables, lens)
     assert out.dtype == torch.bfloat16 and out.shape == q.shape
     assert (out.float() - expected).abs().max() <= 2**-7 * expected.abs().max()  # bf16 rounding
 
 
-def test_a_sequence_does_not_depend_on_its_batch():
+def test_a_sequence_does_not_depend_on_its_batch(native):
     q, k, v, tables, lens = paged_case([5, 64, 200, 31], heads=16, kv_heads=8, seed=1)
-    together = NATIVE.decode_attention(q, k, v, tables, lens, BLOCK, 0.125)
+    together = native.decode_attention(q, k, v, tables, lens, BLOCK, 0.125)
     for s in range(len(lens)):
         width = -(-int(lens[s]) // BLOCK)
         own_table = tables[s : s + 1, :width].contiguous()  # no padding columns at all
         one_q = q[s : s + 1].contiguous()
-        alone = NATIVE.decode_attention(one_q, k, v, own_table, lens[s : s + 1], BLOCK, 0.125)
+        alone = native.decode_attention(one_q, k, v, own_table, lens[s : s + 1], BLOCK, 0.125)
         assert torch.equal(alone[0], together[s])
 
 
-def test_bad_tables_are_refused_not_read():
+def test_bad_tables_are_refused_not_read(native):
     q, k, v, tables, lens = paged_case([20, 40], heads=4, kv_heads=2)
     with pytest.raises(RuntimeError, match="context length"):
-        NATIVE.decode_attention(q, k, v, tables, lens + 100, BLOCK, 0.125)
+        native.decode_attention(q, k, v, tables, lens + 100, BLOCK, 0.125)
     tables[0, 0] = 10_000
     with pytest.raises(RuntimeError, match="outside the KV pool"):
-        NATIVE.decode_attention(q, k, v, tables, lens, BLOCK, 0.125)
+        native.decode_attention(q, k, v, tables, lens, BLOCK, 0.125)

@@ -19,13 +19,15 @@ from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.file_embedding import FileEmbedding
-from model.linears import NativeLinear, PackedLinear, logits_into
+from model.linears import NativeLinear, PackedLinear, logits_into, onednn_bf16_supported
 from model.loader import build_model, load_model
 from model.quantize import Int8Linear, W8A8Linear
 from model.weights import load_state_dict
 
-NATIVE = kernels.load()
-needs_native = pytest.mark.skipif(NATIVE is None, reason="native CPU kernels cannot run on this machine")
+needs_onednn_bf16 = pytest.mark.skipif(
+    not onednn_bf16_supported(),
+    reason="oneDNN does no bf16 on this CPU (no AVX-512 BW/VL/DQ or AVX-NE-CONVERT)",
+)
 SHAPES = [(100, 64), (1000, 1024), (64, 4608), (3, 12)]  # (N, K): partial panels, long K, tiny
 
 
@@ -33,9 +35,9 @@ SHAPES = [(100, 64), (1000, 1024), (64, 4608), (3, 12)]  # (N, K): partial panel
 def torch_kernels_only(monkeypatch):
     """Load models as on a machine where the native kernels cannot be built."""
     monkeypatch.setenv(kernels.DISABLE_ENV, "0")
-    kernels.availability.cache_clear()
+    kernels.clear_cache()
     yield
-    kernels.availability.cache_clear()
+    kernels.clear_cache()
 
 
 def logits(model, ids: list[int]) -> torch.Tensor:
@@ -52,61 +54,47 @@ def bf16_linear(n: int, k: int, seed: int = 0) -> nn.Linear:
     return nn.Linear(k, n, bias=False).to(torch.bfloat16)
 
 
-@needs_native
 @pytest.mark.parametrize(("n", "k"), SHAPES)
 @pytest.mark.parametrize("m", [1, 3, 5, 17, 70])
-def test_native_bf16_product_is_as_exact_as_torchs(n, k, m):
+def test_native_bf16_product_is_as_exact_as_torchs(native, n, k, m):
     linear = bf16_linear(n, k)
     x = torch.randn(m, k, dtype=torch.bfloat16)
     exact = x.float() @ linear.weight.float().t()
     torch_error = (F.linear(x, linear.weight).float() - exact).abs().max().item()
-    native_error = (NativeLinear(linear, NATIVE)(x).float() - exact).abs().max().item()
+    native_error = (NativeLinear(linear, native)(x).float() - exact).abs().max().item()
     # both round an fp32 sum to bf16 once; the sums differ only in order
     assert native_error <= 1.5 * torch_error + 1e-6
 
 
-@needs_native
 @pytest.mark.parametrize(("n", "k"), SHAPES)
-def test_native_w8a8_equals_the_torch_path_bit_for_bit(n, k):
+def test_native_w8a8_equals_the_torch_path_bit_for_bit(native, n, k):
     linear = bf16_linear(n, k, seed=1)
-    native, reference = W8A8Linear(linear, NATIVE), W8A8Linear(linear)
+    fast, reference = W8A8Linear(linear, native), W8A8Linear(linear)
     for m in (1, 4, 37):
         x = torch.randn(m, k, dtype=torch.bfloat16) * torch.logspace(-2, 2, m)[:, None].to(torch.bfloat16)
-        assert torch.equal(native(x), reference(x))
+        assert torch.equal(fast(x), reference(x))
 
 
-@needs_native
 @pytest.mark.parametrize(("n", "k"), SHAPES)
-def test_native_int8_matches_the_torch_path(n, k):
+def test_native_int8_matches_the_torch_path(native, n, k):
     linear = bf16_linear(n, k, seed=2)
     x = torch.randn(9, k, dtype=torch.bfloat16)
-    native, reference = Int8Linear(linear, NATIVE)(x).float(), Int8Linear(linear)(x).float()
+    fast, reference = Int8Linear(linear, native)(x).float(), Int8Linear(linear)(x).float()
     # same int8 weights and scales; only the order of the fp32 sums differs
-    assert (native - reference).abs().max() <= 2**-7 * reference.abs().max()
+    assert (fast - reference).abs().max() <= 2**-7 * reference.abs().max()
 
 
-@needs_native
 @pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear])
-def test_native_rows_do_not_depend_on_their_batch(layer):
-    module = layer(bf16_linear(200, 256, seed=3), NATIVE)
+def test_native_rows_do_not_depend_on_their_batch(native, layer):
+    module = layer(bf16_linear(200, 256, seed=3), native)
     rows = torch.randn(11, 256, dtype=torch.bfloat16)
     together = module(rows)
     for i in range(len(rows)):
         assert torch.equal(module(rows[i : i + 1]), together[i : i + 1])
 
 
-@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear, PackedLinear, nn.Linear])
-def test_logits_written_into_a_float_buffer_equal_the_heads_output(layer):
+def assert_logits_written_into_a_float_buffer_equal(head: nn.Module) -> None:
     """The engine's reused logits buffer holds exactly ``head(x).float()``, whatever the head."""
-    linear = bf16_linear(200, 256, seed=4)
-    if layer is nn.Linear:
-        head = linear
-    elif layer is PackedLinear:
-        head = PackedLinear(linear)
-    elif NATIVE is None:
-        pytest.skip("native CPU kernels cannot run on this machine")
-    else:
-        head = layer(linear, NATIVE)
     x = torch.randn(5, 256, dtype=torch.bfloat16)
     buffer = torch.full((5, 200), float("nan"))
     written = logits_into(head, x, buffer)
@@ -114,35 +102,54 @@ def test_logits_written_into_a_float_buffer_equal_the_heads_output(layer):
     assert torch.equal(written, head(x).float())
 
 
-@needs_native
-def test_native_layers_keep_only_the_packed_weight():
+@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear])
+def test_native_logits_fill_a_float_buffer(native, layer):
+    assert_logits_written_into_a_float_buffer_equal(layer(bf16_linear(200, 256, seed=4), native))
+
+
+@pytest.mark.parametrize(
+    "layer", [nn.Linear, pytest.param(PackedLinear, marks=needs_onednn_bf16), Int8Linear, W8A8Linear]
+)
+def test_torch_logits_fill_a_float_buffer(layer):
+    linear = bf16_linear(200, 256, seed=4)
+    assert_logits_written_into_a_float_buffer_equal(linear if layer is nn.Linear else layer(linear))
+
+
+def test_native_layers_keep_only_the_packed_weight(native):
     linear = bf16_linear(100, 64)
-    assert not hasattr(W8A8Linear(linear, NATIVE), "weight_int8")
-    assert not hasattr(NativeLinear(linear, NATIVE), "weight")
+    assert not hasattr(W8A8Linear(linear, native), "weight_int8")
+    assert not hasattr(NativeLinear(linear, native), "weight")
 
 
-@needs_native
 @pytest.mark.parametrize("stored_as", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("preset", ["default", "attn_first"])
-def test_bf16_model_on_native_kernels_is_as_exact_as_torch(tiny_ckpt_factory, preset, stored_as):
+def test_bf16_model_on_native_kernels_is_as_exact_as_torch(
+    native, monkeypatch, tiny_ckpt_factory, preset, stored_as
+):
+    monkeypatch.setenv(kernels.ISA_ENV, native.ISA)
+    kernels.clear_cache()
     path = tiny_ckpt_factory(preset, dtype=stored_as)
     config = Lfm2Config.from_pretrained(path)
-    native = load_model(path, dtype="bfloat16")
-    assert isinstance(native.model.layers[0].feed_forward.w13, NativeLinear)
+    try:
+        model = load_model(path, dtype="bfloat16")
+    finally:
+        kernels.clear_cache()
+    assert isinstance(model.model.layers[0].feed_forward.w13, NativeLinear)
+    assert model.model.layers[0].feed_forward.w13.kernels.ISA == native.ISA
     # A tied head is repacked only where embedding lookups can read the file's bf16 table instead;
     # otherwise it keeps sharing the one in-memory table.
     served_from_file = stored_as == torch.bfloat16
-    assert isinstance(native.lm_head, NativeLinear) == (served_from_file or not config.tie_word_embeddings)
-    assert isinstance(native.model.embed_tokens, FileEmbedding) == served_from_file
+    assert isinstance(model.lm_head, NativeLinear) == (served_from_file or not config.tie_word_embeddings)
+    assert isinstance(model.model.embed_tokens, FileEmbedding) == served_from_file
     plain = build_model(config, load_state_dict(path, config, torch.bfloat16))
     ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     exact = logits(load_model(path), ids)
     torch_error = (logits(plain, ids) - exact).abs().max().item()
-    native_error = (logits(native, ids) - exact).abs().max().item()
+    native_error = (logits(model, ids) - exact).abs().max().item()
     assert native_error <= 1.5 * torch_error
 
 
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="torch built without oneDNN")
+@needs_onednn_bf16
 @pytest.mark.parametrize(
     ("preset", "stored_as"), [("default", torch.float32), ("attn_first", torch.bfloat16)]
 )
@@ -158,20 +165,68 @@ def test_without_native_kernels_onednn_packs_bit_for_bit(tiny_ckpt_factory, pres
     assert torch.equal(logits(packed, ids), logits(plain, ids))
 
 
+@pytest.mark.usefixtures("torch_kernels_only")
+def test_without_native_kernels_or_onednn_bf16_runs_plain_linears(tiny_ckpt_factory, monkeypatch):
+    """Most AVX2 CPUs without a compiler: bf16 still loads and runs, on torch's own F.linear."""
+    monkeypatch.setattr("model.linears.onednn_bf16_supported", lambda: False)
+    path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
+    model = load_model(path, dtype="bfloat16")
+    config = model.config
+    assert not any(isinstance(m, (PackedLinear, NativeLinear)) for m in model.modules())
+    plain = build_model(config, load_state_dict(path, config, torch.bfloat16))
+    ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
+    assert torch.equal(logits(model, ids), logits(plain, ids))
+
+
 def test_float32_keeps_plain_linears(tiny_ckpt):
     model = load_model(tiny_ckpt, dtype="float32")
     assert not any(isinstance(m, (PackedLinear, NativeLinear)) for m in model.modules())
 
 
-def test_a_cpu_without_the_instructions_falls_back(monkeypatch, caplog):
-    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
-    kernels.availability.cache_clear()
+@pytest.mark.parametrize(
+    ("flags", "forced", "missing"),
+    [
+        ({"sse4_2", "avx512f"}, "", "avx2, fma"),  # an old x86 (or any ARM: no flags at all)
+        ({"avx2"}, "", "fma"),
+        ({"avx2", "fma"}, "avx512", "avx512f, avx512bw, avx512vl, avx512_bf16, avx512_vnni"),
+        ({"avx2", "fma"}, "avxvnni", "avx_vnni"),
+    ],
+)
+def test_a_cpu_without_the_instructions_falls_back(monkeypatch, caplog, flags, forced, missing):
+    monkeypatch.setattr(kernels, "cpu_flags", lambda: frozenset(flags))
+    monkeypatch.setenv(kernels.ISA_ENV, forced)
+    kernels.clear_cache()
     try:
         with caplog.at_level(logging.INFO, logger="model.kernels"):
             assert kernels.load() is None
+            assert f"this CPU lacks {missing}" in kernels.unavailable_reason()
     finally:
-        kernels.availability.cache_clear()
-    assert "avx512_bf16" in caplog.text
+        kernels.clear_cache()
+    assert missing in caplog.text
+
+
+def test_an_unknown_forced_instruction_set_is_named(monkeypatch):
+    monkeypatch.setenv(kernels.ISA_ENV, "neon")
+    kernels.clear_cache()
+    try:
+        assert kernels.load() is None
+        assert kernels.unavailable_reason() == f"{kernels.ISA_ENV}=neon is not one of avx512, avxvnni, avx2"
+    finally:
+        kernels.clear_cache()
+
+
+def test_the_widest_runnable_set_is_the_default_and_a_narrower_one_can_be_forced(monkeypatch):
+    runnable = kernels.runnable_isas()
+    if not runnable:
+        pytest.skip(f"native CPU kernels cannot run on this machine: {kernels.unavailable_reason()}")
+    kernels.clear_cache()
+    try:
+        assert runnable[0] == kernels.load().ISA
+        monkeypatch.setenv(kernels.ISA_ENV, runnable[-1])
+        kernels.clear_cache()
+        assert runnable[-1] == kernels.load().ISA
+    finally:
+        kernels.clear_cache()
 
 
 def test_a_failed_build_falls_back_with_the_reason(tmp_path, monkeypatch, caplog):
@@ -179,6 +234,6 @@ def test_a_failed_build_falls_back_with_the_reason(tmp_path, monkeypatch, caplog
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")
     with caplog.at_level(logging.WARNING, logger="model.kernels"):
-        module, reason = kernels.build((broken,), "lfm_chat_test_broken")
+        module, reason = kernels.build("avx2", (broken,))
     assert module is None and reason is not None and reason.startswith("the build failed")
     assert "native CPU kernels unavailable" in caplog.text
