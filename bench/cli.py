@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--dtype",
         choices=["auto", "bfloat16", "float32"],
         default="auto",
-        help="for both engines; auto = bf16 where the CPU has AVX512-BF16/AMX",
+        help="for both engines; auto = bf16 where the native kernels run (AVX-512 or AVX2)",
     )
     parser.add_argument(
         "--quantize",

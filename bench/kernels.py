@@ -20,12 +20,12 @@ from bench.checkpoint import LFM2_350M_SHAPE
 from bench.progress import Progress
 from model import kernels
 from model.config import ATTENTION, Lfm2Config
-from model.linears import NativeLinear, PackedLinear
+from model.linears import NativeLinear, PackedLinear, onednn_bf16_supported
 from model.quantize import Int8Linear, W8A8Linear
 
 SCHEMES: dict[str, tuple[Callable[..., nn.Module], Callable[..., nn.Module]]] = {
     # scheme: (native layer, PyTorch layer)
-    "bf16": (NativeLinear, lambda linear, _: PackedLinear(linear)),
+    "bf16": (NativeLinear, lambda linear, _: PackedLinear(linear) if onednn_bf16_supported() else linear),
     "int8": (Int8Linear, lambda linear, _: Int8Linear(linear)),
     "w8a8": (W8A8Linear, lambda linear, _: W8A8Linear(linear)),
 }
@@ -66,8 +66,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated: bf16,int8,w8a8")
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
+    parser.add_argument(
+        "--isa", choices=list(kernels.ISAS), default=None, help="default: the widest this CPU runs"
+    )
     args = parser.parse_args(argv)
-    native = kernels.load()
+    native = kernels.load(args.isa)
     if native is None:
         print("bench.kernels: the native kernels cannot run here (see the log above)", file=sys.stderr)
         return 1
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     schemes = args.schemes.split(",")
     shapes = step_shapes(lfm2_350m_config())
     progress = Progress(len(schemes) * len(rows) * 2)
+    print(f"native kernels: {native.ISA}")
     print(f"{'scheme':6} {'rows':>5} {'native ms':>10} {'torch ms':>10} {'torch/native':>13}")
     for scheme in schemes:
         make_native, make_torch = SCHEMES[scheme]

@@ -11,11 +11,11 @@ import torch
 from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.cpu import CPUINFO, cpu_flags
+from model.kernels import runnable_isas
 from model.loader import QUANTIZATIONS, parse_dtype
 
 ENGINE_DTYPES = ("float32", "bfloat16")  # fp16 on CPU is emulated and slow: not offered
 DEFAULT_MAX_MODEL_LEN = 32768
-_BF16_CPU_FLAGS = ("avx512_bf16", "amx_bf16")
 
 
 @dataclass(slots=True)
@@ -93,15 +93,19 @@ class EngineConfig:
         return dataclasses.replace(self, dtype=dtype, num_kv_blocks=blocks, max_model_len=limit)
 
 
-def cpu_has_bf16(cpuinfo: Path = CPUINFO) -> bool:
-    """True when the CPU computes bf16 natively; elsewhere bf16 matmuls are emulated and slower."""
-    return not cpu_flags(cpuinfo).isdisjoint(_BF16_CPU_FLAGS)
+def cpu_runs_bf16_fast(cpuinfo: Path = CPUINFO) -> bool:
+    """True where model/kernels has a native build for this CPU (AVX-512 BF16 or AVX2 + FMA).
+
+    There bf16 weights stream at memory speed, half the bytes of float32, with fp32 sums
+    (docs/ARCHITECTURE.md has the figures); elsewhere torch's bf16 matmuls are slower than float32.
+    """
+    return bool(runnable_isas(cpu_flags(cpuinfo)))
 
 
 def resolve_dtype(dtype: str, device: str) -> str:
-    """ "auto" means bf16 on CUDA or on a CPU with AVX512-BF16/AMX, float32 otherwise."""
+    """ "auto" means bf16 on CUDA or on a CPU the native kernels serve, float32 otherwise."""
     if dtype != "auto":
         return dtype
     if device.startswith("cuda"):
         return "bfloat16"
-    return "bfloat16" if cpu_has_bf16() else "float32"
+    return "bfloat16" if cpu_runs_bf16_fast() else "float32"

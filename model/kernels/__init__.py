@@ -51,14 +51,16 @@ def compile_flags(isa: str) -> list[str]:
     return [*_COMMON_CFLAGS, *(f"-m{flag.replace('_', '')}" for flag in ISAS[isa])]
 
 
-def missing_flags(isa: str) -> list[str]:
-    flags = cpu_flags()
+def missing_flags(isa: str, flags: frozenset[str] | None = None) -> list[str]:
+    """What ``isa`` needs that the CPU (or the given flags) lacks."""
+    flags = cpu_flags() if flags is None else flags
     return [flag for flag in ISAS[isa] if flag not in flags]
 
 
-def runnable_isas() -> list[str]:
-    """The instruction sets this CPU can run, widest first (what tests build and compare)."""
-    return [isa for isa in ISAS if not missing_flags(isa)]
+def runnable_isas(flags: frozenset[str] | None = None) -> list[str]:
+    """The instruction sets this CPU (or one with ``flags``) can run, widest first."""
+    flags = cpu_flags() if flags is None else flags
+    return [isa for isa in ISAS if not missing_flags(isa, flags)]
 
 
 def wanted_for(dtype: torch.dtype, device: torch.device | str) -> bool:

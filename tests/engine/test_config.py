@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from engine.config import EngineConfig, cpu_has_bf16, resolve_dtype
+from engine.config import EngineConfig, cpu_runs_bf16_fast, resolve_dtype
 from model.cache import HybridCache
 from model.config import Lfm2Config
 
@@ -21,18 +21,23 @@ CONFIG = Lfm2Config(
 
 @pytest.mark.parametrize(
     ("flags", "expected"),
-    [("fpu sse avx512f", False), ("fpu avx512_bf16 avx512f", True), ("amx_bf16 x", True)],
+    [
+        ("fpu sse avx512f", False),
+        ("fpu avx2", False),
+        ("fpu avx2 fma f16c", True),
+        ("avx2 fma avx512f avx512bw avx512vl avx512_bf16 avx512_vnni", True),
+    ],
 )
-def test_bf16_is_detected_from_cpu_flags(tmp_path, flags, expected):
+def test_fast_bf16_is_detected_from_cpu_flags(tmp_path, flags, expected):
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
-    assert cpu_has_bf16(cpuinfo) is expected
+    assert cpu_runs_bf16_fast(cpuinfo) is expected
 
 
 def test_auto_dtype_is_bf16_on_cuda_and_explicit_dtypes_are_kept():
     assert resolve_dtype("auto", "cuda:0") == "bfloat16"
     assert resolve_dtype("float32", "cuda") == "float32"
-    assert resolve_dtype("auto", "cpu") == ("bfloat16" if cpu_has_bf16() else "float32")
+    assert resolve_dtype("auto", "cpu") == ("bfloat16" if cpu_runs_bf16_fast() else "float32")
 
 
 def test_cache_size_follows_the_memory_budget():
