@@ -9,6 +9,7 @@ squares is summed in another order, so a normalized value may differ by one bf16
 from __future__ import annotations
 
 import copy
+from types import ModuleType
 
 import pytest
 import torch
@@ -22,8 +23,6 @@ from model.lfm2 import ROW_QUERY_LIMIT, Lfm2ForCausalLM
 from model.loader import load_model
 from model.native_layers import NATIVE_SUBCLASS, NativeAttention, use_native_layers, use_reference_layers
 
-NATIVE = kernels.load()
-pytestmark = pytest.mark.skipif(NATIVE is None, reason="native CPU kernels cannot run on this machine")
 BF16_ULP = 2**-7  # relative spacing of bf16 values
 
 
@@ -31,8 +30,8 @@ def bf16(*shape: int, seed: int = 0, scale: float = 1.0) -> torch.Tensor:
     return (torch.randn(*shape, generator=torch.Generator().manual_seed(seed)) * scale).to(torch.bfloat16)
 
 
-def with_kernels(module: torch.nn.Module) -> torch.nn.Module:
-    return use_native_layers(copy.deepcopy(module), NATIVE)
+def with_kernels(module: torch.nn.Module, native: ModuleType) -> torch.nn.Module:
+    return use_native_layers(copy.deepcopy(module), native)
 
 
 def assert_within_an_ulp(actual: torch.Tensor, expected: torch.Tensor) -> None:
@@ -78,33 +77,35 @@ CHUNKS = [
 
 
 @pytest.mark.parametrize("width", [64, 40, 1024])
-def test_rms_norm_adds_the_residual_in_place_and_normalizes(width):
+def test_rms_norm_adds_the_residual_in_place_and_normalizes(native, width):
     norm = randomized(RMSNorm(width, 1e-5), seed=1)
     hidden, residual = bf16(9, width, seed=2, scale=3.0), bf16(9, width, seed=3)
     torch_hidden, native_hidden = hidden.clone(), hidden.clone()
     expected = norm(torch_hidden, residual)
-    actual = with_kernels(norm)(native_hidden, residual)
+    actual = with_kernels(norm, native)(native_hidden, residual)
     assert torch.equal(native_hidden, torch_hidden)  # the residual add: one rounding, same on both sides
     assert not torch.equal(native_hidden, hidden)
     assert_within_an_ulp(actual, expected)
-    assert_within_an_ulp(with_kernels(norm)(hidden.clone()), norm(hidden.clone()))  # without a residual
+    assert_within_an_ulp(
+        with_kernels(norm, native)(hidden.clone()), norm(hidden.clone())
+    )  # without a residual
 
 
-def test_swiglu_gate_matches_silu_times_up():
+def test_swiglu_gate_matches_silu_times_up(native):
     ffn = randomized(SwiGLU(40, 72), seed=4)
     x = bf16(11, 40, seed=5, scale=2.0)
-    assert_within_an_ulp(with_kernels(ffn)(x), ffn(x))
+    assert_within_an_ulp(with_kernels(ffn, native)(x), ffn(x))
 
 
 @pytest.mark.parametrize("conv_bias", [False, True])
-def test_short_conv_matches_bit_for_bit_including_state_writes(conv_bias):
+def test_short_conv_matches_bit_for_bit_including_state_writes(native, conv_bias):
     conv = randomized(ShortConv(config(conv_bias=conv_bias)), seed=6)
     batch = build_forward_batch(CHUNKS, BLOCK, 3)
     x = bf16(batch.num_tokens, 40, seed=7)
     state = bf16(8, 2, 40, seed=8)
     torch_state, native_state = state.clone(), state.clone()
     expected = conv(x, batch, torch_state)
-    actual = with_kernels(conv)(x, batch, native_state)
+    actual = with_kernels(conv, native)(x, batch, native_state)
     assert torch.equal(actual, expected)
     assert torch.equal(native_state, torch_state)
     assert not torch.equal(native_state, state)
@@ -112,7 +113,7 @@ def test_short_conv_matches_bit_for_bit_including_state_writes(conv_bias):
 
 # (hidden, heads, kv_heads): head_dim 16 (RoPE halves of 8), 40 (a masked tail), 64 with 3 q per kv head
 @pytest.mark.parametrize(("hidden", "heads", "kv_heads"), [(64, 4, 2), (80, 2, 1), (384, 6, 2)])
-def test_attention_projection_writes_the_same_cache_and_queries(hidden, heads, kv_heads):
+def test_attention_projection_writes_the_same_cache_and_queries(native, hidden, heads, kv_heads):
     cfg = config(hidden=hidden, heads=heads, kv_heads=kv_heads)
     attention = randomized(Attention(cfg), seed=9)
     batch = build_forward_batch(CHUNKS, BLOCK, 3)
@@ -121,33 +122,33 @@ def test_attention_projection_writes_the_same_cache_and_queries(hidden, heads, k
     pool = (9 * BLOCK, cfg.num_key_value_heads, cfg.head_dim)
     caches = {side: (bf16(*pool, seed=11), bf16(*pool, seed=12)) for side in ("torch", "native")}
     q_torch = attention._project(x, batch, rope, *caches["torch"])
-    q_native = with_kernels(attention)._project(x, batch, rope, *caches["native"])
+    q_native = with_kernels(attention, native)._project(x, batch, rope, *caches["native"])
     assert_within_an_ulp(q_native, q_torch)
     assert_within_an_ulp(caches["native"][0], caches["torch"][0])
     assert torch.equal(caches["native"][1], caches["torch"][1])  # v is copied as it is
 
 
-def test_each_row_is_computed_alone():
+def test_each_row_is_computed_alone(native):
     """Batch invariance: a token's result is the same bits whatever else is in the batch."""
     hidden, residual, weight = bf16(6, 1024, seed=13), bf16(6, 1024, seed=14), bf16(1024, seed=15)
     gate_up = bf16(6, 2 * 72, seed=16)
-    together = NATIVE.add_rms_norm(hidden.clone(), residual, weight, 1e-5)
-    gated = NATIVE.swiglu(gate_up)
+    together = native.add_rms_norm(hidden.clone(), residual, weight, 1e-5)
+    gated = native.swiglu(gate_up)
     for row in range(6):
-        alone = NATIVE.add_rms_norm(hidden[row : row + 1].clone(), residual[row : row + 1], weight, 1e-5)
+        alone = native.add_rms_norm(hidden[row : row + 1].clone(), residual[row : row + 1], weight, 1e-5)
         assert torch.equal(alone, together[row : row + 1])
-        assert torch.equal(NATIVE.swiglu(gate_up[row : row + 1]), gated[row : row + 1])
+        assert torch.equal(native.swiglu(gate_up[row : row + 1]), gated[row : row + 1])
 
 
-def test_bad_indices_are_refused():
-    conv = with_kernels(randomized(ShortConv(config()), seed=6))
+def test_bad_indices_are_refused(native):
+    conv = with_kernels(randomized(ShortConv(config()), seed=6), native)
     batch = build_forward_batch(CHUNKS, BLOCK, 3)
     x, state = bf16(batch.num_tokens, 40), bf16(8, 2, 40)
     batch.conv_write_rows = batch.conv_write_rows.clone()
     batch.conv_write_rows[0] = 8
     with pytest.raises(RuntimeError, match="outside the conv state"):
         conv(x, batch, state)
-    attention = with_kernels(randomized(Attention(config(hidden=64)), seed=9))
+    attention = with_kernels(randomized(Attention(config(hidden=64)), seed=9), native)
     batch = build_forward_batch(CHUNKS, BLOCK, 3)
     rope = RotaryTable(16, 10000.0).at(batch.positions)
     small_pool = (bf16(4, 2, 16), bf16(4, 2, 16))  # slots 0-3; the batch writes up to slot 34
@@ -155,17 +156,22 @@ def test_bad_indices_are_refused():
         attention._project(bf16(batch.num_tokens, 64), batch, rope, *small_pool)
 
 
-def test_whole_model_greedy_tokens_match_the_pytorch_elementwise_path(tiny_ckpt_factory):
+def test_whole_model_greedy_tokens_match_the_pytorch_elementwise_path(native, monkeypatch, tiny_ckpt_factory):
     """The same bf16 model with the fused loops on and off: same argmax at every position."""
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
-    native = load_model(path, dtype="bfloat16")
-    reference = load_model(path, dtype="bfloat16")
+    monkeypatch.setenv(kernels.ISA_ENV, native.ISA)
+    kernels.clear_cache()
+    try:
+        fused = load_model(path, dtype="bfloat16")
+        reference = load_model(path, dtype="bfloat16")
+    finally:
+        kernels.clear_cache()
     use_reference_layers(reference)  # the linears keep their kernels
-    assert isinstance(native, Lfm2ForCausalLM)
+    assert fused.model.layers[0].operator_norm.kernels is native
     generator = torch.Generator().manual_seed(0)
-    ids = torch.randint(20, native.config.vocab_size, (24,), generator=generator).tolist()
+    ids = torch.randint(20, fused.config.vocab_size, (24,), generator=generator).tolist()
     logits = {}
-    for name, model in (("native", native), ("reference", reference)):
+    for name, model in (("native", fused), ("reference", reference)):
         cache = HybridCache(model.config, num_blocks=16, block_size=BLOCK, num_conv_rows=4, dtype=model.dtype)
         batch = build_forward_batch([SequenceChunk(ids, 0, list(range(1, 8)), 0, 1)], BLOCK, 3)
         batch.logits_index = torch.arange(batch.num_tokens)
@@ -176,24 +182,24 @@ def test_whole_model_greedy_tokens_match_the_pytorch_elementwise_path(tiny_ckpt_
 
 
 @pytest.mark.parametrize("paged_attention", [True, False])
-def test_native_layers_swap_in_place_sharing_every_parameter(paged_attention):
+def test_native_layers_swap_in_place_sharing_every_parameter(native, paged_attention):
     """use_native_kernels changes classes, never copies a weight, and swaps back the same way."""
     model = Lfm2ForCausalLM(config()).to(torch.bfloat16)
     before = dict(model.named_parameters())
     classes = {name: type(module) for name, module in model.named_modules()}
-    model.use_native_kernels(NATIVE, paged_attention=paged_attention)
+    model.use_native_kernels(native, paged_attention=paged_attention)
     assert model.row_query_limit == (ROW_QUERY_LIMIT if paged_attention else 1)
     after = dict(model.named_parameters())
     assert after.keys() == before.keys() and all(after[name] is before[name] for name in before)
     for name, module in model.named_modules():
-        native = NATIVE_SUBCLASS.get(classes[name])
-        if native is None or name.endswith(("q_layernorm", "k_layernorm")):
+        subclass = NATIVE_SUBCLASS.get(classes[name])
+        if subclass is None or name.endswith(("q_layernorm", "k_layernorm")):
             # linears are the loader's business; q/k norms run inside attention_prep
             assert type(module) is classes[name], name
-        elif native is NativeAttention and not paged_attention:
+        elif subclass is NativeAttention and not paged_attention:
             assert type(module) is Attention and not hasattr(module, "kernels")
         else:
-            assert type(module) is native and module.kernels is NATIVE, name
+            assert type(module) is subclass and module.kernels is native, name
     use_reference_layers(model)
     assert {name: type(module) for name, module in model.named_modules()} == classes
     assert not any(hasattr(module, "kernels") for module in model.modules())
