@@ -17,7 +17,9 @@
 // accumulators stay in registers (docs/ARCHITECTURE.md has the figures).
 
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 #include "cpu_vec.h"
 
@@ -109,8 +111,8 @@ constexpr auto ATTEND = attend_table(std::make_index_sequence<MAX_DIM / CHUNK>{}
 
 // q [S, H, D] bf16; k_cache, v_cache [slots, Hkv, D] bf16 (slot = block * block_size + offset);
 // block_tables [S, B] int64 (entries past a sequence's context are ignored); context_lens [S].
-torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
-                               const torch::Tensor& block_tables, const torch::Tensor& context_lens,
+at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
+                               const at::Tensor& block_tables, const at::Tensor& context_lens,
                                int64_t block_size, double scale) {
   TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == at::kBFloat16, "q: contiguous bf16 [S, H, D]");
   TORCH_CHECK(k_cache.dim() == 3 && k_cache.is_contiguous() && k_cache.scalar_type() == at::kBFloat16 &&
@@ -131,7 +133,7 @@ torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_ca
     for (int64_t b = 0; b < (lens[s] + block_size - 1) / block_size; ++b)
       TORCH_CHECK(tables[s * B + b] >= 0 && tables[s * B + b] < num_blocks, "block table points outside the KV pool");
   }
-  auto out = torch::empty_like(q);
+  auto out = at::empty_like(q);
   const bf16* qp = q.data_ptr<bf16>();
   const bf16* kp = k_cache.data_ptr<bf16>();
   const bf16* vp = v_cache.data_ptr<bf16>();

@@ -12,7 +12,9 @@
 // Every token row is computed alone: a row's result never depends on the rest of the batch.
 
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 #include <cmath>
 #include <cstdint>
@@ -31,15 +33,15 @@ using namespace vec;
 constexpr int64_t ROWS_PER_TASK = 32;
 constexpr int64_t MAX_HEAD_DIM = 256;
 
-void check_bf16(const torch::Tensor& t, int64_t dims, const char* what) {
+void check_bf16(const at::Tensor& t, int64_t dims, const char* what) {
   TORCH_CHECK(t.dim() == dims && t.is_contiguous() && t.scalar_type() == at::kBFloat16, what);
 }
 
-void check_index(const torch::Tensor& t, const char* what) {
+void check_index(const at::Tensor& t, const char* what) {
   TORCH_CHECK(t.scalar_type() == at::kLong && t.is_contiguous(), what);
 }
 
-void check_range(const torch::Tensor& t, int64_t end, const char* what) {
+void check_range(const at::Tensor& t, int64_t end, const char* what) {
   const int64_t* p = t.data_ptr<int64_t>();
   for (int64_t i = 0; i < t.numel(); ++i) TORCH_CHECK(p[i] >= 0 && p[i] < end, what);
 }
@@ -62,8 +64,8 @@ void rms_norm_row(const bf16* x, const bf16* weight, bf16* out, int64_t n, float
 
 // hidden [T, n] bf16, delta [T, n] or None, weight [n] -> normed [T, n].
 // With delta, `hidden += delta` first, in place (the decoder's residual connection).
-torch::Tensor add_rms_norm(torch::Tensor& hidden, const std::optional<torch::Tensor>& delta,
-                           const torch::Tensor& weight, double eps) {
+at::Tensor add_rms_norm(at::Tensor& hidden, const std::optional<at::Tensor>& delta,
+                           const at::Tensor& weight, double eps) {
   check_bf16(hidden, 2, "hidden: contiguous bf16 [T, n]");
   const int64_t T = hidden.size(0), n = hidden.size(1);
   check_bf16(weight, 1, "weight: bf16 [n]");
@@ -72,7 +74,7 @@ torch::Tensor add_rms_norm(torch::Tensor& hidden, const std::optional<torch::Ten
     check_bf16(*delta, 2, "delta: contiguous bf16 [T, n]");
     TORCH_CHECK(delta->sizes() == hidden.sizes(), "delta must have hidden's shape");
   }
-  auto out = torch::empty_like(hidden);
+  auto out = at::empty_like(hidden);
   bf16* h = hidden.data_ptr<bf16>();
   const bf16* d = delta ? delta->data_ptr<bf16>() : nullptr;
   const bf16* w = weight.data_ptr<bf16>();
@@ -92,11 +94,11 @@ torch::Tensor add_rms_norm(torch::Tensor& hidden, const std::optional<torch::Ten
 }
 
 // gate_up [T, 2F] bf16 (w13's output: gate then up) -> silu(gate) * up [T, F], each rounded to bf16.
-torch::Tensor swiglu(const torch::Tensor& gate_up) {
+at::Tensor swiglu(const at::Tensor& gate_up) {
   check_bf16(gate_up, 2, "gate_up: contiguous bf16 [T, 2F]");
   TORCH_CHECK(gate_up.size(1) % 2 == 0, "gate_up needs an even width");
   const int64_t T = gate_up.size(0), F = gate_up.size(1) / 2;
-  auto out = torch::empty({T, F}, gate_up.options());
+  auto out = at::empty({T, F}, gate_up.options());
   const bf16* in = gate_up.data_ptr<bf16>();
   bf16* o = out.data_ptr<bf16>();
   const vf one = set1(1.0f);
@@ -121,10 +123,10 @@ torch::Tensor swiglu(const torch::Tensor& gate_up) {
 // ext = [state rows of src_rows (B * S entries) | bx = B * x (T entries)]; token t's conv
 // reads ext[window[t, 0..L)]; state[write_rows[w]] = ext[write_index[w]] after all reads.
 // Returns C * bf16(conv (+ bias)) [T, h].
-torch::Tensor short_conv(const torch::Tensor& bcx, torch::Tensor& state, const torch::Tensor& taps,
-                         const std::optional<torch::Tensor>& bias, const torch::Tensor& src_rows,
-                         const torch::Tensor& window, const torch::Tensor& write_index,
-                         const torch::Tensor& write_rows) {
+at::Tensor short_conv(const at::Tensor& bcx, at::Tensor& state, const at::Tensor& taps,
+                         const std::optional<at::Tensor>& bias, const at::Tensor& src_rows,
+                         const at::Tensor& window, const at::Tensor& write_index,
+                         const at::Tensor& write_rows) {
   check_bf16(bcx, 2, "bcx: contiguous bf16 [T, 3h]");
   check_bf16(state, 3, "state: contiguous bf16 [rows, L-1, h]");
   const int64_t T = bcx.size(0), h = bcx.size(1) / 3, R = state.size(0), S = state.size(1);
@@ -145,8 +147,8 @@ torch::Tensor short_conv(const torch::Tensor& bcx, torch::Tensor& state, const t
   check_range(window, ext_state + T, "a conv window reaches outside its sequence");
   check_range(write_index, ext_state + T, "a state write reads outside its sequence");
 
-  auto bx = torch::empty({T, h}, bcx.options());
-  auto out = torch::empty({T, h}, bcx.options());
+  auto bx = at::empty({T, h}, bcx.options());
+  auto out = at::empty({T, h}, bcx.options());
   const bf16* in = bcx.data_ptr<bf16>();
   bf16* st = state.data_ptr<bf16>();
   bf16* bxp = bx.data_ptr<bf16>();
@@ -191,10 +193,10 @@ torch::Tensor short_conv(const torch::Tensor& bcx, torch::Tensor& state, const t
 // qkv [T, (H + 2 Hkv) D] bf16 -> per-head RMSNorm of q and k (weights [D]), RoPE at
 // positions[t] from fp32 tables cos/sin [P, D/2]; k and v are written to their cache slots
 // (k_cache, v_cache [slots, Hkv, D]), and q [T, H, D] is returned.
-torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_weight, const torch::Tensor& k_weight,
-                             double eps, const torch::Tensor& cos, const torch::Tensor& sin,
-                             const torch::Tensor& positions, torch::Tensor& k_cache, torch::Tensor& v_cache,
-                             const torch::Tensor& write_slots, int64_t heads) {
+at::Tensor attention_prep(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Tensor& k_weight,
+                             double eps, const at::Tensor& cos, const at::Tensor& sin,
+                             const at::Tensor& positions, at::Tensor& k_cache, at::Tensor& v_cache,
+                             const at::Tensor& write_slots, int64_t heads) {
   check_bf16(qkv, 2, "qkv: contiguous bf16 [T, (H + 2 Hkv) D]");
   check_bf16(k_cache, 3, "k_cache: contiguous bf16 [slots, Hkv, D]");
   check_bf16(v_cache, 3, "v_cache: contiguous bf16 [slots, Hkv, D]");
@@ -215,7 +217,7 @@ torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_we
   check_range(positions, cos.size(0), "a position lies past the rotary table");
   check_range(write_slots, slots, "a KV slot lies outside the pool");
 
-  auto q = torch::empty({T, heads, D}, qkv.options());
+  auto q = at::empty({T, heads, D}, qkv.options());
   const bf16* in = qkv.data_ptr<bf16>();
   const bf16* qw = q_weight.data_ptr<bf16>();
   const bf16* kw = k_weight.data_ptr<bf16>();

@@ -23,7 +23,9 @@
 //                 exact int32 sums: bit for bit what quantize_rows + torch._int_mm give
 
 #include <ATen/Parallel.h>
-#include <torch/extension.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 #include <algorithm>
 #include <cmath>
@@ -124,7 +126,7 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
 // faults at 8 rows.)
 class Output {
  public:
-  Output(const torch::Tensor& x, int64_t N, const std::optional<torch::Tensor>& into) : N_(N) {
+  Output(const at::Tensor& x, int64_t N, const std::optional<at::Tensor>& into) : N_(N) {
     const int64_t M = x.size(0);
     if (into) {
       TORCH_CHECK(into->scalar_type() == at::kFloat && into->is_contiguous() && into->dim() == 2 &&
@@ -133,7 +135,7 @@ class Output {
       tensor_ = *into;
       f32_ = tensor_.data_ptr<float>();
     } else {
-      tensor_ = torch::empty({M, N}, x.options());
+      tensor_ = at::empty({M, N}, x.options());
       bf16_ = tensor_.data_ptr<bf16>();
     }
   }
@@ -145,22 +147,22 @@ class Output {
     else
       store_bf16(bf16_ + row * N_ + n0, values, N_ - n0);
   }
-  torch::Tensor tensor() const { return tensor_; }
+  at::Tensor tensor() const { return tensor_; }
 
  private:
   int64_t N_;
-  torch::Tensor tensor_;
+  at::Tensor tensor_;
   bf16* bf16_ = nullptr;
   float* f32_ = nullptr;
 };
 
-void check_x(const torch::Tensor& x, int64_t K) {
+void check_x(const at::Tensor& x, int64_t K) {
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16,
               "x must be a contiguous bfloat16 [M, K]");
   TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " columns, the weight ", K);
 }
 
-void check_panels(const torch::Tensor& w, at::ScalarType dtype, int64_t N, int64_t K, int64_t group) {
+void check_panels(const at::Tensor& w, at::ScalarType dtype, int64_t N, int64_t K, int64_t group) {
   TORCH_CHECK(w.is_contiguous() && w.scalar_type() == dtype, "packed weight has the wrong dtype or layout");
   TORCH_CHECK(K % 4 == 0, "K must be a multiple of 4");
   TORCH_CHECK(w.numel() == (N + PANEL - 1) / PANEL * PANEL * K && w.size(-1) == group,
@@ -192,8 +194,8 @@ void quantize_rows(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* scale
 
 int64_t linear_panel() { return PANEL; }
 
-torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
-                          const std::optional<torch::Tensor>& out) {
+at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
+                          const std::optional<at::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kBFloat16, N, K, 2);
@@ -208,8 +210,8 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_
   return result.tensor();
 }
 
-torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N,
-                          const std::optional<torch::Tensor>& out) {
+at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales, int64_t N,
+                          const std::optional<at::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kChar, N, K, 2);
@@ -229,8 +231,8 @@ torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const 
   return result.tensor();
 }
 
-torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& row_sums,
-                          const torch::Tensor& scales, int64_t N, const std::optional<torch::Tensor>& out) {
+at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& row_sums,
+                          const at::Tensor& scales, int64_t N, const std::optional<at::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kChar, N, K, 4);
