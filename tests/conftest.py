@@ -1,5 +1,10 @@
 """Shared fixtures: tiny random LFM2 checkpoints (real weights cannot be downloaded in CI).
 
+``native``             the compiled kernels, once per instruction set this CPU runs (AVX-512
+                       machines test their AVX2 build too); skipped, with the reason, only where
+                       the CPU runs none. A build that fails where the CPU could run it fails.
+``native_models``      ``native``, with every model the test loads running on that build.
+``bf16_kernels``       each way a bf16 model runs here: every native build, then PyTorch's kernels.
 ``tiny_ckpt``          Path of the "default" preset (conv-first, GQA, tied head), made once per session.
 ``tiny_ckpt_factory``  ``make(preset="default", **overrides) -> Path``: a checkpoint for a named preset
                        of ``model.tiny.TINY_CONFIGS``, with any ``write_tiny_checkpoint`` keyword
@@ -13,17 +18,21 @@ on a shared 2-core machine several processes with 2 threads each slow everything
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
 
+from model import kernels
 from model.tiny import TINY_CONFIGS, write_tiny_checkpoint
 
 TinyCheckpointFactory = Callable[..., Path]
+RUNNABLE_ISAS = kernels.runnable_isas()
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -50,3 +59,39 @@ def tiny_ckpt_factory(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpoin
 @pytest.fixture(scope="session")
 def tiny_ckpt(tiny_ckpt_factory: TinyCheckpointFactory) -> Path:
     return tiny_ckpt_factory("default")
+
+
+@pytest.fixture(params=RUNNABLE_ISAS or [None], ids=lambda isa: isa or "no-isa", scope="session")
+def native(request: pytest.FixtureRequest) -> ModuleType:
+    isa = request.param
+    if isa is None:
+        pytest.skip(f"native CPU kernels cannot run on this machine: {kernels.unavailable_reason()}")
+    module, reason = kernels.availability(isa)
+    if module is None:
+        pytest.fail(f"the {isa} kernels did not build on a CPU that runs them: {reason}")
+    assert isa == module.ISA
+    return module
+
+
+@contextlib.contextmanager
+def _models_on(monkeypatch: pytest.MonkeyPatch, isa: str | None) -> Iterator[None]:
+    """Models loaded meanwhile use the ``isa`` build, or PyTorch's kernels where it is None."""
+    if isa is None:
+        monkeypatch.setenv(kernels.DISABLE_ENV, "0")
+    else:
+        monkeypatch.setenv(kernels.ISA_ENV, isa)
+    kernels.clear_cache()
+    yield
+    kernels.clear_cache()
+
+
+@pytest.fixture
+def native_models(native: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Iterator[ModuleType]:
+    with _models_on(monkeypatch, native.ISA):
+        yield native
+
+
+@pytest.fixture(params=[*RUNNABLE_ISAS, "torch"])
+def bf16_kernels(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    with _models_on(monkeypatch, None if request.param == "torch" else request.param):
+        yield request.param

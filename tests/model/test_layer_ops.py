@@ -14,7 +14,6 @@ from types import ModuleType
 import pytest
 import torch
 
-from model import kernels
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.config import Lfm2Config
@@ -156,18 +155,13 @@ def test_bad_indices_are_refused(native):
         attention._project(bf16(batch.num_tokens, 64), batch, rope, *small_pool)
 
 
-def test_whole_model_greedy_tokens_match_the_pytorch_elementwise_path(native, monkeypatch, tiny_ckpt_factory):
+def test_whole_model_greedy_tokens_match_the_pytorch_elementwise_path(native_models, tiny_ckpt_factory):
     """The same bf16 model with the fused loops on and off: same argmax at every position."""
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
-    monkeypatch.setenv(kernels.ISA_ENV, native.ISA)
-    kernels.clear_cache()
-    try:
-        fused = load_model(path, dtype="bfloat16")
-        reference = load_model(path, dtype="bfloat16")
-    finally:
-        kernels.clear_cache()
+    fused = load_model(path, dtype="bfloat16")
+    reference = load_model(path, dtype="bfloat16")
     use_reference_layers(reference)  # the linears keep their kernels
-    assert fused.model.layers[0].operator_norm.kernels is native
+    assert fused.model.layers[0].operator_norm.kernels is native_models
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(20, fused.config.vocab_size, (24,), generator=generator).tolist()
     logits = {}
