@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
+from model import kernels as native_kernels
 from model.cache import HybridCache
 from model.config import Lfm2Config
-from model.cpu import CPUINFO, cpu_flags
-from model.kernels import runnable_isas
 from model.loader import QUANTIZATIONS, parse_dtype
 
 ENGINE_DTYPES = ("float32", "bfloat16")  # fp16 on CPU is emulated and slow: not offered
@@ -93,13 +91,14 @@ class EngineConfig:
         return dataclasses.replace(self, dtype=dtype, num_kv_blocks=blocks, max_model_len=limit)
 
 
-def cpu_runs_bf16_fast(cpuinfo: Path = CPUINFO) -> bool:
-    """True where model/kernels has a native build for this CPU (AVX-512 BF16 or AVX2 + FMA).
+def cpu_runs_bf16_fast() -> bool:
+    """True where model/kernels built for this CPU (AVX-512 BF16 or AVX2 + FMA; built on first call).
 
     There bf16 weights stream at memory speed, half the bytes of float32, with fp32 sums
-    (docs/ARCHITECTURE.md has the figures); elsewhere torch's bf16 matmuls are slower than float32.
+    (docs/ARCHITECTURE.md has the figures). Without that build (ARM, old x86, no compiler)
+    torch's bf16 matmuls are slower than float32: 4x at one row on an AVX2 EPYC.
     """
-    return bool(runnable_isas(cpu_flags(cpuinfo)))
+    return native_kernels.load() is not None
 
 
 def resolve_dtype(dtype: str, device: str) -> str:

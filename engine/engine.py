@@ -107,12 +107,14 @@ class Engine:
         report("locating checkpoint", None)
         path = resolve_checkpoint(str(name_or_path), progress=progress is None)
         model_config = Lfm2Config.from_pretrained(path)
-        resolved = (config or EngineConfig()).resolve(model_config)
-        if resolved.num_threads is not None:
-            torch.set_num_threads(resolved.num_threads)
-        if native_kernels.wanted_for(resolved.torch_dtype, resolved.device):
+        config = config or EngineConfig()
+        if config.device == "cpu" and config.dtype != "float32" and native_kernels.runnable_isas():
+            # built here, before "auto" asks whether bf16 runs fast on this CPU
             report("preparing CPU kernels (built once: about a minute the first time)", None)
             native_kernels.load()
+        resolved = config.resolve(model_config)
+        if resolved.num_threads is not None:
+            torch.set_num_threads(resolved.num_threads)
         report("loading weights", 0.0)
         model = load_model(
             path,
