@@ -11,13 +11,15 @@ Every source is written once over cpu_vec.h's vector layer and compiled for one 
 (``ISAS``, widest first). The build takes the widest one the CPU runs; ``LFM_CHAT_ISA=avx2``
 forces a narrower one (tests build every set the machine can run). Builds go through
 `torch.utils.cpp_extension`, cached under torch's extensions directory per instruction set and
-rebuilt only when a source changes. Without a C++ compiler or any of these instruction sets
-(ARM, old x86), `load()` returns None and the model keeps PyTorch's kernels: slower, never wrong.
+digest of the sources (a changed source is a new build). Without a C++ compiler or any of these
+instruction sets (ARM, old x86), `load()` returns None and the model keeps PyTorch's kernels:
+slower, never wrong.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -128,6 +130,16 @@ def _put_ninja_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join((ninja.BIN_DIR, os.environ.get("PATH", "")))
 
 
+def _digest(sources: tuple[Path, ...], isa: str) -> str:
+    """Sources, headers and flags in the build's name: two installs (a checkout and a wheel) with
+    different sources get their own builds instead of rebuilding over each other on every load."""
+    files = sorted({*sources, *Path(__file__).parent.glob("*.h")})
+    digest = hashlib.sha256(" ".join(compile_flags(isa)).encode())
+    for path in files:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
 def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | None, str | None]:
     """Compile ``sources`` for ``isa`` (cached by torch); on failure None and the reason."""
     try:
@@ -135,7 +147,7 @@ def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | N
 
         _put_ninja_on_path()
         module = load_extension(
-            name=f"lfm_chat_cpu_kernels_{isa}",
+            name=f"lfm_chat_cpu_kernels_{isa}_{_digest(sources, isa)}",
             sources=[str(source) for source in sources],
             extra_cflags=compile_flags(isa),
             extra_ldflags=["-fopenmp"],
