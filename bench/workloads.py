@@ -104,11 +104,16 @@ def _measure_chats(traces: list[RequestTrace]) -> dict[str, float | None]:
     }
 
 
-# ---------------------------------------------------------------- 32 mixed-length requests
-def _build_mixed(ctx: BuildContext) -> Scenario:
-    low, high = ctx.size(32, 8), ctx.size(256, 64)
-    new = ctx.size(128, 16)
-    return _batch([RequestSpec(ctx.prompt(ctx.rng.randint(low, high)), new) for _ in range(32)])
+# ---------------------------------------------------------------- mixed-length requests, all at once
+def _mixed(count: int, new_tokens: int) -> Callable[[BuildContext], Scenario]:
+    """`count` requests with prompts of 32-256 tokens and `new_tokens` each, arriving together."""
+
+    def build(ctx: BuildContext) -> Scenario:
+        low, high = ctx.size(32, 8), ctx.size(256, 64)
+        new = ctx.size(new_tokens, 16)
+        return _batch([RequestSpec(ctx.prompt(ctx.rng.randint(low, high)), new) for _ in range(count)])
+
+    return build
 
 
 def _measure_mixed(traces: list[RequestTrace]) -> dict[str, float | None]:
@@ -240,7 +245,15 @@ WORKLOADS: dict[str, Workload] = {
             title="32 requests, prompts 32-256, 128 new each",
             hf_method="static padded batch of 32",
             metrics=(Metric("wall", "s", False), Metric("output", TOK_S, True)),
-            build=_build_mixed,
+            build=_mixed(32, 128),
+            measure=_measure_mixed,
+        ),
+        Workload(
+            name="mixed16",
+            title="16 requests, prompts 32-256, 64 new each",
+            hf_method="static padded batch of 16",
+            metrics=(Metric("wall", "s", False), Metric("output", TOK_S, True)),
+            build=_mixed(16, 64),
             measure=_measure_mixed,
         ),
         Workload(
