@@ -28,6 +28,7 @@ from bench.runner import count_runs, run_benchmark
 from bench.settings import RunSettings
 from bench.workloads import WORKLOADS
 from engine.config import resolve_dtype
+from model import kernels
 from model.errors import CheckpointError, ModelNotAvailableError
 from model.hub import resolve_checkpoint
 from model.loader import QUANTIZATIONS
@@ -44,6 +45,12 @@ def _names(allowed: list[str] | tuple[str, ...], what: str) -> Callable[[str], l
         return list(dict.fromkeys(names))
 
     return parse
+
+
+def native_isa() -> str:
+    """The instruction set our engine's kernels run on here, or why they don't."""
+    module = kernels.load()
+    return module.ISA if module is not None else f"none ({kernels.unavailable_reason() or 'turned off'})"
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -77,6 +84,12 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["auto", "bfloat16", "float32"],
         default="auto",
         help="for both engines; auto = bf16 where the native kernels run (AVX-512 or AVX2)",
+    )
+    parser.add_argument(
+        "--hf-dtype",
+        choices=["bfloat16", "float32"],
+        default=None,
+        help="transformers' dtype, where it should differ from --dtype (float32: its fastest on AVX2)",
     )
     parser.add_argument(
         "--quantize",
@@ -132,9 +145,17 @@ def main(argv: list[str] | None = None) -> int:
             print(f"lfm-chat bench: {exc}", file=sys.stderr)
             return 1
         settings = RunSettings(
-            checkpoint, dtype, threads, args.quick, args.seed, args.poisson_rate, quantize=args.quantize
+            checkpoint,
+            dtype,
+            threads,
+            args.quick,
+            args.seed,
+            args.poisson_rate,
+            quantize=args.quantize,
+            hf_dtype=args.hf_dtype,
         )
-        machine = describe(threads, dtype)
+        dtypes = dtype if args.hf_dtype is None else f"{dtype} (transformers: {args.hf_dtype})"
+        machine = describe(threads, dtypes)
         settings, results = run_benchmark(workloads, args.engines, settings, args.repeats, progress)
     context = {
         "machine": machine,
@@ -145,7 +166,7 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "poisson_rate": settings.poisson_rate,
         },
-        "engine": {**ours.describe(), "quantize": args.quantize},
+        "engine": {**ours.describe(), "quantize": args.quantize, "native kernels": native_isa()},
         "command": shlex.join(["lfm-chat", "bench", *argv]),
     }
     print(text_report(results, args.engines, context, markdown=args.markdown))

@@ -50,7 +50,7 @@ def measure_in_subprocess(engine: str, workload: Workload, settings: RunSettings
         "--model",
         str(settings.checkpoint),
         "--dtype",
-        settings.dtype,
+        settings.dtype_of(engine),
         "--threads",
         str(settings.threads),
         "--seed",

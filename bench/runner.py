@@ -59,7 +59,8 @@ def run_benchmark(
         backends = []
         for name in engines:
             progress.note(f"loading {name} from {settings.checkpoint}")
-            backends.append(load_backend(name, settings.checkpoint, settings.dtype, settings.quantize))
+            dtype = settings.dtype_of(name)
+            backends.append(load_backend(name, settings.checkpoint, dtype, settings.quantize))
         step_times = {backend.name: warm_up(backend, settings.quick) for backend in backends}
         if settings.poisson_rate is None and any(w.uses_arrival_rate for w in in_process):
             rate = poisson_rate(step_times[engines[0]], settings.quick)

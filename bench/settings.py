@@ -13,12 +13,16 @@ from model.config import Lfm2Config
 @dataclass(frozen=True, slots=True)
 class RunSettings:
     checkpoint: Path
-    dtype: str  # resolved: "bfloat16" or "float32", the same for both engines
+    dtype: str  # resolved: "bfloat16" or "float32"
     threads: int
     quick: bool
     seed: int = 0
     poisson_rate: float | None = None  # requests/s; None until calibrated on the first engine's warm-up
     quantize: str = "none"  # our engine's linears: "none", "int8" (weight-only) or "w8a8"
+    hf_dtype: str | None = None  # transformers' dtype where it differs (its fastest on this CPU)
+
+    def dtype_of(self, engine: str) -> str:
+        return self.hf_dtype if engine == "transformers" and self.hf_dtype else self.dtype
 
     def build_context(self, workload: Workload, repetition: int) -> BuildContext:
         """Identical prompts for both engines within a repetition, fresh ones in the next."""
