@@ -51,6 +51,14 @@ def decode_rate(traces: Sequence[RequestTrace]) -> float:
     return tokens / span
 
 
+def batch_decode_rate(traces: Sequence[RequestTrace]) -> float:
+    """Tokens per second once every request has its first token: the batch decoding alone, as
+    llama.cpp's llama-batched-bench reports it (S_TG, prefill excluded)."""
+    start = max(t.token_times[0] for t in traces)
+    tokens = sum(1 for t in traces for time in t.token_times if time > start)
+    return tokens / (max(t.token_times[-1] for t in traces) - start)
+
+
 def all_itls(traces: Iterable[RequestTrace]) -> list[float]:
     return [itl for trace in traces for itl in trace.itls]
 

@@ -104,6 +104,17 @@ def _measure_chats(traces: list[RequestTrace]) -> dict[str, float | None]:
     }
 
 
+# ---------------------------------------------------------------- 8 streams together (llama-batched-bench)
+def _build_batch8(ctx: BuildContext) -> Scenario:
+    new = ctx.size(128, 16)
+    return _batch([RequestSpec(ctx.prompt(ctx.size(128, 32)), new) for _ in range(8)])
+
+
+def _measure_batch8(traces: list[RequestTrace]) -> dict[str, float | None]:
+    itl_p50 = stats.percentile(stats.all_itls(traces), 50)
+    return {"decode": stats.batch_decode_rate(traces), "ITL p50": stats.ms(itl_p50)}
+
+
 # ---------------------------------------------------------------- mixed-length requests, all at once
 def _mixed(count: int, new_tokens: int) -> Callable[[BuildContext], Scenario]:
     """`count` requests with prompts of 32-256 tokens and `new_tokens` each, arriving together."""
@@ -239,6 +250,14 @@ WORKLOADS: dict[str, Workload] = {
             ),
             build=_build_chats,
             measure=_measure_chats,
+        ),
+        Workload(
+            name="batch8",
+            title="8 requests x (128 + 128) at once; decode once all 8 are decoding",
+            hf_method="static padded batch of 8",
+            metrics=(Metric("decode", TOK_S, True), Metric("ITL p50", MS, False)),
+            build=_build_batch8,
+            measure=_measure_batch8,
         ),
         Workload(
             name="mixed32",

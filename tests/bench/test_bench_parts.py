@@ -31,6 +31,8 @@ def test_rates_span_from_first_arrival_or_first_token():
     ]
     assert stats.output_rate(traces) == 5 / 3
     assert stats.decode_rate(traces) == 3 / 2
+    # from the last first token (2.0): the tokens at 3.0 of both streams, over 1 s
+    assert stats.batch_decode_rate(traces) == 2 / 1
 
 
 def test_continuations_carry_the_history_into_their_context_length():
