@@ -112,8 +112,8 @@ constexpr auto ATTEND = attend_table(std::make_index_sequence<MAX_DIM / CHUNK>{}
 // q [S, H, D] bf16; k_cache, v_cache [slots, Hkv, D] bf16 (slot = block * block_size + offset);
 // block_tables [S, B] int64 (entries past a sequence's context are ignored); context_lens [S].
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
-                               const at::Tensor& block_tables, const at::Tensor& context_lens,
-                               int64_t block_size, double scale) {
+                            const at::Tensor& block_tables, const at::Tensor& context_lens,
+                            int64_t block_size, double scale) {
   TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == at::kBFloat16, "q: contiguous bf16 [S, H, D]");
   TORCH_CHECK(k_cache.dim() == 3 && k_cache.is_contiguous() && k_cache.scalar_type() == at::kBFloat16 &&
                   v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() &&

@@ -65,7 +65,7 @@ void rms_norm_row(const bf16* x, const bf16* weight, bf16* out, int64_t n, float
 // hidden [T, n] bf16, delta [T, n] or None, weight [n] -> normed [T, n].
 // With delta, `hidden += delta` first, in place (the decoder's residual connection).
 at::Tensor add_rms_norm(at::Tensor& hidden, const std::optional<at::Tensor>& delta,
-                           const at::Tensor& weight, double eps) {
+                        const at::Tensor& weight, double eps) {
   check_bf16(hidden, 2, "hidden: contiguous bf16 [T, n]");
   const int64_t T = hidden.size(0), n = hidden.size(1);
   check_bf16(weight, 1, "weight: bf16 [n]");
@@ -124,9 +124,9 @@ at::Tensor swiglu(const at::Tensor& gate_up) {
 // reads ext[window[t, 0..L)]; state[write_rows[w]] = ext[write_index[w]] after all reads.
 // Returns C * bf16(conv (+ bias)) [T, h].
 at::Tensor short_conv(const at::Tensor& bcx, at::Tensor& state, const at::Tensor& taps,
-                         const std::optional<at::Tensor>& bias, const at::Tensor& src_rows,
-                         const at::Tensor& window, const at::Tensor& write_index,
-                         const at::Tensor& write_rows) {
+                      const std::optional<at::Tensor>& bias, const at::Tensor& src_rows,
+                      const at::Tensor& window, const at::Tensor& write_index,
+                      const at::Tensor& write_rows) {
   check_bf16(bcx, 2, "bcx: contiguous bf16 [T, 3h]");
   check_bf16(state, 3, "state: contiguous bf16 [rows, L-1, h]");
   const int64_t T = bcx.size(0), h = bcx.size(1) / 3, R = state.size(0), S = state.size(1);
@@ -194,9 +194,9 @@ at::Tensor short_conv(const at::Tensor& bcx, at::Tensor& state, const at::Tensor
 // positions[t] from fp32 tables cos/sin [P, D/2]; k and v are written to their cache slots
 // (k_cache, v_cache [slots, Hkv, D]), and q [T, H, D] is returned.
 at::Tensor attention_prep(const at::Tensor& qkv, const at::Tensor& q_weight, const at::Tensor& k_weight,
-                             double eps, const at::Tensor& cos, const at::Tensor& sin,
-                             const at::Tensor& positions, at::Tensor& k_cache, at::Tensor& v_cache,
-                             const at::Tensor& write_slots, int64_t heads) {
+                          double eps, const at::Tensor& cos, const at::Tensor& sin,
+                          const at::Tensor& positions, at::Tensor& k_cache, at::Tensor& v_cache,
+                          const at::Tensor& write_slots, int64_t heads) {
   check_bf16(qkv, 2, "qkv: contiguous bf16 [T, (H + 2 Hkv) D]");
   check_bf16(k_cache, 3, "k_cache: contiguous bf16 [slots, Hkv, D]");
   check_bf16(v_cache, 3, "v_cache: contiguous bf16 [slots, Hkv, D]");

@@ -195,7 +195,7 @@ void quantize_rows(const bf16* x, int64_t M, int64_t K, uint8_t* q, float* scale
 int64_t linear_panel() { return PANEL; }
 
 at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
-                          const std::optional<at::Tensor>& out) {
+                       const std::optional<at::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kBFloat16, N, K, 2);
@@ -211,7 +211,7 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
 }
 
 at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& scales, int64_t N,
-                          const std::optional<at::Tensor>& out) {
+                       const std::optional<at::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kChar, N, K, 2);
@@ -232,7 +232,7 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 }
 
 at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& w, const at::Tensor& row_sums,
-                          const at::Tensor& scales, int64_t N, const std::optional<at::Tensor>& out) {
+                       const at::Tensor& scales, int64_t N, const std::optional<at::Tensor>& out) {
   const int64_t M = x.size(0), K = x.size(1);
   check_x(x, K);
   check_panels(w, at::kChar, N, K, 4);
