@@ -20,12 +20,12 @@ from bench.checkpoint import LFM2_350M_SHAPE
 from bench.progress import Progress
 from model import kernels
 from model.config import ATTENTION, Lfm2Config
-from model.linears import NativeLinear, PackedLinear, onednn_bf16_supported
+from model.linears import NativeLinear, torch_bf16_linear
 from model.quantize import Int8Linear, W8A8Linear
 
 SCHEMES: dict[str, tuple[Callable[..., nn.Module], Callable[..., nn.Module]]] = {
     # scheme: (native layer, PyTorch layer)
-    "bf16": (NativeLinear, lambda linear, _: PackedLinear(linear) if onednn_bf16_supported() else linear),
+    "bf16": (NativeLinear, lambda linear, _: torch_bf16_linear(linear)),
     "int8": (Int8Linear, lambda linear, _: Int8Linear(linear)),
     "w8a8": (W8A8Linear, lambda linear, _: W8A8Linear(linear)),
 }

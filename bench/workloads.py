@@ -116,7 +116,7 @@ def _measure_batch8(traces: list[RequestTrace]) -> dict[str, float | None]:
 
 
 # ---------------------------------------------------------------- mixed-length requests, all at once
-def _mixed(count: int, new_tokens: int) -> Callable[[BuildContext], Scenario]:
+def _mixed(count: int, new_tokens: int) -> Workload:
     """`count` requests with prompts of 32-256 tokens and `new_tokens` each, arriving together."""
 
     def build(ctx: BuildContext) -> Scenario:
@@ -124,7 +124,14 @@ def _mixed(count: int, new_tokens: int) -> Callable[[BuildContext], Scenario]:
         new = ctx.size(new_tokens, 16)
         return _batch([RequestSpec(ctx.prompt(ctx.rng.randint(low, high)), new) for _ in range(count)])
 
-    return build
+    return Workload(
+        name=f"mixed{count}",
+        title=f"{count} requests, prompts 32-256, {new_tokens} new each",
+        hf_method=f"static padded batch of {count}",
+        metrics=(Metric("wall", "s", False), Metric("output", TOK_S, True)),
+        build=build,
+        measure=_measure_mixed,
+    )
 
 
 def _measure_mixed(traces: list[RequestTrace]) -> dict[str, float | None]:
@@ -259,22 +266,8 @@ WORKLOADS: dict[str, Workload] = {
             build=_build_batch8,
             measure=_measure_batch8,
         ),
-        Workload(
-            name="mixed32",
-            title="32 requests, prompts 32-256, 128 new each",
-            hf_method="static padded batch of 32",
-            metrics=(Metric("wall", "s", False), Metric("output", TOK_S, True)),
-            build=_mixed(32, 128),
-            measure=_measure_mixed,
-        ),
-        Workload(
-            name="mixed16",
-            title="16 requests, prompts 32-256, 64 new each",
-            hf_method="static padded batch of 16",
-            metrics=(Metric("wall", "s", False), Metric("output", TOK_S, True)),
-            build=_mixed(16, 64),
-            measure=_measure_mixed,
-        ),
+        _mixed(32, 128),
+        _mixed(16, 64),
         Workload(
             name="poisson",
             title="16 requests, Poisson arrivals, prompts 64-256, 64 new",

@@ -68,16 +68,16 @@ class PackedLinear(nn.Module):
 def bf16_cpu_linear(kernels: ModuleType | None) -> Callable[[nn.Linear], nn.Module] | None:
     """How to build each bf16 CPU linear: native where the kernels run, else oneDNN-packed where
     oneDNN does bf16 on this CPU, else None (keep ``nn.Linear``)."""
-    fallback = PackedLinear if onednn_bf16_supported() else None
     if kernels is None:
-        return fallback
+        return torch_bf16_linear if onednn_bf16_supported() else None
+    return lambda linear: (
+        NativeLinear(linear, kernels) if native_width(linear.in_features) else torch_bf16_linear(linear)
+    )
 
-    def make(linear: nn.Linear) -> nn.Module:
-        if native_width(linear.in_features):
-            return NativeLinear(linear, kernels)
-        return fallback(linear) if fallback is not None else linear
 
-    return make
+def torch_bf16_linear(linear: nn.Linear) -> nn.Module:
+    """PyTorch's fastest form of a bf16 CPU linear here: oneDNN-packed where oneDNN does bf16, else as is."""
+    return PackedLinear(linear) if onednn_bf16_supported() else linear
 
 
 def onednn_bf16_supported() -> bool:
