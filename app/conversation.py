@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Protocol
 
+from app.sanitize import strip_control
 from engine import SamplingParams
 
 TITLE_CHARS = 48
@@ -67,33 +68,6 @@ class ChatMessage:
 
 
 @dataclass(slots=True)
-class Conversation:
-    """What is persisted: messages, settings and timestamps. `id` is None until first saved."""
-
-    messages: list[ChatMessage] = field(default_factory=list)
-    settings: ChatSettings = field(default_factory=ChatSettings)
-    id: int | None = None
-    created_at: float = field(default_factory=time.time)
-    updated_at: float = field(default_factory=time.time)
-
-    @property
-    def title(self) -> str:
-        first = next((m.content for m in self.messages if m.role == "user"), "")
-        line = " ".join(first.split())
-        return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
-
-    @property
-    def last_reply(self) -> str | None:
-        return next((m.content for m in reversed(self.messages) if m.role == "assistant"), None)
-
-    def chat_messages(self) -> list[dict[str, str]]:
-        """The messages in chat-template form, system prompt first when there is one."""
-        chat = [{"role": m.role, "content": m.content} for m in self.messages]
-        system = self.settings.system_prompt
-        return [{"role": "system", "content": system}, *chat] if system else chat
-
-
-@dataclass(slots=True)
 class PromptCache:
     """Token ids the engine already saw for a conversation, each with the text it stands for.
 
@@ -123,3 +97,38 @@ class PromptCache:
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+@dataclass(slots=True)
+class Conversation:
+    """What is persisted: messages, settings, timestamps, the user's name for it, the unsent draft
+    and the prompt ids the engine last saw (so a relaunch neither re-tokenizes nor misses the
+    prefix cache). `id` is None until first saved."""
+
+    messages: list[ChatMessage] = field(default_factory=list)
+    settings: ChatSettings = field(default_factory=ChatSettings)
+    id: int | None = None
+    created_at: float = field(default_factory=time.time)
+    updated_at: float = field(default_factory=time.time)
+    name: str = ""  # set by rename in History; otherwise the title is the first message
+    draft: str = ""
+    prompt_cache: PromptCache = field(default_factory=PromptCache)
+
+    @property
+    def title(self) -> str:
+        """One line of plain text (no controls): the name, or the start of the first user message."""
+        first = self.name or next((m.content for m in self.messages if m.role == "user"), "")
+        line = " ".join(strip_control(first).split())
+        return line if len(line) <= TITLE_CHARS else line[: TITLE_CHARS - 1] + "…"
+
+    @property
+    def last_reply(self) -> str | None:
+        return next((m.content for m in reversed(self.messages) if m.role == "assistant"), None)
+
+    def chat_messages(self) -> list[dict[str, str]]:
+        """The messages in chat-template form, system prompt first when there is one."""
+        chat = [{"role": m.role, "content": m.content} for m in self.messages]
+        system = self.settings.system_prompt
+        return [{"role": "system", "content": system}, *chat] if system else chat
+
+

@@ -17,7 +17,7 @@ from textual.message import Message
 from textual.widgets import Markdown
 from textual.widgets.markdown import MarkdownStream
 
-from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
+from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.export import conversation_markdown, export_name, last_code_block, write_text
 from app.keys import key
 from app.sanitize import strip_control
@@ -86,7 +86,6 @@ class ChatPane(Vertical):
         self.context = context
         self.label = id.removeprefix("pane-")
         self.turn: Turn | None = None
-        self.prompt_cache = PromptCache()
         self.context_used = 0
         # Kept as attributes, not queried: engine events may still arrive while the pane is torn down.
         self.transcript = Transcript(*Transcript.widgets_for(conversation.messages))
@@ -126,7 +125,7 @@ class ChatPane(Vertical):
 
     async def _start_turn(self) -> None:
         engine = self.context.engine
-        prompt = self.prompt_cache.build(engine.tokenizer, self.conversation.chat_messages())
+        prompt = self.conversation.prompt_cache.build(engine.tokenizer, self.conversation.chat_messages())
         room = engine.max_model_len - len(prompt[1])
         if room < 1:
             await self._refuse_last(
@@ -198,7 +197,8 @@ class ChatPane(Vertical):
             return
         if turn.shown:
             self.conversation.messages.append(ChatMessage("assistant", turn.shown))
-            self.prompt_cache.remember(self.context.engine.tokenizer, turn.prompt, turn.shown, turn.ids)
+            tokenizer = self.context.engine.tokenizer
+            self.conversation.prompt_cache.remember(tokenizer, turn.prompt, turn.shown, turn.ids)
         else:
             await turn.reply.remove()
         self.status.show("stopped" if event.finish_reason == "abort" else "idle", event.metrics)
@@ -243,7 +243,6 @@ class ChatPane(Vertical):
         if self.busy:
             return
         self.conversation = Conversation(settings=replace(self.conversation.settings))
-        self.prompt_cache.clear()
         await self.transcript.show([])
         self._measure_context()
         self.status.show("idle")
@@ -286,7 +285,7 @@ class ChatPane(Vertical):
     def _measure_context(self) -> None:
         """Tokens the conversation fills now, so the meter is right before the next send."""
         chat, tokenizer = self.conversation, self.context.engine.tokenizer
-        ids = self.prompt_cache.build(tokenizer, chat.chat_messages())[1] if chat.messages else []
+        ids = chat.prompt_cache.build(tokenizer, chat.chat_messages())[1] if chat.messages else []
         self.context_used = len(ids)
         self._update_title()
 
