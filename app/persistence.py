@@ -1,0 +1,67 @@
+"""Saving from the UI: a failed write must neither crash the app nor lose what the user wrote.
+
+The Store raises StoreWriteError when a write fails (a read-only or vanished data dir, a full disk,
+a lock held by another program). In the middle of a turn the UI can do nothing useful with an
+exception, so the Saver keeps each failed write, says what is wrong in `problem` (the app shows
+it until it clears) and writes it again when `retry()` is called from a timer.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+
+from app.conversation import Conversation
+from app.store import Store, StoreWriteError
+
+
+class Saver:
+    """Never-raising writes over a Store; reads go to `store` directly."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.problem: str | None = None  # the last failure's sentence while anything is unsaved
+        self._pending: dict[Hashable, Callable[[], object]] = {}  # oldest first; one per thing written
+
+    def save(self, conversation: Conversation) -> bool:
+        """Save now, or keep it for `retry()`.
+
+        Pending saves are keyed by conversation id (the Store assigns it even when the write
+        fails), so a pane's conversation and the partial-reply copies taken of it share one slot:
+        whichever was saved last is what a retry writes.
+        """
+        return self._attempt(lambda: self.store.save(conversation), lambda: ("save", conversation.id))
+
+    def set_open(self, conversation_ids: Sequence[int]) -> bool:
+        ids = list(conversation_ids)
+        return self._attempt(lambda: self.store.set_open(ids), lambda: ("open",))
+
+    def set_state(self, key: str, value: str) -> bool:
+        return self._attempt(lambda: self.store.set_state(key, value), lambda: ("state", key))
+
+    def rename(self, conversation_id: int, name: str) -> bool:
+        return self._attempt(
+            lambda: self.store.rename(conversation_id, name), lambda: ("rename", conversation_id)
+        )
+
+    def delete(self, conversation_id: int) -> bool:
+        return self._attempt(lambda: self.store.delete(conversation_id), lambda: ("delete", conversation_id))
+
+    def retry(self) -> bool:
+        """Write what is pending, oldest first; True once nothing is. Stops at the first failure:
+        each attempt on a locked file can wait the Store's busy timeout, on the UI thread."""
+        return all(self._attempt(write, lambda key=key: key) for key, write in list(self._pending.items()))
+
+    def _attempt(self, write: Callable[[], object], key: Callable[[], Hashable]) -> bool:
+        """Run `write`; on failure keep it as the newest pending write of its key. `key` is asked
+        after the write, when a new conversation has its id."""
+        try:
+            write()
+        except StoreWriteError as exc:
+            self._pending.pop(key(), None)
+            self._pending[key()] = write
+            self.problem = str(exc)
+            return False
+        self._pending.pop(key(), None)
+        if not self._pending:
+            self.problem = None
+        return True
