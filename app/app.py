@@ -14,11 +14,11 @@ from textual.screen import Screen
 from app.conversation import Conversation
 from app.keys import key
 from app.options import MAX_PANES, AppOptions
+from app.persistence import Saver
 from app.screens.chat import ChatScreen
 from app.screens.error import ErrorScreen
 from app.screens.loading import LoadingScreen
 from app.store import Store, StoreError
-from app.widgets.chat_pane import PaneContext
 from engine import EngineWorker
 
 
@@ -65,7 +65,6 @@ class LfmChatApp(App[None]):
         assert self.store is not None
         engine = message.engine
         self.engine_worker = EngineWorker(engine).start()
-        context = PaneContext(engine, self.engine_worker, self.options.data_dir)
         conversations = self.store.open_conversations()[:MAX_PANES]
         missing = max(0, self.options.panes - len(conversations))
         conversations += [Conversation(settings=replace(self.options.chat)) for _ in range(missing)]
@@ -76,10 +75,12 @@ class LfmChatApp(App[None]):
             f"context {engine.max_model_len} · batch {config.max_num_seqs}"
         )
         self.chat_screen = ChatScreen(
-            context,
-            self.store,
+            engine,
+            self.engine_worker,
+            Saver(self.store),
             conversations,
             self.options.chat,
+            files_dir=self.options.data_dir,
             title=title,
             demo=self.options.demo,
             snapshot_interval=self.options.snapshot_interval,

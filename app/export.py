@@ -7,18 +7,23 @@ import time
 from pathlib import Path
 
 from app.conversation import Conversation
+from app.sanitize import strip_control
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[ \t]*$", re.DOTALL | re.MULTILINE)
 ROLE_HEADINGS = {"user": "You", "assistant": "Assistant"}
 
 
 def conversation_markdown(conversation: Conversation) -> str:
-    """The conversation as a Markdown document: system prompt first, one section per message."""
+    """The conversation as a Markdown document: system prompt first, one section per message.
+
+    Without terminal controls: an export is read with `cat` and `less` as often as in an editor.
+    """
     lines = [f"# {conversation.title or 'Conversation'}", ""]
-    if conversation.settings.system_prompt:
-        lines += ["> System: " + conversation.settings.system_prompt.replace("\n", "\n> "), ""]
+    if system := strip_control(conversation.settings.system_prompt):
+        lines += ["> System: " + system.replace("\n", "\n> "), ""]
     for message in conversation.messages:
-        lines += [f"## {ROLE_HEADINGS.get(message.role, message.role)}", "", message.content.rstrip(), ""]
+        heading = ROLE_HEADINGS.get(message.role, message.role)
+        lines += [f"## {heading}", "", strip_control(message.content).rstrip(), ""]
     return "\n".join(lines)
 
 

@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import ClassVar
 
 from textual import work
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
 from textual.containers import Grid
 from textual.events import DescendantFocus, Resize
 from textual.message import Message
@@ -20,21 +20,17 @@ from textual.worker import get_current_worker
 
 from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.keys import key, palette_commands
+from app.layout import plan_layout
 from app.options import MAX_PANES
+from app.persistence import Saver
 from app.screens.history import HistoryScreen
-from app.store import Store
 from app.widgets.chat_pane import ChatPane, PaneContext
 from app.widgets.dashboard import Dashboard
-from engine import EngineSnapshot
+from engine import Engine, EngineSnapshot, EngineWorker
 
-MIN_WIDTH, MIN_HEIGHT = 40, 12
 DEMO_BANNER = "DEMO · random weights: replies are gibberish · --model PATH for a real LFM2"
-
-
-def grid_shape(panes: int) -> tuple[int, int]:
-    """Columns and rows that keep every pane visible: side by side up to three, then rows."""
-    columns = 1 if panes == 1 else 2 if panes in (2, 4) else 3
-    return columns, math.ceil(panes / columns)
+CONFIRM_SECONDS = 3.0
+RETRY_SECONDS = 5.0
 
 
 class ChatScreen(Screen[None]):
@@ -60,18 +56,20 @@ class ChatScreen(Screen[None]):
 
     def __init__(
         self,
-        context: PaneContext,
-        store: Store,
+        engine: Engine,
+        worker: EngineWorker,
+        saver: Saver,
         conversations: Sequence[Conversation],
         defaults: ChatSettings,
         *,
+        files_dir: Path,
         title: str = "lfm-chat",
         demo: bool = False,
         snapshot_interval: float = 0.25,
     ) -> None:
         super().__init__()
-        self.context = context
-        self.store = store
+        self.context = PaneContext(engine, worker, files_dir, self.persist)
+        self.saver = saver
         self.defaults = defaults
         self.title_text = title
         self.demo = demo
@@ -79,23 +77,28 @@ class ChatScreen(Screen[None]):
         self._initial = list(conversations)
         self._pane_count = 0
         self.active_pane_id: str | None = None
+        self.dashboard_wanted = True
+        self._confirming: tuple[str, float] | None = None  # (what, until): a second press does it
         self.grid = Grid(id="panes")
         self.dashboard = Dashboard(id="dashboard")
+        self.save_warning = Static("", id="save-warning", markup=False)
+        self.too_small = Static("", id="too-small", markup=False)
 
     def compose(self) -> ComposeResult:
         yield Static(self.title_text, id="title-bar", markup=False)
         if self.demo:
             yield Static(DEMO_BANNER, id="demo-banner")
+        yield self.save_warning
         with self.grid:
             yield from (self._new_pane(c) for c in self._initial)
         yield self.dashboard
-        yield Static("Terminal too small: make it at least 40×12.", id="too-small")
+        yield self.too_small
         yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self._relayout()
         self.panes[0].focus_input()
-        self._check_size(self.app.size.width, self.app.size.height)
+        self.set_interval(RETRY_SECONDS, self._retry_saves)
         self._monitor()
 
     @property
@@ -107,15 +110,31 @@ class ChatScreen(Screen[None]):
 
     @property
     def active_pane(self) -> ChatPane:
-        """The pane the user last typed in (focus may be in the command palette meanwhile)."""
-        return self.pane(self.active_pane_id or "") or self.panes[0]
+        """The pane holding focus now; else the one last typed in (focus may be in the palette)."""
+        focused = self.focused
+        pane = (
+            next((a for a in focused.ancestors_with_self if isinstance(a, ChatPane)), None)
+            if focused
+            else None
+        )
+        return pane or self.pane(self.active_pane_id or "") or self.panes[0]
 
     def _new_pane(self, conversation: Conversation) -> ChatPane:
         self._pane_count += 1
         return ChatPane(conversation, self.context, id=f"pane-{self._pane_count}")
 
     def _relayout(self) -> None:
-        self.grid.styles.grid_size_columns, self.grid.styles.grid_size_rows = grid_shape(len(self.panes))
+        """Number the panes 1..N in screen order and fit grid, dashboard and guard to the terminal."""
+        panes = self.panes
+        for number, pane in enumerate(panes, start=1):
+            pane.relabel(str(number))
+        width, height = self.app.size
+        chrome = 2 + self.demo + bool(self.save_warning.display)  # title bar, footer, banners
+        layout = plan_layout(width, height, len(panes), chrome, self.dashboard_wanted)
+        self.grid.styles.grid_size_columns, self.grid.styles.grid_size_rows = layout.columns, layout.rows
+        self.dashboard.set_mode(layout.dashboard)
+        self.too_small.update(f"{layout.too_small}\nEnlarge the window, or close a pane (ctrl+w).")
+        self.set_class(layout.too_small is not None, "-too-small")
 
     # ------------------------------------------------------------------ engine -> panes
     @work(thread=True, exclusive=True, group="monitor")
@@ -133,57 +152,69 @@ class ChatScreen(Screen[None]):
                 last = snapshot
             time.sleep(self.snapshot_interval)
 
-    async def on_chat_pane_streamed(self, message: ChatPane.Streamed) -> None:
-        pane = self.pane(message.pane_id)
-        if pane is not None:
-            await pane.apply(message.event)
-
     def on_chat_screen_engine_snapshotted(self, message: EngineSnapshotted) -> None:
         snap = message.snapshot
         panes = {p.id: p for p in self.panes}
         for request in snap.requests:
             if (pane := panes.get(request.tag)) is not None:  # type: ignore[arg-type]
                 pane.apply_snapshot(request)
-        if self.dashboard.display:
-            self.dashboard.show(snap, {pane_id: f"pane {p.label}" for pane_id, p in panes.items()})
+        self.dashboard.show(snap, {pane_id: f"pane {p.label}" for pane_id, p in panes.items()})
 
     # ------------------------------------------------------------------ persistence
-    def on_chat_pane_changed(self, message: ChatPane.Changed) -> None:
-        self.save(message.pane.conversation)
+    def persist(self, conversation: Conversation, partial_reply: str = "") -> None:
+        """Save one conversation (with the reply streaming so far, if any) and which ones are open.
 
-    def save(self, conversation: Conversation) -> None:
-        """Persist one conversation (empty ones are not history) and which ones are open."""
-        if conversation.messages:
+        Never raises: a failed save stays pending, is retried every few seconds, and a warning
+        line says so until it succeeds. A conversation with nothing in it is not saved.
+        """
+        if conversation.messages or conversation.draft or conversation.id is not None:
             conversation.updated_at = time.time()
-            self.store.save(conversation)
-        self._save_open()
+            if partial_reply:
+                saved = replace(
+                    conversation, messages=[*conversation.messages, ChatMessage("assistant", partial_reply)]
+                )
+                self.saver.save(saved)
+                conversation.id = saved.id  # the first successful save may be of the copy
+            else:
+                self.saver.save(conversation)
+        self.saver.set_open([p.conversation.id for p in self.panes if p.conversation.id is not None])
+        self._show_save_problem()
 
-    def _save_open(self) -> None:
-        self.store.set_open([p.conversation.id for p in self.panes if p.conversation.id is not None])
+    def _retry_saves(self) -> None:
+        if self.saver.problem is not None:
+            self.saver.retry()
+            self._show_save_problem()
+
+    def _show_save_problem(self) -> None:
+        problem = self.saver.problem
+        if bool(problem) != self.save_warning.display:
+            self.save_warning.display = bool(problem)
+            self._relayout()
+        if problem:
+            self.save_warning.update(
+                f"Not saved: {problem} Retrying every {RETRY_SECONDS:.0f} s; ctrl+o exports a pane."
+            )
 
     async def save_all(self) -> None:
-        """On quit: every pane, with any reply still streaming kept as it stands."""
+        """On quit: every pane, with any reply still streaming kept as it stands, and its draft."""
         for pane in self.panes:
-            await self._settle(pane)
-
-    async def _settle(self, pane: ChatPane) -> None:
-        """Stop the pane's request now, keep what it streamed, and save: for a pane going away.
-
-        The turn is detached first, so its final (abort) event finds no turn and is ignored.
-        """
-        turn, pane.turn = pane.turn, None
-        if turn is not None:
-            turn.handle.cancel()
-            await turn.stream.stop()
-            if turn.shown:
-                pane.conversation.messages.append(ChatMessage("assistant", turn.shown))
-        self.save(pane.conversation)
+            await pane.settle()
 
     # ------------------------------------------------------------------ actions
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         pane = next((a for a in event.widget.ancestors_with_self if isinstance(a, ChatPane)), None)
         if pane is not None:
             self.active_pane_id = pane.id
+
+    def _confirmed(self, what: str, prompt: str) -> bool:
+        """True on the second press within CONFIRM_SECONDS; the first only says what will happen."""
+        now = time.monotonic()
+        if self._confirming is not None and self._confirming[0] == what and now < self._confirming[1]:
+            self._confirming = None
+            return True
+        self._confirming = (what, now + CONFIRM_SECONDS)
+        self.notify(prompt, severity="warning", timeout=CONFIRM_SECONDS, markup=False)
+        return False
 
     async def action_new_pane(self, conversation: Conversation | None = None) -> None:
         if len(self.panes) >= MAX_PANES:
@@ -192,42 +223,55 @@ class ChatScreen(Screen[None]):
         pane = self._new_pane(conversation or Conversation(settings=replace(self.defaults)))
         await self.grid.mount(pane)
         self._relayout()
-        pane.focus_input()
-        self.save(pane.conversation)
+        self.set_focus(pane.prompt_input)
+        self.persist(pane.conversation)
 
     async def action_close_pane(self) -> None:
         if len(self.panes) == 1:
             self.notify("The last pane stays open: ctrl+l clears it.", severity="warning")
             return
         pane = self.active_pane
+        key_name = self.app.get_key_display(self._binding("close_pane"))
+        if pane.busy and not self._confirmed(
+            f"close {pane.id}",
+            f"Pane {pane.label} is still replying. {key_name} again closes it (the reply so far is kept).",
+        ):
+            return
         index = self.panes.index(pane)
-        await self._settle(pane)
+        await pane.settle()
         await pane.remove()
-        self._save_open()
         self._relayout()
-        self.panes[min(index, len(self.panes) - 1)].focus_input()
+        self.persist(pane.conversation)
+        self.set_focus(self.panes[min(index, len(self.panes) - 1)].prompt_input)
+
+    def _binding(self, binding_id: str) -> Binding:
+        return next(b for b in self.BINDINGS if isinstance(b, Binding) and b.id == binding_id)
 
     def action_toggle_dashboard(self) -> None:
-        self.dashboard.display = not self.dashboard.display
+        self.dashboard_wanted = not self.dashboard_wanted
+        self._relayout()
 
     def action_focus_pane(self, step: int) -> None:
-        """A priority binding and `set_focus` (not `Widget.focus`, which defers): keys typed right after
-        Tab land in the new pane instead of the old one."""
+        """From the pane that holds focus now, not from the last focus event: those queue behind
+        token and key messages, so under load they would name a pane the user already left.
+        `set_focus` (not `Widget.focus`, which defers) so keys typed right after Tab land in the
+        new pane."""
         panes = self.panes
-        index = panes.index(self.active_pane) if self.active_pane_id else -step
-        self.set_focus(panes[(index + step) % len(panes)].prompt_input)
+        target = panes[(panes.index(self.active_pane) + step) % len(panes)]
+        self.active_pane_id = target.id
+        self.set_focus(target.prompt_input)
 
     def action_history(self) -> None:
         open_ids = {p.conversation.id for p in self.panes}
-        self.app.push_screen(HistoryScreen(self.store, open_ids), self._reopen)
+        self.app.push_screen(HistoryScreen(self.saver, open_ids), self._reopen)
 
     async def _reopen(self, conversation_id: int | None) -> None:
         if conversation_id is None:
             return
         pane = next((p for p in self.panes if p.conversation.id == conversation_id), None)
         if pane is not None:
-            pane.focus_input()
-        elif (conversation := self.store.load(conversation_id)) is not None:
+            self.set_focus(pane.prompt_input)
+        elif (conversation := self.saver.store.load(conversation_id)) is not None:
             await self.action_new_pane(conversation)
 
     def system_commands(self) -> Iterable[SystemCommand]:
@@ -238,9 +282,5 @@ class ChatScreen(Screen[None]):
     async def _run_pane_action(self, action: str) -> None:
         await self.active_pane.run_action(action)
 
-    # ------------------------------------------------------------------ size
     def on_resize(self, event: Resize) -> None:
-        self._check_size(event.size.width, event.size.height)
-
-    def _check_size(self, width: int, height: int) -> None:
-        self.set_class(width < MIN_WIDTH or height < MIN_HEIGHT, "-too-small")
+        self._relayout()

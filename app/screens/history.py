@@ -1,4 +1,4 @@
-"""Past conversations, newest first; Enter reopens one in a pane."""
+"""Past conversations, newest first: search, reopen, rename, delete (after a second press)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Label, OptionList
+from textual.widgets import Footer, Input, Label, OptionList
 from textual.widgets.option_list import Option
 
+from app.persistence import Saver
 from app.sanitize import strip_control
-from app.store import ConversationSummary, Store
+from app.store import ConversationSummary
+
+CONFIRM_SECONDS = 3.0
 
 
 def describe(summary: ConversationSummary, is_open: bool) -> Text:
@@ -27,49 +30,123 @@ def describe(summary: ConversationSummary, is_open: bool) -> Text:
 
 
 class HistoryScreen(ModalScreen[int | None]):
-    """Dismisses with the id of the conversation to open, or None."""
+    """Dismisses with the id of the conversation to open, or None.
+
+    The list has focus; typing goes to the search box, which filters titles and message text.
+    """
 
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("escape", "dismiss(None)", "Close", id="history_close"),
+        Binding("enter", "open", "Open", id="history_open", show=True),
         Binding(
-            "delete,d", "delete", "Delete", id="history_delete", tooltip="Delete the highlighted conversation"
+            "ctrl+r",
+            "rename",
+            "Rename",
+            id="history_rename",
+            tooltip="Rename the highlighted conversation",
+            priority=True,
         ),
+        Binding(
+            "delete,ctrl+d",
+            "delete",
+            "Delete",
+            id="history_delete",
+            priority=True,
+            tooltip="Delete the highlighted conversation (press twice)",
+        ),
+        Binding("down", "move(1)", "", show=False, priority=True),
+        Binding("up", "move(-1)", "", show=False, priority=True),
     ]
 
-    def __init__(self, store: Store, open_ids: Collection[int | None]) -> None:
+    def __init__(self, saver: Saver, open_ids: Collection[int | None]) -> None:
         super().__init__()
-        self.store = store
+        self.saver = saver
         self.open_ids = open_ids
+        self._renaming: int | None = None
+        self._confirm: tuple[int, float] | None = None
+        self.search = Input(placeholder="Search titles and messages…", id="history-search", compact=True)
+        self.options = OptionList(id="history-list")
 
     def compose(self) -> ComposeResult:
-        with Vertical(id="history-dialog"):
-            yield Label("History · Enter opens · d deletes · Esc closes", id="history-title")
-            yield OptionList(id="history-list")
+        with Vertical(id="history-dialog") as dialog:
+            dialog.border_title = "History"
+            yield Label(
+                "Type to search · Enter opens · ctrl+r renames · Del deletes · Esc closes", id="history-title"
+            )
+            yield self.search
+            yield self.options
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self._fill()
-        self.query_one(OptionList).focus()
+        self.search.focus()
 
-    def _fill(self) -> None:
-        options = self.query_one(OptionList)
+    def _fill(self, keep: int | None = None) -> None:
+        options = self.options
         options.clear_options()
-        summaries = self.store.summaries()
+        summaries = self.saver.store.summaries(self.search.value.strip())
         options.add_options(Option(describe(s, s.id in self.open_ids), id=str(s.id)) for s in summaries)
         if not summaries:
-            options.add_option(Option("No saved conversations yet.", disabled=True))
-        options.highlighted = 0 if summaries else None
+            empty = "No match." if self.search.value.strip() else "No saved conversations yet."
+            options.add_option(Option(empty, disabled=True))
+        ids = [s.id for s in summaries]
+        options.highlighted = ids.index(keep) if keep in ids else (0 if summaries else None)
+
+    def _highlighted_id(self) -> int | None:
+        option = self.options.highlighted_option
+        return None if option is None or option.id is None else int(option.id)
+
+    def on_input_changed(self, event: Input.Changed) -> None:
+        if self._renaming is None:
+            self._fill()
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if self._renaming is None:
+            self.action_open()
+            return
+        cid, self._renaming = self._renaming, None
+        if self.saver.rename(cid, strip_control(event.value).strip()):
+            self.notify("Renamed.")
+        self.search.placeholder = "Search titles and messages…"
+        self.search.value = ""
+        self._fill(keep=cid)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if event.option.id is not None:
             self.dismiss(int(event.option.id))
 
-    def action_delete(self) -> None:
-        options = self.query_one(OptionList)
-        option = options.highlighted_option
-        if option is None or option.id is None:
+    def action_move(self, step: int) -> None:
+        self.options.action_cursor_down() if step > 0 else self.options.action_cursor_up()
+
+    def action_open(self) -> None:
+        if (cid := self._highlighted_id()) is not None:
+            self.dismiss(cid)
+
+    def action_rename(self) -> None:
+        """The search box turns into the name field for a moment: Enter saves, an empty name
+        goes back to titling by the first message."""
+        if (cid := self._highlighted_id()) is None:
             return
-        if int(option.id) in self.open_ids:
+        self._renaming = cid
+        self.search.placeholder = "New name (Enter saves, empty = first message)"
+        self.search.value = ""
+        self.search.focus()
+
+    def action_delete(self) -> None:
+        cid = self._highlighted_id()
+        if cid is None:
+            return
+        if cid in self.open_ids:
             self.notify("That conversation is open in a pane; close the pane first.", severity="warning")
             return
-        self.store.delete(int(option.id))
-        self._fill()
+        now = time.monotonic()
+        if self._confirm is None or self._confirm[0] != cid or now > self._confirm[1]:
+            self._confirm = (cid, now + CONFIRM_SECONDS)
+            self.notify("Press Del again to delete it for good.", severity="warning", timeout=CONFIRM_SECONDS)
+            return
+        self._confirm = None
+        index = self.options.highlighted or 0
+        if self.saver.delete(cid):
+            self._fill()
+            if self.options.option_count:
+                self.options.highlighted = min(index, self.options.option_count - 1)

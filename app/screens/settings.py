@@ -8,9 +8,10 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, TextArea
+from textual.widgets import Button, Footer, Input, Label, TextArea
 
 from app.conversation import ChatSettings
+from app.sanitize import strip_control
 from engine import SamplingParamsError
 
 # (field, label, type): the numeric fields, in form order.
@@ -61,15 +62,16 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         with Vertical(id="settings-dialog") as dialog:
             dialog.border_title = f"Settings · pane {self.pane_label}"
             yield Label("System prompt")
-            yield TextArea(self.settings.system_prompt, id="system-prompt", soft_wrap=True)
+            yield TextArea(strip_control(self.settings.system_prompt), id="system-prompt", soft_wrap=True)
             with Grid(id="settings-fields"):
                 for name, label, _ in FIELDS:
                     yield Label(label)
                     yield Input(str(getattr(self.settings, name)), id=name, compact=True)
-            yield Label("", id="settings-error")
+            yield Label("", id="settings-error", markup=False)
             with Horizontal(id="settings-buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
+        yield Footer(compact=True)
 
     def on_mount(self) -> None:
         self.query_one("#system-prompt", TextArea).focus()
@@ -86,7 +88,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     def action_save(self) -> None:
         values = {name: self.query_one(f"#{name}", Input).value for name, _, _ in FIELDS}
         try:
-            settings = parse_settings(self.query_one("#system-prompt", TextArea).text, values)
+            settings = parse_settings(strip_control(self.query_one("#system-prompt", TextArea).text), values)
         except ValueError as exc:
             self.query_one("#settings-error", Label).update(str(exc))
             return

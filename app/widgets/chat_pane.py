@@ -1,11 +1,18 @@
 """One conversation on screen: transcript, status line, input, and the request it has in flight.
 
-Tokens reach a pane by its fixed id: the engine thread posts `ChatPane.Streamed` to the chat
-screen, which hands it to the pane with that id. Focus never decides where tokens go.
+Tokens reach a pane by the pane object itself: the engine thread puts events in the pane's
+inbox, which wakes the pane. Focus never decides where tokens go.
+
+What is saved when: the user's message before its request is submitted, the reply so far
+every `PARTIAL_SAVE_SECONDS` while it streams, the finished turn, and the draft a moment after
+typing stops. A crash therefore loses at most the last seconds of a reply and of a draft.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import ClassVar
@@ -13,8 +20,10 @@ from typing import ClassVar
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
+from textual.content import Content
 from textual.message import Message
-from textual.widgets import Markdown
+from textual.timer import Timer
+from textual.widgets import Markdown, TextArea
 from textual.widgets.markdown import MarkdownStream
 
 from app.conversation import ChatMessage, ChatSettings, Conversation
@@ -24,20 +33,27 @@ from app.sanitize import strip_control
 from app.screens.settings import SettingsScreen
 from app.widgets.pane_status import PaneStatus
 from app.widgets.prompt_input import PromptInput
-from app.widgets.transcript import Transcript
+from app.widgets.token_inbox import TokenInbox
+from app.widgets.transcript import Transcript, copy_text
 from engine import Engine, EngineWorker, RequestSnapshot, StreamHandle, TokenEvent
 
 # Snapshot phases as the status line names them.
 PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill", "decode": "decoding"}
+PARTIAL_SAVE_SECONDS = 1.0
+DRAFT_SAVE_SECONDS = 1.0
+
+Persist = Callable[[Conversation, str], None]
 
 
 @dataclass(frozen=True, slots=True)
 class PaneContext:
-    """What all panes share: the engine (tokenizer and context length only), its worker, a files dir."""
+    """What all panes share: the engine (tokenizer and context length only), its worker, a files dir,
+    and `persist(conversation, partial_reply)`, which saves and never raises."""
 
     engine: Engine
     worker: EngineWorker
     files_dir: Path
+    persist: Persist
 
 
 @dataclass(slots=True)
@@ -51,34 +67,52 @@ class Turn:
     raw: str = ""
     ids: list[int] = field(default_factory=list)
     shown: str = ""
+    saved_at: float = field(default_factory=time.monotonic)  # when the partial reply was last saved
 
 
 class ChatPane(Vertical):
     """A chat with the shared engine. Actions act on this pane only (Esc stops only this one)."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        key("escape", "stop", "Stop", "Stop this pane's reply"),
+        key("escape", "stop", "Stop", "Stop this pane's reply (or leave the selection)"),
         key("ctrl+r", "regenerate", "Regen", "Regenerate the last reply"),
         key("ctrl+s", "settings", "Settings", "Settings: system prompt and sampling of this pane"),
         key("ctrl+e", "edit_last", "Edit", "Edit the last message and send it again", show=False),
-        key("ctrl+y", "copy_reply", "Copy", "Copy the last reply (also saved to a file)", show=False),
+        key("ctrl+y", "copy", "Copy", "Copy the selected message or code block (else the last reply)"),
         key("ctrl+b", "copy_code", "Copy code", "Copy the last code block of the last reply", show=False),
         key("ctrl+o", "export", "Export", "Export this conversation to a Markdown file", show=False),
         key("ctrl+l", "clear", "Clear", "Clear: a new conversation in this pane (old one kept)", show=False),
+        key(
+            "ctrl+up",
+            "select(-1)",
+            "Select",
+            "Select the previous message or code block",
+            show=False,
+            id="select_previous",
+        ),
+        key(
+            "ctrl+down",
+            "select(1)",
+            "Select next",
+            "Select the next message or code block",
+            show=False,
+            id="select_next",
+        ),
+        key("pageup", "page(-1)", "Page up", "Scroll this pane's transcript up", show=False, id="page_up"),
+        key(
+            "pagedown",
+            "page(1)",
+            "Page down",
+            "Scroll this pane's transcript down",
+            show=False,
+            id="page_down",
+        ),
+        key("ctrl+home", "jump(0)", "Top", "Scroll to the first message", show=False, id="scroll_top"),
+        key("ctrl+end", "jump(1)", "Bottom", "Scroll to the latest message", show=False, id="scroll_bottom"),
     ]
 
-    @dataclass
-    class Streamed(Message):
-        """A token event for the pane `pane_id`; posted from the engine thread."""
-
-        pane_id: str
-        event: TokenEvent
-
-    @dataclass
-    class Changed(Message):
-        """The conversation changed in a way worth saving (turn ended, cleared, new settings)."""
-
-        pane: ChatPane
+    class Woken(Message):
+        """Token events are waiting in the pane's inbox (posted from the engine thread)."""
 
     def __init__(self, conversation: Conversation, context: PaneContext, *, id: str) -> None:
         super().__init__(id=id)
@@ -86,26 +120,42 @@ class ChatPane(Vertical):
         self.context = context
         self.label = id.removeprefix("pane-")
         self.turn: Turn | None = None
-        self.context_used = 0
+        self._starting = False  # the prompt is rendering off the UI thread; not sendable meanwhile
+        self.context_used: int | None = 0
+        self.inbox = TokenInbox(lambda: self.post_message(self.Woken()))
+        self._draft_timer: Timer | None = None
         # Kept as attributes, not queried: engine events may still arrive while the pane is torn down.
         self.transcript = Transcript(*Transcript.widgets_for(conversation.messages))
         self.status = PaneStatus()
-        self.prompt_input = PromptInput()
+        self.prompt_input = PromptInput(self._sent_texts, self._refusal)
 
     def compose(self) -> ComposeResult:
         yield self.transcript
         yield self.status
         yield self.prompt_input
 
-    def on_mount(self) -> None:
-        self._measure_context()
+    async def on_mount(self) -> None:
+        self.prompt_input.text = strip_control(self.conversation.draft)
+        await self.measure_context()
 
     @property
     def busy(self) -> bool:
-        return self.turn is not None
+        return self.turn is not None or self._starting
 
     def focus_input(self) -> None:
         self.prompt_input.focus()
+
+    def relabel(self, label: str) -> None:
+        """Panes are numbered by position: closing pane 2 of 3 makes pane 3 the new 2."""
+        if label != self.label:
+            self.label = label
+            self._update_title()
+
+    def _sent_texts(self) -> list[str]:
+        return [strip_control(m.content) for m in self.conversation.messages if m.role == "user"]
+
+    def _refusal(self) -> str | None:
+        return "This pane is still replying: Esc stops it." if self.busy else None
 
     # ------------------------------------------------------------------ sending
     async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
@@ -113,19 +163,27 @@ class ChatPane(Vertical):
         await self.send(message.text)
 
     async def send(self, text: str) -> None:
-        """Add a user message and start the reply; refused (text kept) while a reply streams."""
-        if self.busy:
+        """Add a user message, save it, and start the reply; refused (text given back) while busy."""
+        if self.busy:  # a second Enter got in before the first turn started
+            self.prompt_input.give_back(text)
             self.notify("This pane is still replying: Esc stops it.", severity="warning")
             return
-        self.prompt_input.clear()
         self.conversation.messages.append(ChatMessage("user", text))
+        self.conversation.draft = self.prompt_input.text
+        self._persist()
         await self.transcript.add_user(text)
         self._update_title()
         await self._start_turn()
 
     async def _start_turn(self) -> None:
         engine = self.context.engine
-        prompt = self.conversation.prompt_cache.build(engine.tokenizer, self.conversation.chat_messages())
+        self._starting = True
+        try:
+            prompt = await self._build_prompt()
+        finally:
+            self._starting = False
+        if prompt is None:
+            return
         room = engine.max_model_len - len(prompt[1])
         if room < 1:
             await self._refuse_last(
@@ -135,34 +193,64 @@ class ChatPane(Vertical):
             return
         params = self.conversation.settings.sampling_params(min(self.conversation.settings.max_tokens, room))
         reply = await self.transcript.add_reply()
-        router, pane_id = self.screen, self.id or ""
-
-        def forward(event: TokenEvent) -> None:  # engine thread: post only, never block
-            router.post_message(ChatPane.Streamed(pane_id, event))
-
-        handle = self.context.worker.submit(prompt[1], params, tag=pane_id, on_event=forward)
+        handle = self.context.worker.submit(prompt[1], params, tag=self.id, on_event=self.inbox.put)
         self.turn = Turn(handle, prompt, reply, Markdown.get_stream(reply))
         self.context_used = len(prompt[1])
         self.status.show("queued")
         self._update_title()
 
+    async def _build_prompt(self) -> tuple[str, list[int]] | None:
+        """Render and tokenize off the UI thread (a Hub template can be slow or raise); a template
+        error takes the message back and says why."""
+        tokenizer, conversation = self.context.engine.tokenizer, self.conversation
+        try:
+            return await asyncio.to_thread(
+                conversation.prompt_cache.build, tokenizer, conversation.chat_messages()
+            )
+        except ValueError as exc:  # the tokenizer's ChatTemplateError: a raising or runaway template
+            await self._refuse_last(f"The model's chat template refused this conversation: {exc}")
+            return None
+
     async def _refuse_last(self, notice: str) -> None:
-        """Take back the last user message (into the input, if empty) and explain why."""
+        """Take back the last user message (into the input) and explain why."""
         message = self.conversation.messages.pop()
-        if not self.prompt_input.text:
-            self.prompt_input.text = message.content
+        self.prompt_input.give_back(message.content)
+        self.conversation.draft = self.prompt_input.text
+        self._persist()
         await self.transcript.show(self.conversation.messages)
         await self.transcript.add_notice(notice)
         self.status.show("error")
 
     # ------------------------------------------------------------------ streaming
-    async def apply(self, event: TokenEvent) -> None:
-        """Show one event of the current request; events of an older request are ignored."""
+    async def on_chat_pane_woken(self, message: Woken) -> None:
+        message.stop()
+        await self.apply(self.inbox.take())
+
+    async def apply(self, events: list[TokenEvent]) -> None:
+        """Show the events of the current request, drawn once; events of older requests are ignored."""
         turn = self.turn
-        if turn is None or event.request_id != turn.handle.request_id:
+        if turn is None:
             return
-        turn.raw += event.text
-        turn.ids.extend(event.token_ids)
+        mine = [e for e in events if e.request_id == turn.handle.request_id]
+        if not mine:
+            return
+        turn.raw += "".join(e.text for e in mine)
+        for event in mine:
+            turn.ids.extend(event.token_ids)
+        await self._draw(turn)
+        self.context_used = len(turn.prompt[1]) + len(turn.ids)
+        last = mine[-1]
+        if last.finished:
+            await self._finish(turn, last)
+        else:
+            if self.status.state != "stopping":
+                self.status.show("decoding", last.metrics)
+            if time.monotonic() - turn.saved_at >= PARTIAL_SAVE_SECONDS:
+                turn.saved_at = time.monotonic()
+                self._persist(turn.shown)
+        self._update_title()
+
+    async def _draw(self, turn: Turn) -> None:
         clean = strip_control(turn.raw)
         if clean.startswith(turn.shown):
             await turn.stream.write(clean[len(turn.shown) :])
@@ -171,12 +259,6 @@ class ChatPane(Vertical):
             await turn.reply.update(clean)
             turn.stream = Markdown.get_stream(turn.reply)
         turn.shown = clean
-        self.context_used = len(turn.prompt[1]) + len(turn.ids)
-        if event.finished:
-            await self._finish(turn, event)
-        elif self.status.state != "stopping":
-            self.status.show("decoding", event.metrics)
-        self._update_title()
 
     def apply_snapshot(self, request: RequestSnapshot) -> None:
         """Queue and prefill progress, which token events cannot tell (no tokens yet)."""
@@ -195,20 +277,51 @@ class ChatPane(Vertical):
         if event.finish_reason == "error":
             await self._refuse_last(f"The engine refused this request: {event.error}")
             return
+        self._keep_reply(turn)
+        if not turn.shown:
+            await turn.reply.remove()
+        self.status.show("stopped" if event.finish_reason == "abort" else "idle", event.metrics)
+        self._persist()
+
+    def _keep_reply(self, turn: Turn) -> None:
         if turn.shown:
             self.conversation.messages.append(ChatMessage("assistant", turn.shown))
             tokenizer = self.context.engine.tokenizer
             self.conversation.prompt_cache.remember(tokenizer, turn.prompt, turn.shown, turn.ids)
-        else:
-            await turn.reply.remove()
-        self.status.show("stopped" if event.finish_reason == "abort" else "idle", event.metrics)
-        self.post_message(self.Changed(self))
+
+    async def settle(self) -> None:
+        """For a pane going away or a quit: stop the request now, keep what it streamed and the
+        draft, and save. The turn is detached first, so its final (abort) event is ignored."""
+        turn, self.turn = self.turn, None
+        if turn is not None:
+            turn.handle.cancel()
+            await turn.stream.stop()
+            self._keep_reply(turn)
+        self.conversation.draft = self.prompt_input.text
+        self._persist()
+
+    # ------------------------------------------------------------------ saving
+    def _persist(self, partial_reply: str = "") -> None:
+        self.context.persist(self.conversation, partial_reply)
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        """Save the draft once typing pauses, so a crash does not take it either."""
+        if event.text_area is not self.prompt_input:
+            return
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+        self._draft_timer = self.set_timer(DRAFT_SAVE_SECONDS, self._save_draft)
+
+    def _save_draft(self) -> None:
+        if self.prompt_input.text != self.conversation.draft:
+            self.conversation.draft = self.prompt_input.text
+            self._persist(self.turn.shown if self.turn else "")
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         """Grey out what cannot run now, so the footer tells the truth."""
         if action == "stop":
-            return True if self.busy else None
+            return True if self.busy or self.transcript.selected else None
         if action in ("regenerate", "edit_last", "clear"):
             return None if self.busy else True
         return True
@@ -217,6 +330,8 @@ class ChatPane(Vertical):
         if self.turn is not None:
             self.turn.handle.cancel()
             self.status.show("stopping")
+        else:
+            self.transcript.select(None)
 
     async def action_regenerate(self) -> None:
         messages = self.conversation.messages
@@ -232,10 +347,10 @@ class ChatPane(Vertical):
         last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
         if self.busy or last_user is None:
             return
-        self.prompt_input.text = messages[last_user].content
+        self.prompt_input.text = strip_control(messages[last_user].content)
         del messages[last_user:]
         await self.transcript.show(messages)
-        self._measure_context()
+        await self.measure_context()
         self.prompt_input.focus()
         self.prompt_input.move_cursor(self.prompt_input.document.end)
 
@@ -244,51 +359,84 @@ class ChatPane(Vertical):
             return
         self.conversation = Conversation(settings=replace(self.conversation.settings))
         await self.transcript.show([])
-        self._measure_context()
-        self.status.show("idle")
-        self.post_message(self.Changed(self))
+        self.status.reset()
+        await self.measure_context()
+        self._persist()
 
     def action_settings(self) -> None:
-        def apply(settings: ChatSettings | None) -> None:
+        async def apply(settings: ChatSettings | None) -> None:
             if settings is not None:
                 self.conversation.settings = settings
-                self._measure_context()
-                self.post_message(self.Changed(self))
+                await self.measure_context()
+                self._persist()
 
         self.app.push_screen(SettingsScreen(self.conversation.settings, self.label), apply)
 
-    def action_copy_reply(self) -> None:
-        self._copy(self.conversation.last_reply, "the last reply", "Nothing to copy yet.")
+    def action_select(self, step: int) -> None:
+        if self.transcript.move_selection(step) is None:
+            self.notify("Nothing to select yet.", severity="warning")
+
+    def action_page(self, pages: int) -> None:
+        self.transcript.page(pages)
+
+    def action_jump(self, to_end: int) -> None:
+        self.transcript.jump(bool(to_end))
+
+    def action_copy(self) -> None:
+        selected = self.transcript.selected
+        if selected is not None:
+            self._copy(copy_text(selected), "the selection", "The selection is empty.")
+        else:
+            self._copy(self.conversation.last_reply, "the last reply", "Nothing to copy yet.")
 
     def action_copy_code(self) -> None:
         code = last_code_block(self.conversation.last_reply or "")
         self._copy(code, "the last code block", "No code block in the last reply.")
 
     def action_export(self) -> None:
-        path = write_text(
-            self.context.files_dir / "exports",
-            export_name(self.conversation),
-            conversation_markdown(self.conversation),
-        )
-        self.notify(f"Exported to {path}", title="Export")
+        try:
+            path = write_text(
+                self.context.files_dir / "exports",
+                export_name(self.conversation),
+                conversation_markdown(self.conversation),
+            )
+        except OSError as exc:
+            self.notify(f"Could not export: {exc.strerror or exc}", severity="error", markup=False)
+            return
+        self.notify(f"Exported to {path}", title="Export", markup=False)
 
     # ------------------------------------------------------------------ helpers
     def _copy(self, text: str | None, what: str, missing: str) -> None:
-        """OSC 52 cannot report success, so the text is always saved to a file as well."""
+        """OSC 52 cannot report success, so the text is also saved to a file when it can be."""
         if not text:
             self.notify(missing, severity="warning")
             return
         self.app.copy_to_clipboard(text)
-        path = write_text(self.context.files_dir, "clipboard.txt", text)
-        self.notify(f"Copied {what} (if your terminal allows OSC 52); also saved to {path}", title="Copy")
+        try:
+            where = f"; also saved to {write_text(self.context.files_dir, 'clipboard.txt', text)}"
+        except OSError:
+            where = ""
+        self.notify(f"Copied {what} (if your terminal allows OSC 52){where}", title="Copy", markup=False)
 
-    def _measure_context(self) -> None:
-        """Tokens the conversation fills now, so the meter is right before the next send."""
+    async def measure_context(self) -> None:
+        """Tokens the conversation fills now (system prompt included), so the meter is right before
+        the next send; '?' when the template cannot render it."""
         chat, tokenizer = self.conversation, self.context.engine.tokenizer
-        ids = chat.prompt_cache.build(tokenizer, chat.chat_messages())[1] if chat.messages else []
-        self.context_used = len(ids)
+        if not chat.messages and not chat.settings.system_prompt:
+            self.context_used = 0
+        else:
+            try:
+                ids = await asyncio.to_thread(
+                    lambda: chat.prompt_cache.build(tokenizer, chat.chat_messages())[1]
+                )
+            except ValueError:
+                self.context_used = None
+            else:
+                self.context_used = len(ids)
         self._update_title()
 
     def _update_title(self) -> None:
-        self.border_title = f"{self.label} · {self.conversation.title or 'new chat'}"
-        self.border_subtitle = f"ctx {self.context_used}/{self.context.engine.max_model_len}"
+        """Plain text, never markup: the title is the user's own first message."""
+        self.border_title = Content(f"{self.label} · {self.conversation.title or 'new chat'}")
+        used = "?" if self.context_used is None else self.context_used
+        self.border_subtitle = Content(f"ctx {used}/{self.context.engine.max_model_len}")

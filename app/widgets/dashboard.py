@@ -23,14 +23,37 @@ def meter(used: int, total: int, width: int = BAR_WIDTH) -> Text:
     return Text.assemble(("█" * filled, "bold green"), ("░" * (width - filled), "dim"))
 
 
+PHASE_ORDER = {"decode": 0, "prefill": 1, "preempted": 2, "waiting": 3}
+TABLE_ROWS = 4  # the full dashboard's table: a header and this many rows
+
+
 def progress(request: RequestSnapshot) -> str:
-    if request.phase == "prefill":
-        return f"{request.computed_prompt_tokens}/{request.prompt_tokens} prompt"
-    return f"{request.generated_tokens}/{request.max_tokens} gen"
+    """Prompt tokens computed while prefilling, else tokens generated, out of the total."""
+    if request.phase in ("prefill", "waiting", "preempted") and not request.generated_tokens:
+        return f"{request.computed_prompt_tokens}/{request.prompt_tokens}"
+    return f"{request.generated_tokens}/{request.max_tokens}"
+
+
+def one_line(snap: EngineSnapshot) -> str:
+    """The dashboard folded for short terminals: the figures that say the scheduler is working."""
+    rate = f"{snap.tokens_per_s:.0f} tok/s" if snap.running or snap.waiting else "idle"
+    return " · ".join(
+        [
+            f"engine {rate}",
+            f"batch {snap.running}/{snap.max_num_seqs}",
+            f"{snap.waiting} queued",
+            f"step {snap.step_tokens}/{snap.token_budget} tok",
+            f"kv {snap.kv_blocks_used}/{snap.kv_blocks_total}",
+            f"prefix {snap.prefix_hit_rate:.0%}",
+        ]
+    )
 
 
 class Dashboard(Vertical):
     """Shows one `EngineSnapshot` at a time; never talks to the engine itself.
+
+    Three modes, set by the screen's layout: "full" (meters, sparkline, request table), "line"
+    (one line of figures, for short terminals) and "hidden".
 
     `peak_running` remembers the most requests ever shown running at once: the proof, visible
     to tests, that several panes were batched together.
@@ -44,9 +67,13 @@ class Dashboard(Vertical):
         self.throughput = Throughput(id="dash-spark")
         self.rate = Label("", id="dash-rate")
         self.table: DataTable[str] = DataTable(id="dash-requests", cursor_type="none", zebra_stripes=True)
+        self.line = Static("engine · idle", id="dash-line", markup=False)
+        self.mode = "full"
+        self._last: tuple[EngineSnapshot, Mapping[object, str]] | None = None
 
     def compose(self) -> ComposeResult:
-        with Horizontal():
+        yield self.line
+        with Horizontal(id="dash-full"):
             with Vertical(id="dash-stats"):
                 yield self.meters
                 with Horizontal(id="dash-throughput"):
@@ -57,11 +84,28 @@ class Dashboard(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = "engine"
-        self.table.add_columns("pane", "phase", "progress", "tok/s")
+        self.table.add_columns("pane", "phase", "tokens", "tok/s")
+
+    def set_mode(self, mode: str) -> None:
+        """Switch by CSS class (never inline `display`, which would defeat the too-small guard)."""
+        if mode == self.mode:
+            return
+        self.mode = mode
+        for name in ("full", "line", "hidden"):
+            self.set_class(name == mode, f"-{name}")
+        if self._last is not None:
+            self.show(*self._last)
 
     def show(self, snap: EngineSnapshot, labels: Mapping[object, str]) -> None:
         """Render `snap`; `labels` names each request by its tag (the pane it belongs to)."""
         self.peak_running = max(self.peak_running, snap.running)
+        self._last = (snap, labels)
+        if self.mode == "line":
+            self.line.update(one_line(snap))
+        elif self.mode == "full":
+            self._show_full(snap, labels)
+
+    def _show_full(self, snap: EngineSnapshot, labels: Mapping[object, str]) -> None:
         kv_text = f" {snap.kv_blocks_used}/{snap.kv_blocks_total} blk · {snap.kv_blocks_cached} cached"
         lines = [
             Text.assemble(
@@ -84,6 +128,11 @@ class Dashboard(Vertical):
         self.border_subtitle = f"step {snap.steps} · {snap.step_time * 1000:.1f} ms"
         table = self.table
         table.clear()
-        for request in snap.requests:
+        requests = sorted(snap.requests, key=lambda r: PHASE_ORDER.get(r.phase, len(PHASE_ORDER)))
+        shown = requests if len(requests) <= TABLE_ROWS else requests[: TABLE_ROWS - 1]
+        for request in shown:
             label = labels.get(request.tag, str(request.tag))
             table.add_row(label, request.phase, progress(request), f"{request.tokens_per_s:.0f}")
+        hidden = max(len(requests), snap.running + snap.waiting) - len(shown)
+        if hidden > 0:
+            table.add_row(f"+{hidden}", "more", "", "")

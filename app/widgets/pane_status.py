@@ -6,7 +6,7 @@ from typing import Protocol
 
 from textual.widgets import Static
 
-STATES = ("idle", "queued", "prefill", "decoding", "stopping", "stopped", "error")
+STATES = ("idle", "queued", "preempted", "prefill", "decoding", "stopping", "stopped", "error")
 
 
 class Metrics(Protocol):
@@ -46,6 +46,11 @@ class PaneStatus(Static):
         for name in STATES:
             self.set_class(name == state, f"-{name}")
         self.update(self.describe())
+
+    def reset(self) -> None:
+        """A new conversation: nothing of the old one's figures stays on screen."""
+        self.metrics = None
+        self.show("idle")
 
     def describe(self) -> str:
         parts = [self.state]

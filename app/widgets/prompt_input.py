@@ -1,21 +1,62 @@
-"""The input box of a pane: a TextArea where Enter sends and ctrl+j adds a newline."""
+"""The input box of a pane: a TextArea where Enter sends, ctrl+j adds a newline, ↑/↓ recall."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
+from app.sanitize import strip_control
+
+
+class PromptHistory:
+    """↑/↓ through the pane's earlier messages, shell-style: the text being typed is kept as the
+    newest entry, so ↓ past the end gives it back."""
+
+    def __init__(self, entries: Callable[[], Sequence[str]]) -> None:
+        self._entries = entries
+        self._index: int | None = None  # into entries(); None = the draft being typed
+        self._draft = ""
+
+    def reset(self) -> None:
+        self._index = None
+
+    def older(self, current: str) -> str | None:
+        entries = self._entries()
+        if self._index is None:
+            if not entries:
+                return None
+            self._draft, self._index = current, len(entries)
+        if self._index == 0:
+            return None
+        self._index -= 1
+        return entries[self._index]
+
+    def newer(self) -> str | None:
+        if self._index is None:
+            return None
+        entries = self._entries()
+        self._index += 1
+        if self._index >= len(entries):
+            self._index = None
+            return self._draft
+        return entries[self._index]
+
 
 class PromptInput(TextArea):
     """Multi-line input. Enter sends because that is what every chat app does; a newline needs
-    ctrl+j (what terminals send for it) or shift+enter (where the terminal reports it)."""
+    ctrl+j (what terminals send for it) or shift+enter (where the terminal reports it).
+
+    The box is cleared the moment Enter is pressed, not when the pane gets to the message: keys
+    typed right after Enter belong to the next message and must not be wiped.
+    """
 
     @dataclass
     class Submitted(Message):
-        """The user pressed Enter on non-blank text."""
+        """The user pressed Enter on non-blank text (already taken out of the box)."""
 
         prompt_input: PromptInput
         text: str
@@ -24,26 +65,75 @@ class PromptInput(TextArea):
         def control(self) -> PromptInput:
             return self.prompt_input
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(
+        self,
+        history: Callable[[], Sequence[str]] = tuple,
+        refusal: Callable[[], str | None] = lambda: None,
+        *,
+        id: str | None = None,
+    ) -> None:
         super().__init__(
             id=id,
             soft_wrap=True,
             show_line_numbers=False,
             tab_behavior="focus",
             compact=True,
-            placeholder="Message… (Enter sends, ctrl+j newline)",
+            placeholder="Message… (Enter sends, ctrl+j newline, ↑ earlier)",
         )
+        self.recall = PromptHistory(history)
+        self._refusal = refusal
 
     async def _on_key(self, event: events.Key) -> None:
+        if event.key not in ("enter", "ctrl+j", "shift+enter"):
+            await super()._on_key(event)
+            return
+        event.stop()
+        event.prevent_default()
         if event.key == "enter":
-            event.stop()
-            event.prevent_default()
-            if self.text.strip():
-                self.post_message(self.Submitted(self, self.text))
-            return
-        if event.key in ("ctrl+j", "shift+enter"):
-            event.stop()
-            event.prevent_default()
+            self._submit()
+        else:
             self.insert("\n")
+
+    def action_cursor_up(self, select: bool = False) -> None:
+        """On the top visual line, ↑ recalls the previous message instead of doing nothing."""
+        if not select and self.navigator.is_first_wrapped_line(self.cursor_location):
+            self._recall(self.recall.older(self.text))
+        else:
+            super().action_cursor_up(select)
+
+    def action_cursor_down(self, select: bool = False) -> None:
+        if not select and self.navigator.is_last_wrapped_line(self.cursor_location):
+            self._recall(self.recall.newer())
+        else:
+            super().action_cursor_down(select)
+
+    def _submit(self) -> None:
+        if not self.text.strip():
             return
-        await super()._on_key(event)
+        if (reason := self._refusal()) is not None:
+            self.notify(reason, severity="warning")
+            return
+        text = self.text
+        self.clear()
+        self.recall.reset()
+        self.post_message(self.Submitted(self, text))
+
+    def _recall(self, text: str | None) -> None:
+        if text is not None:
+            self.text = text
+            self.move_cursor(self.document.end)
+
+    def give_back(self, text: str) -> None:
+        """Return a message the pane could not send, ahead of anything typed since."""
+        typed = self.text
+        self.text = f"{text}\n{typed}" if typed.strip() else text
+        self.move_cursor(self.document.end)
+
+    async def _on_paste(self, event: events.Paste) -> None:
+        """A paste is text, never terminal controls (it may come from anywhere)."""
+        event.prevent_default()
+        event.stop()
+        if not self.read_only and (
+            text := strip_control(event.text.replace("\r\n", "\n").replace("\r", "\n"))
+        ):
+            self.replace(text, *self.selection)

@@ -1,4 +1,9 @@
-"""The scrolling record of one pane's conversation: user turns, streamed replies, notices."""
+"""The scrolling record of one pane's conversation: user turns, streamed replies, notices.
+
+It scrolls from the keyboard (the pane binds PageUp/PageDown, ctrl+Home/End) and has a
+selection: ctrl+↑/↓ walk over the messages and, inside replies, each code block, so any of
+them can be copied, not only the last reply.
+"""
 
 from __future__ import annotations
 
@@ -7,13 +12,20 @@ from collections.abc import Iterable
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Markdown, Static
+from textual.widgets.markdown import MarkdownFence
 
 from app.conversation import ChatMessage
 from app.sanitize import strip_control
 
+SELECTED = "-selected"
 
-def user_widget(text: str) -> Static:
-    return Static(strip_control(text), classes="user", markup=False)
+
+class UserMessage(Static):
+    """A user turn; keeps its text for copying (Static's render is not the source)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = strip_control(text)
+        super().__init__(self.text, classes="user", markup=False)
 
 
 def reply_widget(text: str) -> Markdown:
@@ -21,12 +33,26 @@ def reply_widget(text: str) -> Markdown:
     return Markdown(strip_control(text), classes="reply", open_links=False)
 
 
+def copy_text(widget: Widget) -> str:
+    """What copying a selectable widget gives: a message's source, or a code block's code."""
+    if isinstance(widget, UserMessage):
+        return widget.text
+    if isinstance(widget, MarkdownFence):
+        return widget.code
+    assert isinstance(widget, Markdown)
+    return widget.source
+
+
 class Transcript(VerticalScroll, can_focus=False):
     """Messages top to bottom, anchored to the end so a stream stays in view.
 
-    Not focusable: tab moves between panes' inputs, and the mouse wheel scrolls it.
-    Every text is passed through `strip_control` here, the one door into the widgets.
+    Not focusable: Tab moves between panes' inputs, and the keys above scroll it.
+    Every text is passed through `strip_control` here, on its way into the widgets.
     """
+
+    def __init__(self, *children: Widget) -> None:
+        super().__init__(*children)
+        self.selected: Widget | None = None
 
     def on_mount(self) -> None:
         self.anchor()
@@ -34,16 +60,17 @@ class Transcript(VerticalScroll, can_focus=False):
     @staticmethod
     def widgets_for(messages: Iterable[ChatMessage]) -> list[Widget]:
         """One widget per message; used at compose time so a restored pane is complete when mounted."""
-        return [user_widget(m.content) if m.role == "user" else reply_widget(m.content) for m in messages]
+        return [UserMessage(m.content) if m.role == "user" else reply_widget(m.content) for m in messages]
 
     async def show(self, messages: Iterable[ChatMessage]) -> None:
         """Replace everything with these messages (after an edit, a regenerate, a clear)."""
+        self.select(None)
         await self.remove_children()
         await self.mount_all(self.widgets_for(messages))
         self.anchor()
 
     async def add_user(self, text: str) -> None:
-        await self.mount(user_widget(text))
+        await self.mount(UserMessage(text))
         self.anchor()
 
     async def add_reply(self, text: str = "") -> Markdown:
@@ -61,3 +88,45 @@ class Transcript(VerticalScroll, can_focus=False):
     @property
     def replies(self) -> list[Markdown]:
         return list(self.query_children(Markdown))
+
+    # ------------------------------------------------------------------ keyboard
+    def page(self, pages: int) -> None:
+        self.scroll_relative(y=pages * max(1, self.scrollable_content_region.height - 1), animate=False)
+
+    def jump(self, to_end: bool) -> None:
+        if to_end:
+            self.select(None)
+            self.scroll_end(animate=False)
+            self.anchor()
+        else:
+            self.scroll_home(animate=False)
+
+    def selectables(self) -> list[Widget]:
+        """Messages in order, each reply followed by its code blocks."""
+        items: list[Widget] = []
+        for child in self.children:
+            if isinstance(child, UserMessage | Markdown):
+                items.append(child)
+                items.extend(child.query(MarkdownFence) if isinstance(child, Markdown) else ())
+        return items
+
+    def move_selection(self, step: int) -> Widget | None:
+        """Select the previous (-1) or next (+1) item; from no selection, -1 starts at the last."""
+        items = self.selectables()
+        if not items:
+            return None
+        if self.selected in items:
+            index = items.index(self.selected) + step  # type: ignore[arg-type]
+        else:
+            index = len(items) - 1 if step < 0 else 0
+        self.select(items[max(0, min(index, len(items) - 1))])
+        return self.selected
+
+    def select(self, widget: Widget | None) -> None:
+        if self.selected is not None:
+            self.selected.remove_class(SELECTED)
+        self.selected = widget
+        if widget is not None:
+            widget.add_class(SELECTED)
+            self.release_anchor()
+            self.scroll_to_widget(widget, animate=False, top=widget.outer_size.height > self.size.height)
