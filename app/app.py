@@ -16,7 +16,7 @@ from app.keys import key
 from app.options import MAX_PANES, AppOptions
 from app.persistence import Saver
 from app.screens.chat import ChatScreen
-from app.screens.error import ErrorScreen
+from app.screens.error import ErrorScreen, what_to_try
 from app.screens.loading import LoadingScreen
 from app.store import Store, StoreError
 from engine import EngineWorker
@@ -43,7 +43,7 @@ class LfmChatApp(App[None]):
         try:
             self.store = Store(self.options.store_path)
         except StoreError as exc:
-            self.push_screen(ErrorScreen(str(exc)))
+            self.push_screen(ErrorScreen(str(exc), what_to_try(self.options)))
             return
         self.push_screen(LoadingScreen(self.options))
 
@@ -95,7 +95,7 @@ class LfmChatApp(App[None]):
             )
 
     def on_loading_screen_failed(self, message: LoadingScreen.Failed) -> None:
-        self.switch_screen(ErrorScreen(message.reason))
+        self.switch_screen(ErrorScreen(message.reason, what_to_try(self.options)))
 
     async def action_quit(self) -> None:
         """Save every pane (a reply in flight as far as it got), then leave."""

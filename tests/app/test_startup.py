@@ -41,6 +41,16 @@ async def test_a_missing_model_directory_shows_the_error_and_what_to_try(
     assert app.return_code == 1
 
 
+async def test_a_failed_demo_does_not_suggest_the_demo(make_options: MakeOptions, tmp_path: Path) -> None:
+    """--demo was given: the hint says where the demo writes instead of "try --demo"."""
+    (tmp_path / "not-a-dir").touch()
+    options = make_options(demo=True, model="unused", cache_dir=tmp_path / "not-a-dir")
+    app = LfmChatApp(options)
+    async with app.run_test() as pilot:
+        text = await error_text(app, pilot)
+    assert "lfm-chat --demo" not in text and "not-a-dir" in text and "--data-dir" in text
+
+
 async def test_an_offline_hub_id_shows_the_hub_error(
     make_options: MakeOptions, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
