@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import App, SystemCommand
 from textual.binding import BindingType
@@ -15,11 +15,13 @@ from app.conversation import Conversation
 from app.keys import key
 from app.options import MAX_PANES, AppOptions
 from app.persistence import Saver
-from app.screens.chat import ChatScreen
 from app.screens.error import ErrorScreen, what_to_try
 from app.screens.loading import LoadingScreen
 from app.store import Store, StoreError
-from engine import EngineWorker
+
+if TYPE_CHECKING:  # both import torch: loaded after the loading screen is drawn, not with the app
+    from app.screens.chat import ChatScreen
+    from engine import EngineWorker
 
 
 class LfmChatApp(App[None]):
@@ -31,20 +33,23 @@ class LfmChatApp(App[None]):
         key("ctrl+q", "quit", "Quit", "Save everything and quit"),
     ]
 
-    def __init__(self, options: AppOptions) -> None:
+    def __init__(self, options: AppOptions, store: Store | None = None) -> None:
+        """`store`: the CLI opens it before the UI starts, so a bad --data-dir is a one-line error;
+        without one the app opens `options.store_path` itself and shows what went wrong."""
         super().__init__()
         self.options = options
-        self.store: Store | None = None
+        self.store = store
         self.engine_worker: EngineWorker | None = None
         self.chat_screen: ChatScreen | None = None
 
     def on_mount(self) -> None:
         self._load_keymap()
-        try:
-            self.store = Store(self.options.store_path)
-        except StoreError as exc:
-            self.push_screen(ErrorScreen(str(exc), what_to_try(self.options)))
-            return
+        if self.store is None:
+            try:
+                self.store = Store(self.options.store_path)
+            except StoreError as exc:
+                self.push_screen(ErrorScreen(str(exc), what_to_try(self.options)))
+                return
         self.push_screen(LoadingScreen(self.options))
 
     def _load_keymap(self) -> None:
@@ -62,6 +67,9 @@ class LfmChatApp(App[None]):
         self.set_keymap(keymap)
 
     def on_loading_screen_loaded(self, message: LoadingScreen.Loaded) -> None:
+        from app.screens.chat import ChatScreen  # torch is loaded by now (see TYPE_CHECKING above)
+        from engine import EngineWorker
+
         assert self.store is not None
         engine = message.engine
         self.engine_worker = EngineWorker(engine).start()
@@ -111,5 +119,5 @@ class LfmChatApp(App[None]):
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
-        if isinstance(screen, ChatScreen):
-            yield from screen.system_commands()
+        if self.chat_screen is not None and screen is self.chat_screen:
+            yield from self.chat_screen.system_commands()

@@ -1,24 +1,71 @@
-"""`lfm-chat`: parse the command line, then run the app (or `lfm-chat bench ...`)."""
+"""`lfm-chat`: parse the command line, check it against this machine, run the app (or `lfm-chat bench`).
+
+Every mistake is one line that names the flag and says what to do, before the UI starts: exit
+code 2 for a value that is wrong anywhere, 1 for one this machine cannot honour (a missing
+checkpoint, no CUDA, an unusable data dir). Nothing here imports torch, which takes seconds:
+the loading screen is drawn first, and the loader thread imports it (tests/app/test_cli.py).
+"""
 
 from __future__ import annotations
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import NoReturn
 
 from app import __version__
 from app.conversation import ChatSettings
 from app.options import DATA_DIR_ENV, MAX_PANES, AppOptions
-from engine import EngineConfig, SamplingParamsError
-from model.hub import DEFAULT_MODEL
-from model.loader import QUANTIZATIONS
+from app.store import Store, StoreError
+from engine import SamplingParamsError
+from model.hub import DEFAULT_MODEL, _is_repo_id
 
 DEMO_KV_CACHE_MB = 64
+# engine.config's ENGINE_DTYPES and model.loader's QUANTIZATIONS, which import torch; a test keeps them equal
+DTYPES = ("auto", "float32", "bfloat16")
+QUANTIZATIONS = ("none", "int8", "w8a8")
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+class UsageError(Exception):
+    """A flag's value is wrong on any machine: exit code 2."""
+
+
+class SetupError(Exception):
+    """The flags are fine but this machine cannot do what they ask: exit code 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with an error on one line: its own puts the whole usage, longer than the error, above it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type for a count; argparse puts the flag in front: "argument --panes: must be ..."."""
+    allowed = f"a whole number >= {low}" if high is None else f"a whole number from {low} to {high}"
+
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().isdecimal() else None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, not {text!r}")
+        return value
+
+    return parse
+
+
+def device_name(text: str) -> str:
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, not {text!r}")
+    return text
 
 
 def build_parser() -> argparse.ArgumentParser:
     defaults = ChatSettings()
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         prog="lfm-chat",
         description="Several chat panes streaming at once from one LFM2 engine with continuous batching.",
         epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "ctrl+t"}; '
@@ -37,33 +84,42 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="run on a tiny random checkpoint (no download; replies are gibberish)",
     )
-    model.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default: cpu)")
+    model.add_argument("--device", default="cpu", type=device_name, help="cpu, cuda or cuda:N (default: cpu)")
     model.add_argument(
         "--dtype",
         default="auto",
-        choices=["auto", "float32", "bfloat16"],
+        choices=DTYPES,
         help="weights and cache dtype (default: auto = bf16 where the CPU/GPU has it)",
     )
     model.add_argument(
         "--quantize",
         default="none",
-        choices=list(QUANTIZATIONS),
+        choices=QUANTIZATIONS,
         help="int8 weights: int8 = weight-only (closest to bf16); w8a8 = int8 activations too (fastest)",
     )
     engine = parser.add_argument_group("engine")
-    engine.add_argument("--max-num-seqs", type=int, default=8, help="requests batched per step (default: 8)")
+    engine.add_argument(
+        "--max-num-seqs", type=whole_number(1), default=8, help="requests batched per step (default: 8)"
+    )
     engine.add_argument(
         "--max-num-batched-tokens",
-        type=int,
+        type=whole_number(1),
         default=256,
         help="token budget per step, decode + prefill chunks (default: 256)",
     )
     chat = parser.add_argument_group("chat")
-    chat.add_argument("--panes", type=int, default=2, help=f"panes to open, 1-{MAX_PANES} (default: 2)")
+    chat.add_argument(
+        "--panes",
+        type=whole_number(1, MAX_PANES),
+        default=2,
+        help=f"panes to open, 1-{MAX_PANES} (default: 2)",
+    )
     chat.add_argument("--system", default="", metavar="TEXT", help="system prompt for new panes")
     chat.add_argument("--temperature", type=float, default=defaults.temperature)
     chat.add_argument("--top-p", type=float, default=defaults.top_p)
-    chat.add_argument("--max-tokens", type=int, default=defaults.max_tokens, help="new tokens per reply")
+    chat.add_argument(
+        "--max-tokens", type=whole_number(1), default=defaults.max_tokens, help="new tokens per reply"
+    )
     chat.add_argument(
         "--data-dir",
         type=Path,
@@ -74,31 +130,94 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def options_from_args(args: argparse.Namespace) -> AppOptions:
-    """Validated options; ValueError (incl. SamplingParamsError) names the bad flag's value."""
-    if not 1 <= args.panes <= MAX_PANES:
-        raise ValueError(f"--panes must be between 1 and {MAX_PANES}, got {args.panes}")
+    """Validated options; UsageError names the bad flag.
+
+    The engine flags are checked here rather than by EngineConfig, whose module imports torch.
+    """
+    if args.max_num_batched_tokens < args.max_num_seqs:
+        raise UsageError(
+            f"--max-num-batched-tokens ({args.max_num_batched_tokens}) must be at least --max-num-seqs "
+            f"({args.max_num_seqs}), so every running request can decode in each step; raise the one "
+            "or lower the other"
+        )
     chat = ChatSettings(
         system_prompt=args.system,
         temperature=args.temperature,
         top_p=args.top_p,
         max_tokens=args.max_tokens,
     )
-    chat.sampling_params()
-    engine = EngineConfig(
-        device=args.device,
-        dtype=args.dtype,
-        quantize=args.quantize,
-        max_num_seqs=args.max_num_seqs,
-        max_num_batched_tokens=args.max_num_batched_tokens,
-    )
+    try:
+        chat.sampling_params()
+    except SamplingParamsError as exc:
+        raise UsageError(in_flag_terms(str(exc))) from None
+    engine = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "quantize": args.quantize,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+    }
     if args.demo:  # a toy model: bf16 only adds casts, and the default 1 GB of KV would be ~200k blocks
-        engine.kv_cache_memory_mb = DEMO_KV_CACHE_MB
+        engine["kv_cache_memory_mb"] = DEMO_KV_CACHE_MB
         if args.dtype == "auto":
-            engine.dtype = "float32"
+            engine["dtype"] = "float32"
     options = AppOptions(model=args.model, demo=args.demo, panes=args.panes, engine=engine, chat=chat)
     if args.data_dir is not None:
         options.data_dir = args.data_dir
     return options
+
+
+def in_flag_terms(message: str) -> str:
+    """ "SamplingParams.top_p must be ..." -> "--top-p must be ...": the user typed flags, not fields."""
+    return re.sub(r"SamplingParams\.(\w+)", lambda field: "--" + field[1].replace("_", "-"), message)
+
+
+def check_model(model: str) -> None:
+    """A --model path that is no checkpoint fails now, not after the UI has been loading for seconds.
+
+    Mirrors model.hub.resolve_checkpoint: a local directory wins; anything else must be a Hub id.
+    """
+    path = Path(model).expanduser()
+    what_to_give = f"give an LFM2 checkpoint directory or a Hub id like {DEFAULT_MODEL}, or try --demo"
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise SetupError(f"--model {model}: that directory has no config.json; {what_to_give}")
+    if path.exists() and not path.is_dir():
+        raise SetupError(f"--model {model}: that is a file, not a directory; {what_to_give}")
+    if not path.exists() and not _is_repo_id(model):
+        raise SetupError(f"--model {model}: no such directory; {what_to_give}")
+
+
+def check_device(device: str) -> None:
+    """Without this torch fails deep in the load with "Torch not compiled with CUDA enabled".
+
+    It imports torch, so only a launch on CUDA waits for that before the first frame.
+    """
+    if device == "cpu":
+        return
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        raise SetupError(
+            f"--device {device}: this PyTorch build has no CUDA; "
+            "use --device cpu or install a CUDA build of torch"
+        )
+    count = torch.cuda.device_count()
+    if int(device.partition(":")[2] or 0) >= count:
+        raise SetupError(
+            f"--device {device}: PyTorch sees {count} CUDA device(s) here; use --device cpu, "
+            f"another cuda:N, or check the driver and CUDA_VISIBLE_DEVICES"
+        )
+
+
+def open_store(options: AppOptions) -> Store:
+    """An unusable --data-dir, or one another lfm-chat holds, is found before the UI starts.
+
+    StoreError's message already says which directory and what to do.
+    """
+    try:
+        return Store(options.store_path)
+    except StoreError as exc:
+        raise SetupError(str(exc)) from None
 
 
 def run_bench(argv: list[str]) -> int:
@@ -124,11 +243,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         options = options_from_args(args)
-    except (ValueError, SamplingParamsError) as exc:
+    except UsageError as exc:
         parser.error(str(exc))
+    try:
+        if not options.demo:
+            check_model(options.model)
+        check_device(args.device)
+        store = open_store(options)
+    except SetupError as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
     from app.app import LfmChatApp  # Textual is imported only when a UI will run
 
-    app = LfmChatApp(options)
+    app = LfmChatApp(options, store)
     app.run()
     return app.return_code or 0
 

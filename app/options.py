@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
 from app.conversation import ChatSettings
-from engine import EngineConfig
 from model.hub import DEFAULT_MODEL
+
+if TYPE_CHECKING:
+    from engine import EngineConfig
 
 APP_NAME = "lfm-chat"
 DATA_DIR_ENV = "LFM_CHAT_DATA_DIR"
@@ -34,7 +37,9 @@ class AppOptions:
     model: str = DEFAULT_MODEL
     demo: bool = False
     panes: int = 2
-    engine: EngineConfig = field(default_factory=EngineConfig)
+    # An EngineConfig, or the keyword arguments for one (what the CLI gives): building one imports
+    # torch, seconds that must come after the loading screen is drawn, so `engine_config` does it.
+    engine: EngineConfig | dict[str, Any] = field(default_factory=dict)
     chat: ChatSettings = field(default_factory=ChatSettings)
     data_dir: Path = field(default_factory=default_data_dir)
     cache_dir: Path = field(default_factory=default_cache_dir)
@@ -46,6 +51,14 @@ class AppOptions:
         if self.demo:
             return "demo (random weights)"
         return self.model if not Path(self.model).expanduser().is_dir() else Path(self.model).name
+
+    def engine_config(self) -> EngineConfig:
+        """The engine's settings; imports torch, so the app calls it on the loader thread."""
+        if isinstance(self.engine, dict):
+            from engine import EngineConfig
+
+            return EngineConfig(**self.engine)
+        return self.engine
 
     @property
     def store_path(self) -> Path:

@@ -1,9 +1,11 @@
-"""Shown at once on launch while the model downloads and loads on a thread."""
+"""Shown at once on launch while torch is imported and the model downloads and loads, on a thread."""
 
 from __future__ import annotations
 
+import importlib
 import threading
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual.app import ComposeResult
 from textual.containers import Center, Vertical
@@ -13,8 +15,10 @@ from textual.widgets import Footer, Label, ProgressBar
 
 from app.options import AppOptions
 from app.startup import load_engine
-from engine import Engine
 from model.errors import CheckpointError, ModelNotAvailableError
+
+if TYPE_CHECKING:  # the engine (torch) is imported by the loader thread, after this screen is drawn
+    from engine import Engine
 
 
 class LoadingScreen(Screen[None]):
@@ -64,6 +68,8 @@ class LoadingScreen(Screen[None]):
 
         try:
             engine = load_engine(self.options, progress)
+            # The next screen: its import (~0.5 s, torch-based widgets) here, so the UI does not freeze
+            importlib.import_module("app.screens.chat")
         except (CheckpointError, ModelNotAvailableError) as exc:
             self.post_message(self.Failed(str(exc)))
         except Exception as exc:  # anything else is still shown as one line, not a traceback

@@ -1,4 +1,4 @@
-"""The `lfm-chat` command line: help, version, validation, and the `bench` dispatch."""
+"""The `lfm-chat` command line: help, version, one-line errors before the UI, and the `bench` dispatch."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
-from app import __version__
-from app.cli import build_parser, main, options_from_args
+from app import __version__, cli
+from app.cli import build_parser, check_model, main, options_from_args
+from app.options import AppOptions
+from app.store import Store
+from engine.config import ENGINE_DTYPES
+from model.loader import QUANTIZATIONS
 
 
 def test_help_lists_the_documented_flags(capsys: pytest.CaptureFixture[str]) -> None:
@@ -52,28 +57,129 @@ def test_flags_become_engine_and_chat_options() -> None:
         ["--demo", "--panes", "3", "--max-num-seqs", "4", "--system", "Be brief.", "--temperature", "0"]
     )
     options = options_from_args(args)
-    assert (options.demo, options.panes, options.engine.max_num_seqs) == (True, 3, 4)
-    assert (options.engine.dtype, options.engine.kv_cache_memory_mb) == ("float32", 64)  # a toy model
+    assert (options.demo, options.panes) == (True, 3)
+    engine = options.engine_config()  # built from the flags on the loader thread, where torch is imported
+    assert (engine.max_num_seqs, engine.dtype, engine.kv_cache_memory_mb) == (4, "float32", 64)  # a toy model
     assert (options.chat.system_prompt, options.chat.temperature) == ("Be brief.", 0.0)
-    assert options_from_args(build_parser().parse_args(["--quantize", "int8"])).engine.quantize == "int8"
+    quantized = options_from_args(build_parser().parse_args(["--quantize", "int8"]))
+    assert quantized.engine_config().quantize == "int8"
+
+
+def test_the_dtype_and_quantize_choices_are_the_engines() -> None:
+    """The CLI spells them out because the engine's own lists live in modules that import torch."""
+    assert cli.DTYPES[1:] == ENGINE_DTYPES  # after "auto"
+    assert cli.QUANTIZATIONS == QUANTIZATIONS
+
+
+def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+    """stderr holds exactly one line, the error: no usage dump, no traceback."""
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("lfm-chat: error: "), captured.err
+    return lines[0]
 
 
 @pytest.mark.parametrize(
-    ("argv", "message"),
+    ("argv", "says"),
     [
-        (["--panes", "0"], "--panes must be between 1 and"),
-        (["--temperature", "-1"], "temperature must be"),
-        (["--top-p", "2"], "top_p must be"),
-        (["--max-num-seqs", "512"], "max_num_batched_tokens must be >= max_num_seqs"),
+        (["--max-num-seqs", "0"], "--max-num-seqs: must be a whole number >= 1"),
+        (["--max-num-seqs", "512"], "--max-num-batched-tokens (256) must be at least --max-num-seqs (512)"),
+        (["--max-num-batched-tokens", "-5"], "--max-num-batched-tokens: must be a whole number >= 1"),
+        (["--max-num-batched-tokens", "lots"], "--max-num-batched-tokens: must be a whole number >= 1"),
+        (["--panes", "0"], "--panes: must be a whole number from 1 to 9"),
+        (["--panes", "10"], "--panes: must be a whole number from 1 to 9"),
+        (["--temperature", "-1"], "--temperature must be "),
+        (["--temperature", "warm"], "--temperature: invalid float value"),
+        (["--top-p", "2"], "--top-p must be a number in (0, 1]"),
+        (["--top-p", "0"], "--top-p must be a number in (0, 1]"),
+        (["--max-tokens", "0"], "--max-tokens: must be a whole number >= 1"),
+        (["--device", "gpu"], "--device: must be cpu, cuda or cuda:N"),
+        (["--dtype", "float16"], "--dtype: invalid choice"),
+        (["--quantize", "int4"], "--quantize: invalid choice"),
+        (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
     ],
 )
-def test_bad_values_are_one_line_usage_errors(
-    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
+def test_a_bad_value_is_one_line_that_names_the_flag(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
-    assert message in capsys.readouterr().err
+    line = one_error_line(capsys)
+    assert says in line and line.endswith("(see lfm-chat --help)")
+
+
+@pytest.fixture
+def no_ui(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """main must stop before the UI: importing app.app (the Textual app) now fails loudly."""
+    monkeypatch.setitem(sys.modules, "app.app", None)
+    monkeypatch.setenv("LFM_CHAT_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.chdir(tmp_path)
+
+
+def fails_before_the_ui(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    """The one error line of a launch this machine cannot honour (exit code 1)."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    assert exit_info.value.code == 1
+    return one_error_line(capsys)
+
+
+@pytest.mark.usefixtures("no_ui")
+@pytest.mark.parametrize("model", ["./LFM2-350M", "../LFM2-350M", "~/no-such-lfm2", "/no/such/lfm2", "LFM2"])
+def test_a_missing_model_path_fails_before_the_ui(model: str, capsys: pytest.CaptureFixture[str]) -> None:
+    line = fails_before_the_ui(["--model", model], capsys)
+    assert f"--model {model}: no such directory" in line and "LiquidAI/LFM2-350M" in line
+
+
+@pytest.mark.usefixtures("no_ui")
+def test_a_model_directory_without_config_fails_before_the_ui(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "weights").mkdir()
+    (tmp_path / "weights" / "model.safetensors").touch()
+    assert "that directory has no config.json" in fails_before_the_ui(["--model", "weights"], capsys)
+    assert "that is a file" in fails_before_the_ui(["--model", "weights/model.safetensors"], capsys)
+
+
+def test_hub_ids_and_checkpoint_directories_pass_the_model_check(tiny_ckpt: Path) -> None:
+    """Only a local path is checked before the UI: a Hub id is the loader's to fetch."""
+    check_model("LiquidAI/LFM2-350M")
+    check_model(str(tiny_ckpt))
+
+
+@pytest.mark.usefixtures("no_ui")
+@pytest.mark.skipif(torch.backends.cuda.is_built(), reason="this PyTorch has CUDA")
+@pytest.mark.parametrize("device", ["cuda", "cuda:1"])
+def test_cuda_on_a_cpu_only_torch_fails_before_the_ui(
+    device: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    line = fails_before_the_ui(["--device", device], capsys)
+    assert f"--device {device}: this PyTorch build has no CUDA; use --device cpu or install a CUDA" in line
+
+
+@pytest.mark.usefixtures("no_ui")
+def test_a_data_dir_that_is_a_file_fails_before_the_ui(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "a-file").touch()
+    for data_dir in (tmp_path / "a-file", tmp_path / "a-file" / "below"):
+        line = fails_before_the_ui(["--demo", "--data-dir", str(data_dir)], capsys)
+        assert "--data-dir" in line and "a-file" in line
+
+
+@pytest.mark.usefixtures("no_ui")
+def test_a_data_dir_another_lfm_chat_uses_fails_before_the_ui(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data_dir = tmp_path / "shared"
+    other = Store(AppOptions(data_dir=data_dir).store_path)
+    try:
+        line = fails_before_the_ui(["--demo", "--data-dir", str(data_dir)], capsys)
+    finally:
+        other.close()
+    assert "Another lfm-chat" in line and "--data-dir" in line
 
 
 def test_bench_is_dispatched_to_bench_cli(monkeypatch: pytest.MonkeyPatch) -> None:

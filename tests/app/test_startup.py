@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -9,6 +11,7 @@ from huggingface_hub import constants
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
+from app.cli import build_parser, open_store, options_from_args
 from app.screens.loading import LoadingScreen
 from app.widgets.chat_pane import ChatPane
 from engine import EngineConfig
@@ -49,6 +52,51 @@ async def test_a_failed_demo_does_not_suggest_the_demo(make_options: MakeOptions
     async with app.run_test() as pilot:
         text = await error_text(app, pilot)
     assert "lfm-chat --demo" not in text and "not-a-dir" in text and "--data-dir" in text
+
+
+async def test_a_data_dir_the_app_cannot_use_shows_the_store_error(
+    make_options: MakeOptions, tmp_path: Path
+) -> None:
+    """Built without a store (as tests do), the app opens it itself and says what went wrong."""
+    (tmp_path / "a-file").touch()
+    app = LfmChatApp(make_options(data_dir=tmp_path / "a-file"))
+    async with app.run_test() as pilot:
+        text = await error_text(app, pilot)
+    assert "a-file" in text and "--data-dir" in text and "Traceback" not in text
+
+
+async def test_the_options_and_store_the_cli_makes_run_the_app(tmp_path: Path) -> None:
+    """The CLI hands over flags, not an EngineConfig (that imports torch), and the store it opened."""
+    options = options_from_args(build_parser().parse_args(["--demo", "--data-dir", str(tmp_path / "data")]))
+    options.cache_dir = tmp_path / "cache"
+    store = open_store(options)
+    app = LfmChatApp(options, store)
+    async with app.run_test() as pilot:
+        await chat_screen(app, pilot)
+        assert app.store is store
+        assert app.engine_worker is not None and app.engine_worker.engine.config.max_num_seqs == 8
+
+
+def test_the_loading_screen_needs_no_torch() -> None:
+    """Importing torch takes seconds: everything up to the first drawn loading screen must do
+    without it (and without the model code), so the user sees lfm-chat at once."""
+    code = """
+import sys, tempfile
+from app.app import LfmChatApp
+from app.cli import build_parser, open_store, options_from_args
+from app.screens.error import ErrorScreen, what_to_try
+from app.screens.loading import LoadingScreen
+
+for argv in (["--demo"], ["--model", "LiquidAI/LFM2-350M", "--max-num-seqs", "2"]):
+    options = options_from_args(build_parser().parse_args([*argv, "--data-dir", tempfile.mkdtemp()]))
+    LfmChatApp(options, open_store(options))
+    LoadingScreen(options), ErrorScreen("reason", what_to_try(options))
+heavy = {"torch", "transformers", "safetensors", "numpy", "tokenizers"}
+loaded = [m for m in sys.modules if m.partition(".")[0] in heavy or m.startswith("model.")]
+assert set(loaded) <= {"model.hub", "model.errors"}, sorted(loaded)
+"""
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
 
 
 async def test_an_offline_hub_id_shows_the_hub_error(
