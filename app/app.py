@@ -11,8 +11,9 @@ from textual.app import App, SystemCommand
 from textual.binding import BindingType
 from textual.screen import Screen
 
+from app import paste
 from app.conversation import Conversation
-from app.keys import key
+from app.keys import key, palette_commands
 from app.options import MAX_PANES, AppOptions
 from app.persistence import Saver
 from app.screens.error import ErrorScreen, what_to_try
@@ -22,6 +23,10 @@ from app.store import Store, StoreError
 if TYPE_CHECKING:  # both import torch: loaded after the loading screen is drawn, not with the app
     from app.screens.chat import ChatScreen
     from engine import EngineWorker
+
+
+THEME_KEY = "theme"
+REPLACED_COMMANDS = frozenset({"Quit", "Maximize"})
 
 
 class LfmChatApp(App[None]):
@@ -37,6 +42,7 @@ class LfmChatApp(App[None]):
         """`store`: the CLI opens it before the UI starts, so a bad --data-dir is a one-line error;
         without one the app opens `options.store_path` itself and shows what went wrong."""
         super().__init__()
+        paste.install()
         self.options = options
         self.store = store
         self.engine_worker: EngineWorker | None = None
@@ -50,7 +56,21 @@ class LfmChatApp(App[None]):
             except StoreError as exc:
                 self.push_screen(ErrorScreen(str(exc), what_to_try(self.options)))
                 return
+        if (moved := self.store.recovered_from) is not None:
+            self.notify(
+                f"The conversation store was corrupt: it was moved to {moved} and a new one started.",
+                severity="error",
+                timeout=30,
+                markup=False,
+            )
+        if (theme := self.store.get_state(THEME_KEY)) in self.available_themes:
+            self.theme = theme
         self.push_screen(LoadingScreen(self.options))
+
+    def watch_theme(self, theme: str) -> None:
+        """Remember the theme picked in the palette for the next launch."""
+        if self.store is not None and self.store.get_state(THEME_KEY) != theme:
+            Saver(self.store).set_state(THEME_KEY, theme)
 
     def _load_keymap(self) -> None:
         """Users remap keys by binding id, e.g. {"new_pane": "ctrl+t"}, in keymap.json in the data dir."""
@@ -62,7 +82,7 @@ class LfmChatApp(App[None]):
             if not isinstance(keymap, dict) or not all(isinstance(v, str) for v in keymap.values()):
                 raise ValueError('expected an object of binding id -> key, like {"new_pane": "ctrl+t"}')
         except (OSError, ValueError) as exc:
-            self.notify(f"Ignoring {path}: {exc}", severity="warning", timeout=10)
+            self.notify(f"Ignoring {path}: {exc}", severity="warning", timeout=10, markup=False)
             return
         self.set_keymap(keymap)
 
@@ -118,6 +138,9 @@ class LfmChatApp(App[None]):
             self.store.close()
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        """Textual's commands without its Quit (ours saves first) and Maximize (it hatches the input
+        box and hides the other panes' streams); ours come from the key bindings."""
+        yield from (c for c in super().get_system_commands(screen) if c.title not in REPLACED_COMMANDS)
+        yield from palette_commands(self, self.BINDINGS, self.run_action)
         if self.chat_screen is not None and screen is self.chat_screen:
             yield from self.chat_screen.system_commands()

@@ -30,6 +30,7 @@ from engine import Engine, EngineSnapshot, EngineWorker
 
 DEMO_BANNER = "DEMO · random weights: replies are gibberish · --model PATH for a real LFM2"
 CONFIRM_SECONDS = 3.0
+BANNER_MIN_HEIGHT = 20  # below this the demo banner's row goes to the panes
 RETRY_SECONDS = 5.0
 
 
@@ -129,7 +130,9 @@ class ChatScreen(Screen[None]):
         for number, pane in enumerate(panes, start=1):
             pane.relabel(str(number))
         width, height = self.app.size
-        chrome = 2 + self.demo + bool(self.save_warning.display)  # title bar, footer, banners
+        banner = self.demo and height >= BANNER_MIN_HEIGHT  # the title bar says "demo" too
+        self.set_class(not banner, "-no-banner")
+        chrome = 2 + banner + bool(self.save_warning.display)  # title bar, footer, banners
         layout = plan_layout(width, height, len(panes), chrome, self.dashboard_wanted)
         self.grid.styles.grid_size_columns, self.grid.styles.grid_size_rows = layout.columns, layout.rows
         self.dashboard.set_mode(layout.dashboard)

@@ -66,3 +66,17 @@ async def test_history_reopens_a_closed_conversation_in_a_new_pane(make_options:
     store = Store(app.options.store_path)
     assert [s.title for s in store.summaries()] == ["Remember me"]
     store.close()
+
+
+async def test_the_theme_is_remembered(make_options: MakeOptions) -> None:
+    options = make_options(panes=1)
+    app = LfmChatApp(options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await chat_screen(app, pilot)
+        assert app.theme != "nord"
+        app.theme = "nord"
+        await pilot.press("ctrl+q")
+    again = LfmChatApp(options)
+    async with again.run_test(size=(120, 36)) as pilot:
+        await chat_screen(again, pilot)
+        assert again.theme == "nord"

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import pytest
+
 from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
@@ -33,9 +35,9 @@ def greet(name: str) -> str:
 SIZE = (110, 32)
 
 
-def app_with_saved_chat(make_options: MakeOptions) -> LfmChatApp:
-    """Demo mode (a fixed model label) with one conversation open from the store, one empty pane."""
-    options: AppOptions = make_options(demo=True, panes=2)
+def app_with_saved_chat(make_options: MakeOptions, panes: int = 2) -> LfmChatApp:
+    """Demo mode (a fixed model label) with one conversation open from the store, the rest empty."""
+    options: AppOptions = make_options(demo=True, panes=panes)
     store = Store(options.store_path)
     chat = Conversation(
         [
@@ -83,3 +85,32 @@ def test_settings_modal(snap_compare: Callable[..., bool], make_options: MakeOpt
     assert snap_compare(
         app_with_saved_chat(make_options), terminal_size=SIZE, run_before=steady(open_settings)
     )
+
+
+@pytest.mark.parametrize("size", [(60, 20), (45, 14)])
+def test_four_panes_in_a_small_terminal(
+    snap_compare: Callable[..., bool], make_options: MakeOptions, size: tuple[int, int]
+) -> None:
+    """The dashboard folds to a line (60×20) or steps aside (45×14); every pane keeps its input."""
+
+    async def type_a_draft(pilot: Pilot) -> None:
+        await pilot.press(*"typed")
+
+    app = app_with_saved_chat(make_options, panes=4)
+    assert snap_compare(app, terminal_size=size, run_before=steady(type_a_draft))
+
+
+@pytest.mark.parametrize(("size", "rows"), [((80, 24), 5), ((60, 20), 2), ((45, 14), 2)])
+async def test_four_panes_keep_their_input_and_transcript_rows(
+    make_options: MakeOptions, size: tuple[int, int], rows: int
+) -> None:
+    app = app_with_saved_chat(make_options, panes=4)
+    async with app.run_test(size=size) as pilot:
+        screen = await chat_screen(app, pilot)  # type: ignore[arg-type]
+        await pilot.pause()
+        assert not screen.has_class("-too-small")
+        for pane in screen.panes:
+            assert pane.prompt_input.region.height >= 1
+            assert pane.transcript.region.height >= rows
+        await pilot.press(*"hello")
+        assert screen.panes[0].prompt_input.text == "hello"
