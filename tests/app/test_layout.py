@@ -20,7 +20,9 @@ CHROME = 2  # title bar and footer
         ((80, 24), 1, "full"),
     ],
 )
-def test_the_dashboard_folds_before_panes_lose_rows(size: tuple[int, int], panes: int, dashboard: str) -> None:
+def test_the_dashboard_folds_before_panes_lose_rows(
+    size: tuple[int, int], panes: int, dashboard: str
+) -> None:
     layout = plan_layout(*size, panes, CHROME, dashboard_wanted=True)
     assert layout.too_small is None
     assert layout.dashboard == dashboard

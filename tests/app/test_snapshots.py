@@ -10,7 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-
 from textual.pilot import Pilot
 from textual.widgets import Input, TextArea
 
