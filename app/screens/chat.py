@@ -269,6 +269,7 @@ class ChatScreen(Screen[None]):
         self.app.push_screen(HistoryScreen(self.saver, open_ids), self._reopen)
 
     async def _reopen(self, conversation_id: int | None) -> None:
+        self._adopt_names()
         if conversation_id is None:
             return
         pane = next((p for p in self.panes if p.conversation.id == conversation_id), None)
@@ -276,6 +277,16 @@ class ChatScreen(Screen[None]):
             self.set_focus(pane.prompt_input)
         elif (conversation := self.saver.store.load(conversation_id)) is not None:
             await self.action_new_pane(conversation)
+
+    def _adopt_names(self) -> None:
+        """A rename in History of a conversation open in a pane: the pane takes the new name (its next
+        save would otherwise write the old one back)."""
+        for pane in self.panes:
+            if pane.conversation.id is not None:
+                saved = self.saver.store.load(pane.conversation.id)
+                if saved is not None and saved.name != pane.conversation.name:
+                    pane.conversation.name = saved.name
+                    pane.relabel(pane.label, force=True)
 
     def system_commands(self) -> Iterable[SystemCommand]:
         """Every binding of this screen and of the panes (acting on the active pane), for the palette."""

@@ -145,9 +145,9 @@ class ChatPane(Vertical):
     def focus_input(self) -> None:
         self.prompt_input.focus()
 
-    def relabel(self, label: str) -> None:
+    def relabel(self, label: str, force: bool = False) -> None:
         """Panes are numbered by position: closing pane 2 of 3 makes pane 3 the new 2."""
-        if label != self.label:
+        if force or label != self.label:
             self.label = label
             self._update_title()
 

@@ -80,3 +80,38 @@ async def test_the_theme_is_remembered(make_options: MakeOptions) -> None:
     async with again.run_test(size=(120, 36)) as pilot:
         await chat_screen(again, pilot)
         assert again.theme == "nord"
+
+
+async def test_history_search_rename_and_delete(make_options: MakeOptions) -> None:
+    app = LfmChatApp(make_options(panes=2, chat=ChatSettings(temperature=0.0, max_tokens=4)))
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        first, second = screen.panes
+        await submit(pilot, first, "about whales")
+        await submit(pilot, second, "about trees")
+        await wait_replied(pilot, first, second)
+        await pilot.press("ctrl+g")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), "history")
+        history = app.screen
+        await pilot.press(*"whale")
+        await wait_until(pilot, lambda: history.options.option_count == 1, "the search")  # type: ignore[attr-defined]
+        await pilot.press("ctrl+r", *"Sea life", "enter")
+        await pilot.press("escape")
+        await wait_until(pilot, lambda: app.screen is screen, "history to close")
+        assert first.conversation.title == "Sea life"  # the open pane took the new name
+        assert "Sea life" in str(first.border_title)
+
+        first.focus_input()
+        await pilot.press("ctrl+w")  # close pane 1, so its conversation can be deleted
+        await wait_until(pilot, lambda: len(screen.panes) == 1, "the close")
+        await pilot.press("ctrl+g")
+        await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), "history")
+        history = app.screen
+        await pilot.press(*"sea")
+        await wait_until(pilot, lambda: history.options.option_count == 1, "the search")  # type: ignore[attr-defined]
+        await pilot.press("delete")
+        assert app.store is not None and len(app.store.summaries()) == 2  # one press only asks
+        await pilot.press("delete")
+        await wait_until(
+            pilot, lambda: app.store is not None and len(app.store.summaries()) == 1, "the delete"
+        )
