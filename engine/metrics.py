@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 BUCKET_SECONDS = 0.5  # throughput history resolution
 HISTORY_BUCKETS = 120  # one minute of history
@@ -17,7 +17,12 @@ RATE_BUCKETS = 6  # tokens_per_s averages the last 3 seconds
 
 @dataclass(slots=True)
 class RequestMetrics:
-    """Latency and cache figures of one request."""
+    """Latency and cache figures of one request: a fixed handful of numbers, however long the reply.
+
+    Every stream event carries a copy, so nothing here may grow per token: a per-token list
+    would make a reply's events cost memory quadratic in its length. The mean inter-token
+    latency needs no list: the gaps between consecutive tokens sum to last - first.
+    """
 
     arrival_time: float
     prompt_tokens: int
@@ -28,13 +33,10 @@ class RequestMetrics:
     cached_prompt_tokens: int = 0
     generated_tokens: int = 0
     preemptions: int = 0
-    itls: list[float] = field(default_factory=list)
 
     def on_token(self, now: float) -> None:
         if self.first_token_time is None:
             self.first_token_time = now
-        else:
-            self.itls.append(now - self.last_token_time)
         self.last_token_time = now
         self.generated_tokens += 1
 
@@ -47,20 +49,27 @@ class RequestMetrics:
         return None if self.first_token_time is None else self.first_token_time - self.arrival_time
 
     @property
+    def _decode_span(self) -> float:
+        """Seconds from the first token to the last (0 before the second token)."""
+        if self.first_token_time is None or self.last_token_time is None:
+            return 0.0
+        return self.last_token_time - self.first_token_time
+
+    @property
     def mean_itl(self) -> float | None:
-        return sum(self.itls) / len(self.itls) if self.itls else None
+        """Mean gap between consecutive tokens; None before the second token."""
+        gaps = self.generated_tokens - 1
+        return self._decode_span / gaps if gaps > 0 else None
 
     @property
     def tokens_per_s(self) -> float:
         """Decode rate after the first token (the first token's wait is TTFT, not throughput)."""
-        if not self.itls:
-            return 0.0
-        span = self.last_token_time - self.first_token_time
-        return len(self.itls) / span if span > 0 else 0.0
+        span = self._decode_span
+        return (self.generated_tokens - 1) / span if span > 0 else 0.0
 
     def copy(self) -> RequestMetrics:
-        """A copy that stays valid while the engine thread keeps appending to this one."""
-        return dataclasses.replace(self, itls=list(self.itls))
+        """A copy that stays valid while the engine thread keeps updating this one."""
+        return dataclasses.replace(self)
 
 
 @dataclass(slots=True)

@@ -66,8 +66,11 @@ EventCallback = Callable[[TokenEvent], None]
 class StreamHandle:
     """The caller's end of one request: its events (blocking or async), its result, cancel().
 
-    Events are kept in order and every consumer sees all of them from the first, so nothing is
-    lost if iteration starts after the first tokens arrived.
+    Each event is handed out once and then dropped, so a long reply costs the handle nothing per
+    token once it has been read. With `on_event` the callback is the consumer and nothing is
+    queued; without it, events wait in a queue until an iteration takes them, so iteration may
+    start after the first tokens arrived and still see them all (one consumer per handle: each
+    event goes to whichever iteration takes it first). The final output is kept for `result()`.
     """
 
     def __init__(self, worker: EngineWorker, request_id: str, tag: object, on_event: EventCallback | None):
@@ -76,7 +79,7 @@ class StreamHandle:
         self._worker = worker
         self._on_event = on_event
         self._cond = threading.Condition()
-        self._events: list[TokenEvent] = []
+        self._unread: deque[TokenEvent] = deque()
         self._final: RequestOutput | None = None
         self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
 
@@ -89,32 +92,36 @@ class StreamHandle:
         self._worker.cancel(self.request_id)
 
     def events(self, timeout: float | None = None) -> Iterator[TokenEvent]:
-        """Blocking iteration from a plain thread, up to and including the final event."""
-        for index in itertools.count():
+        """Blocking iteration from a plain thread: the unread events up to and including the final one."""
+        self._check_iterable()
+        while True:
             with self._cond:
-                if not self._cond.wait_for(lambda i=index: i < len(self._events), timeout):
+                if not self._cond.wait_for(self._has_news, timeout):
                     raise TimeoutError(f"no event from request {self.request_id} within {timeout} s")
-                event = self._events[index]
+                event = self._unread.popleft() if self._unread else None
+            if event is None:
+                return  # finished, and the final event was taken before
             yield event
             if event.finished:
                 return
 
     def __aiter__(self) -> AsyncIterator[TokenEvent]:
+        self._check_iterable()
         return self._aiterate()
 
     async def _aiterate(self) -> AsyncIterator[TokenEvent]:
         loop = asyncio.get_running_loop()
-        index = 0
         while True:
             with self._cond:
-                event = self._events[index] if index < len(self._events) else None
+                event = self._unread.popleft() if self._unread else None
+                if event is None and self._final is not None:
+                    return  # finished, and the final event was taken before
                 if event is None:
                     wake = loop.create_future()
                     self._async_waiters.append((loop, wake))
             if event is None:
                 await wake
                 continue
-            index += 1
             yield event
             if event.finished:
                 return
@@ -126,11 +133,24 @@ class StreamHandle:
                 raise TimeoutError(f"request {self.request_id} did not finish within {timeout} s")
             return self._final
 
+    def _has_news(self) -> bool:
+        """An unread event, or the end of the stream (call with the lock held)."""
+        return bool(self._unread) or self._final is not None
+
+    def _check_iterable(self) -> None:
+        """A handle with a callback queues nothing, so iterating it would wait forever: say so instead."""
+        if self._on_event is not None:
+            raise RuntimeError(
+                f"request {self.request_id} hands its events to its on_event callback; "
+                "submit without on_event to iterate them"
+            )
+
     def _deliver(self, out: RequestOutput) -> None:
         """Called on the worker thread (or on submit's thread for a rejected request)."""
         event = TokenEvent.of(out)
         with self._cond:
-            self._events.append(event)
+            if self._on_event is None:
+                self._unread.append(event)
             if out.finished:
                 self._final = out
             waiters, self._async_waiters = self._async_waiters, []

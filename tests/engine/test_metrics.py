@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from engine.metrics import BUCKET_SECONDS, HISTORY_BUCKETS, RequestMetrics, ThroughputMeter
@@ -14,7 +16,7 @@ def test_request_latencies_come_from_its_own_timestamps():
     for now in (11.0, 11.25, 11.75, 12.0):
         m.on_token(now)
     assert m.queue_time == 0.5 and m.ttft == 1.0
-    assert m.itls == [0.25, 0.5, 0.25] and m.mean_itl == pytest.approx(1 / 3)
+    assert m.mean_itl == pytest.approx(1 / 3)  # gaps 0.25, 0.5, 0.25
     assert m.tokens_per_s == pytest.approx(3.0) and m.generated_tokens == 4
 
 
@@ -24,7 +26,17 @@ def test_copy_is_detached_from_later_tokens():
     m.on_token(2.0)
     snapshot = m.copy()
     m.on_token(3.0)
-    assert snapshot.itls == [1.0] and snapshot.generated_tokens == 2
+    assert snapshot.last_token_time == 2.0 and snapshot.generated_tokens == 2
+
+
+def test_metrics_stay_a_few_numbers_however_long_the_reply():
+    """Every stream event carries a copy: a per-token list here made long replies cost O(n^2) memory."""
+    m = RequestMetrics(arrival_time=0.0, prompt_tokens=1)
+    for i in range(10_000):
+        m.on_token(1.0 + i / 100)
+    values = [getattr(m, f.name) for f in dataclasses.fields(m)]
+    assert all(value is None or isinstance(value, int | float) for value in values)
+    assert m.mean_itl == pytest.approx(0.01) and m.tokens_per_s == pytest.approx(100.0)
 
 
 def test_throughput_history_has_a_bucket_per_half_second_including_idle_ones():

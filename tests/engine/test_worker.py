@@ -50,20 +50,31 @@ async def test_concurrent_async_streams_each_equal_their_own_solo_run(tiny_ckpt,
         assert (text, ids) == (expected.text, expected.token_ids)
         assert last.finished and last.finish_reason == expected.finish_reason
         assert last.tag == handle.tag and last.metrics.ttft is not None
-        assert sum(1 for _ in handle.events()) >= 1  # a late blocking consumer still sees every event
+        assert list(handle.events()) == []  # each event is handed out once, then dropped
     assert worker.snapshot().steps > 0
 
 
-def test_blocking_consumer_and_on_event_callback_run_where_promised(worker):
-    seen_on = set()
-    handle = worker.submit(
-        TEXTS[0], PARAMS[0], on_event=lambda ev: seen_on.add(threading.current_thread().name)
-    )
+def test_a_late_blocking_consumer_still_sees_every_event(worker):
+    handle = worker.submit(TEXTS[0], PARAMS[0])
+    out = handle.result(timeout=TIMEOUT)  # finished before anyone iterated
     events = list(handle.events(timeout=TIMEOUT))
-    assert events[-1].finished and handle.result(timeout=TIMEOUT).token_ids == [
-        t for e in events for t in e.token_ids
-    ]
-    assert seen_on == {"lfm-engine"}
+    assert events[-1].finished and [t for e in events for t in e.token_ids] == out.token_ids
+    assert "".join(e.text for e in events) == out.text
+
+
+def test_on_event_callback_runs_on_the_worker_thread_and_is_the_only_consumer(worker):
+    seen, threads = [], set()
+
+    def on_event(event):
+        seen.append(event)
+        threads.add(threading.current_thread().name)
+
+    handle = worker.submit(TEXTS[0], PARAMS[0], on_event=on_event)
+    out = handle.result(timeout=TIMEOUT)
+    assert seen[-1].finished and out.token_ids == [t for e in seen for t in e.token_ids]
+    assert threads == {"lfm-engine"}
+    with pytest.raises(RuntimeError, match="on_event callback"):
+        next(handle.events(timeout=TIMEOUT))  # nothing is queued for it: it would wait forever
 
 
 def test_cancel_from_another_thread_ends_the_stream_and_frees_its_blocks(worker):
