@@ -166,16 +166,16 @@ class Engine:
         return request_id
 
     def _prompt_ids(self, prompt: Prompt) -> list[int]:
-        if isinstance(prompt, str):
-            ids = self.tokenizer.encode(prompt)
-        elif isinstance(prompt, Sequence) and all(_is_token_id(t) for t in prompt):
-            ids = list(prompt)
-            vocab = self.model_config.vocab_size
-            bad = [t for t in ids if not 0 <= t < vocab]
-            if bad:
-                raise RequestError(f"prompt token id {bad[0]} is outside the vocabulary [0, {vocab})")
-        else:
-            raise RequestError("prompt must be a string or a list of token ids")
+        """The prompt as token ids, checked here so that nothing about it can fail a batched step.
+
+        Text is range-checked too: a tokenizer may know more ids than the model's embedding has
+        rows, and such an id would fail every request batched with this one.
+        """
+        ids = self._encode(prompt) if isinstance(prompt, str) else _token_ids(prompt)
+        vocab = self.model_config.vocab_size
+        bad = next((t for t in ids if not 0 <= t < vocab), None)
+        if bad is not None:
+            raise RequestError(f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
         if not ids:
             raise RequestError("prompt is empty")
         if len(ids) + 1 > self.max_model_len:
@@ -184,6 +184,16 @@ class Engine:
                 f"(prompt plus at least one generated token)"
             )
         return ids
+
+    def _encode(self, text: str) -> list[int]:
+        """Token ids of prompt text; text that is not valid Unicode is the caller's error, not a crash."""
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError as exc:
+            raise RequestError(
+                f"prompt text is not valid Unicode: an unpaired surrogate at character {exc.start}"
+            ) from None
+        return self.tokenizer.encode(text)
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now and free its blocks; returns its final output (None if unknown/finished)."""
@@ -313,6 +323,15 @@ class Engine:
 
 def _is_token_id(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _token_ids(prompt: object) -> list[int]:
+    """A prompt given as ids. Bytes are a sequence of ints too, but never meant as token ids."""
+    if isinstance(prompt, bytes | bytearray | memoryview):
+        raise RequestError("prompt must be a string or a list of token ids, not bytes (decode it to text)")
+    if not isinstance(prompt, Sequence) or not all(_is_token_id(t) for t in prompt):
+        raise RequestError("prompt must be a string or a list of token ids")
+    return list(prompt)
 
 
 def _request_snapshot(request: Request) -> RequestSnapshot:

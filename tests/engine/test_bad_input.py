@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 
-from engine import RequestError, SamplingParams, SamplingParamsError
+from engine import EngineWorker, RequestError, SamplingParams, SamplingParamsError
+from model.tiny import tiny_tokenizer_json
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
 
@@ -23,6 +26,9 @@ def engine(tiny_ckpt, make_engine):
         ([20, 512, 21], "512 is outside the vocabulary"),
         ([20, -1], "-1 is outside the vocabulary"),
         ([20, 1.5], "string or a list of token ids"),
+        ("fine \ud800 text", "unpaired surrogate at character 5"),
+        (b"\x14\x15", "not bytes"),
+        (bytearray(b"\x14\x15"), "not bytes"),
     ],
 )
 def test_bad_prompts_are_rejected_with_a_clear_message(engine, prompt, message):
@@ -79,3 +85,30 @@ def test_a_failing_step_fails_only_that_batch_and_the_engine_keeps_serving(engin
     assert all(o.finish_reason == "error" and "simulated out of memory" in o.error for o in outs)
     assert not engine.has_unfinished() and engine.block_manager.num_used_blocks == 0
     assert engine.generate([after], GREEDY)[0].token_ids == before
+
+
+@pytest.fixture(scope="module")
+def big_tokenizer_ckpt(tiny_ckpt, tmp_path_factory):
+    """The tiny model (512 embedding rows) with a tokenizer of 1024 ids: text can encode past the model."""
+    path = shutil.copytree(tiny_ckpt, tmp_path_factory.mktemp("big-tokenizer") / "ckpt")
+    (path / "tokenizer.json").write_text(tiny_tokenizer_json(1024), encoding="utf-8")
+    return path
+
+
+def test_an_out_of_vocab_text_prompt_fails_alone_in_its_batch(big_tokenizer_ckpt, make_engine, prompts):
+    """Issue 17, item 6: such an id used to reach the embedding inside the batched step and fail it all."""
+    engine = make_engine(big_tokenizer_ckpt)
+    bad_text = "The quick brown fox"
+    assert max(engine.tokenizer.encode(bad_text)) >= engine.model_config.vocab_size  # the case under test
+    goods = prompts([12, 20, 7], seed=17)
+    alone = [make_engine(big_tokenizer_ckpt).generate([p], GREEDY)[0].token_ids for p in goods]
+    worker = EngineWorker(engine)  # not started: all four are added before the first step batches them
+    handles = [worker.submit(p, GREEDY) for p in (goods[0], goods[1], bad_text, goods[2])]
+    worker.start()
+    try:
+        outs = [handle.result(timeout=120) for handle in handles]
+    finally:
+        worker.shutdown()
+    bad = outs.pop(2)
+    assert bad.finish_reason == "error" and "outside the vocabulary [0, 512)" in bad.error
+    assert [out.token_ids for out in outs] == alone
