@@ -20,7 +20,14 @@ import torch
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.errors import RequestError
-from engine.metrics import EngineMetrics, EngineSnapshot, RequestMetrics, RequestSnapshot, StepStats
+from engine.metrics import (
+    SNAPSHOT_REQUESTS,
+    EngineMetrics,
+    EngineSnapshot,
+    RequestMetrics,
+    RequestSnapshot,
+    StepStats,
+)
 from engine.pacing import PrefillPacer
 from engine.request import Request, RequestOutput, RequestStatus
 from engine.runner import ModelRunner
@@ -292,16 +299,21 @@ class Engine:
 
     # ------------------------------------------------------------------ observing
     def snapshot(self) -> EngineSnapshot:
-        """A frozen view for dashboards; O(number of live requests)."""
+        """A frozen view for dashboards, built after every step at a cost that does not grow with the queue.
+
+        Counts are exact; `requests` lists only the first SNAPSHOT_REQUESTS live ones (running,
+        then waiting, oldest first), which is more than a dashboard's table shows.
+        """
         now = time.monotonic()
         step = self.metrics.last_step
         manager = self.block_manager
-        requests = [*self.scheduler.running, *self.scheduler.waiting]
+        scheduler = self.scheduler
+        live = itertools.islice(itertools.chain(scheduler.running, scheduler.waiting), SNAPSHOT_REQUESTS)
         return EngineSnapshot(
             time=now,
             steps=self.metrics.steps,
-            running=len(self.scheduler.running),
-            waiting=len(self.scheduler.waiting),
+            running=len(scheduler.running),
+            waiting=len(scheduler.waiting),
             max_num_seqs=self.config.max_num_seqs,
             step_tokens=step.tokens,
             step_decode_tokens=step.decode_tokens,
@@ -317,7 +329,7 @@ class Engine:
             preemptions=self.metrics.preemptions,
             tokens_per_s=self.metrics.throughput.rate(now),
             throughput_history=self.metrics.throughput.history(now),
-            requests=tuple(_request_snapshot(request) for request in requests),
+            requests=tuple(_request_snapshot(request) for request in live),
         )
 
 
