@@ -15,6 +15,11 @@ from dataclasses import dataclass, field
 GREEDY_TEMPERATURE = 1e-5
 
 _SEED_LIMIT = 2**64  # torch.Generator.manual_seed accepts seeds in [0, 2**64)
+# Past these, output is no more useful but the arithmetic degrades: 1e300 is inf in float32, and a
+# penalty of inf times a logit of 0 is NaN. Stop strings are matched at every step of the batch.
+MAX_TEMPERATURE = 100.0
+MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
+MAX_STOP_STRINGS, MAX_STOP_LENGTH = 16, 256
 
 
 class SamplingParamsError(ValueError):
@@ -26,11 +31,10 @@ def _is_int(value: object) -> bool:
 
 
 def _is_real(value: object) -> bool:
-    return (isinstance(value, int | float) and not isinstance(value, bool)) and not math.isnan(value)
-
-
-def _is_finite(value: object) -> bool:
-    return _is_real(value) and math.isfinite(value)
+    """An int or a float that is not NaN (no float conversion: int(1e400) would overflow it)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return isinstance(value, int) or not math.isnan(value)
 
 
 def _is_text(value: object) -> bool:
@@ -41,19 +45,39 @@ def _is_list_of(value: object, item_ok: Callable[[object], bool]) -> bool:
     return isinstance(value, list | tuple) and all(item_ok(item) for item in value)
 
 
+def _is_stop_string(value: object) -> bool:
+    return _is_text(value) and len(value) <= MAX_STOP_LENGTH
+
+
+def _is_stop_list(value: object) -> bool:
+    return _is_list_of(value, _is_stop_string) and len(value) <= MAX_STOP_STRINGS
+
+
 # (field, check, allowed range as shown to the user); checked in this order.
 _RULES: tuple[tuple[str, Callable[[object], bool], str], ...] = (
-    ("temperature", lambda v: _is_finite(v) and v >= 0, "a finite number >= 0 (0 = greedy)"),
+    (
+        "temperature",
+        lambda v: _is_real(v) and 0 <= v <= MAX_TEMPERATURE,
+        f"a number in [0, {MAX_TEMPERATURE:g}] (0 = greedy)",
+    ),
     ("top_k", lambda v: _is_int(v) and v >= -1, "an int >= -1 (0 or -1 = off)"),
     ("top_p", lambda v: _is_real(v) and 0 < v <= 1, "a number in (0, 1]"),
     ("min_p", lambda v: _is_real(v) and 0 <= v <= 1, "a number in [0, 1]"),
-    ("repetition_penalty", lambda v: _is_finite(v) and v > 0, "a finite number > 0"),
+    (
+        "repetition_penalty",
+        lambda v: _is_real(v) and MIN_REPETITION_PENALTY <= v <= MAX_REPETITION_PENALTY,
+        f"a number in [{MIN_REPETITION_PENALTY:g}, {MAX_REPETITION_PENALTY:g}] (1 = off)",
+    ),
     ("presence_penalty", lambda v: _is_real(v) and -2 <= v <= 2, "a number in [-2, 2]"),
     ("frequency_penalty", lambda v: _is_real(v) and -2 <= v <= 2, "a number in [-2, 2]"),
     ("seed", lambda v: v is None or (_is_int(v) and 0 <= v < _SEED_LIMIT), "None or an int in [0, 2**64)"),
     ("max_tokens", lambda v: _is_int(v) and v >= 1, "an int >= 1"),
     ("stop_token_ids", lambda v: _is_list_of(v, lambda i: _is_int(i) and i >= 0), "a list of ints >= 0"),
-    ("stop", lambda v: _is_list_of(v, _is_text), "a list of non-empty strings"),
+    (
+        "stop",
+        _is_stop_list,
+        f"a list of at most {MAX_STOP_STRINGS} non-empty strings of at most {MAX_STOP_LENGTH} characters",
+    ),
     ("ignore_eos", lambda v: isinstance(v, bool), "a bool"),
 )
 

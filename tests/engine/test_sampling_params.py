@@ -13,6 +13,8 @@ INVALID = [
     ("temperature", math.inf),
     ("temperature", math.nan),
     ("temperature", "hot"),
+    ("temperature", 100.5),
+    pytest.param("temperature", 10**400, id="temperature-10**400"),  # too large for a float: OverflowError
     ("top_k", -2),
     ("top_k", 2.5),
     ("top_k", True),
@@ -24,6 +26,8 @@ INVALID = [
     ("repetition_penalty", 0.0),
     ("repetition_penalty", -1.0),
     ("repetition_penalty", math.inf),
+    ("repetition_penalty", 1e300),  # inf in float32: degenerate output, NaN where a logit is 0
+    ("repetition_penalty", 1e-3),
     ("presence_penalty", 2.5),
     ("presence_penalty", -2.01),
     ("frequency_penalty", 3),
@@ -39,6 +43,8 @@ INVALID = [
     ("stop", ["ok", ""]),
     ("stop", "###"),
     ("stop", [3]),
+    ("stop", ["x"] * 17),
+    ("stop", ["x" * 257]),  # matched at every step of every batch it is in
     ("ignore_eos", 1),
 ]
 
@@ -57,20 +63,21 @@ def test_error_is_a_value_error_on_one_line():
 
 def test_boundary_values_are_accepted():
     params = SamplingParams(
-        temperature=0,
+        temperature=100,
         top_k=-1,
         top_p=1,
         min_p=1.0,
-        repetition_penalty=1e-3,
+        repetition_penalty=0.01,
         presence_penalty=-2,
         frequency_penalty=2.0,
         seed=2**64 - 1,
         max_tokens=1,
         stop_token_ids=(7, 0),
-        stop=("\n\n",),
+        stop=("\n\n", *["x" * 256] * 15),
         ignore_eos=True,
     )
-    assert params.stop_token_ids == [7, 0] and params.stop == ["\n\n"]
+    assert params.stop_token_ids == [7, 0] and params.stop[0] == "\n\n" and len(params.stop) == 16
+    assert SamplingParams(repetition_penalty=100).repetition_penalty == 100
 
 
 @pytest.mark.parametrize(("temperature", "greedy"), [(0.0, True), (1e-7, True), (0.01, False), (1.0, False)])
