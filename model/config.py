@@ -19,6 +19,56 @@ ATTENTION = "full_attention"
 CONV = "conv"
 SUPPORTED_MODEL_TYPES = ("lfm2",)
 
+# Bounds far beyond any real LFM2 (350M: vocab 65536, hidden 1024, 16 layers of 16 heads) yet small
+# enough that nothing sized from them (a list per layer, a table per position) exhausts memory.
+# Checked before anything is built from them: a config.json is data from the internet.
+_INT_RANGES: dict[str, tuple[int, int]] = {
+    "vocab_size": (1, 2**24),
+    "hidden_size": (1, 2**16),
+    "intermediate_size": (1, 2**20),
+    "num_hidden_layers": (1, 1024),
+    "num_attention_heads": (1, 1024),
+    "num_key_value_heads": (1, 1024),
+    "max_position_embeddings": (1, 2**24),
+    "conv_L_cache": (2, 256),
+    "block_multiple_of": (1, 2**16),
+}
+# (low, high]: each must be a number above low and at most high
+_REAL_RANGES: dict[str, tuple[float, float]] = {
+    "norm_eps": (0.0, 1.0),
+    "rope_theta": (0.0, 1e12),
+    "block_ffn_dim_multiplier": (0.0, 64.0),
+}
+_FLAGS = ("conv_bias", "block_auto_adjust_ff_dim", "tie_word_embeddings")
+_NULLABLE_IDS = ("pad_token_id", "bos_token_id")
+_NULLABLE = {"block_ffn_dim_multiplier", *_NULLABLE_IDS}  # None is a valid value of these
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _int_problem(name: str, value: object) -> str | None:
+    low, high = _INT_RANGES[name]
+    if _is_int(value) and low <= value <= high:
+        return None
+    return f"{name} must be an integer in [{low}, {high}], got {value!r}"
+
+
+def _real_problem(name: str, value: object) -> str | None:
+    low, high = _REAL_RANGES[name]
+    if isinstance(value, int | float) and not isinstance(value, bool) and low < value <= high:
+        return None
+    return f"{name} must be a number in ({low:g}, {high:g}], got {value!r}"
+
+
+def _flag_problem(name: str, value: object) -> str | None:
+    return None if isinstance(value, bool) else f"{name} must be true or false, got {value!r}"
+
+
+def _id_problem(name: str, value: object) -> str | None:
+    return None if _is_int(value) and value >= 0 else f"{name} must hold token ids (ints >= 0), got {value!r}"
+
 
 def read_json_object(path: Path) -> dict[str, Any]:
     """A checkpoint's JSON file (config, tokenizer config) as a dict, or a one-line CheckpointError."""
@@ -57,7 +107,7 @@ class Lfm2Config:
     model_type: str = "lfm2"
 
     def __post_init__(self) -> None:
-        if not self.layer_types:
+        if not self.layer_types and _int_problem("num_hidden_layers", self.num_hidden_layers) is None:
             self.layer_types = [ATTENTION] * self.num_hidden_layers
         self.validate()
 
@@ -93,27 +143,49 @@ class Lfm2Config:
 
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
+        """CheckpointError naming every bad field; the numbers first, since the other checks use them."""
         if self.model_type not in SUPPORTED_MODEL_TYPES:
             raise CheckpointError(
                 f"model_type {self.model_type!r} is not supported: lfm-chat runs LFM2 checkpoints "
                 f"(model_type 'lfm2')."
             )
-        problems = []
-        if len(self.layer_types) != self.num_hidden_layers:
-            problems.append(
-                f"layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers"
-            )
-        unknown = sorted(set(self.layer_types) - {ATTENTION, CONV})
-        if unknown:
-            problems.append(f"unknown layer types {unknown}")
-        if self.hidden_size % self.num_attention_heads:
-            problems.append("hidden_size is not divisible by num_attention_heads")
-        if self.num_attention_heads % self.num_key_value_heads:
-            problems.append("num_attention_heads is not divisible by num_key_value_heads")
-        if self.conv_L_cache < 2:
-            problems.append("conv_L_cache must be at least 2")
+        problems = self._value_problems() or self._shape_problems()
         if problems:
             raise CheckpointError("invalid LFM2 config: " + "; ".join(problems))
+
+    def _value_problems(self) -> list[str]:
+        """Each field's type and range, alone."""
+        checks = ((_int_problem, _INT_RANGES), (_real_problem, _REAL_RANGES), (_flag_problem, _FLAGS))
+        problems = []
+        for check, names in (*checks, (_id_problem, _NULLABLE_IDS)):
+            for name in names:
+                value = getattr(self, name)
+                if value is not None or name not in _NULLABLE:
+                    problems.append(check(name, value))
+        if isinstance(self.eos_token_id, list):
+            problems += [_id_problem("eos_token_id", i) for i in self.eos_token_id]
+        else:
+            problems.append(f"eos_token_id must be a token id or a list of them, got {self.eos_token_id!r}")
+        return [p for p in problems if p is not None]
+
+    def _shape_problems(self) -> list[str]:
+        """How the fields fit together (each field already in range)."""
+        problems = [self._layer_types_problem()]
+        if self.hidden_size % self.num_attention_heads:
+            problems.append("hidden_size is not divisible by num_attention_heads")
+        elif self.head_dim % 2:
+            problems.append(f"head_dim (hidden_size / heads) is {self.head_dim}; RoPE needs it even")
+        if self.num_attention_heads % self.num_key_value_heads:
+            problems.append("num_attention_heads is not divisible by num_key_value_heads")
+        return [p for p in problems if p is not None]
+
+    def _layer_types_problem(self) -> str | None:
+        if not isinstance(self.layer_types, list):
+            return f"layer_types must be a list, got {self.layer_types!r}"
+        if len(self.layer_types) != self.num_hidden_layers:
+            return f"layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers"
+        unknown = sorted({repr(t) for t in self.layer_types if t not in (ATTENTION, CONV)})
+        return f"unknown layer types [{', '.join(unknown)}]" if unknown else None
 
     # ------------------------------------------------------------------ (de)serialise
     @classmethod
@@ -125,35 +197,36 @@ class Lfm2Config:
                 f"config.json has model_type {model_type!r}; "
                 "lfm-chat runs LFM2 checkpoints (model_type 'lfm2')."
             )
-        n_layers = int(raw.get("num_hidden_layers", 16))
+        n_layers = raw.get("num_hidden_layers", 16)
         layer_types = raw.get("layer_types")
         if layer_types is None:
-            attn_idxs = raw.get("full_attn_idxs")
-            attn_idxs = set(range(n_layers) if attn_idxs is None else attn_idxs)
-            layer_types = [ATTENTION if i in attn_idxs else CONV for i in range(n_layers)]
+            layer_types = _layer_types_from_indices(n_layers, raw.get("full_attn_idxs"))
         rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+        if not isinstance(rope, dict):
+            raise CheckpointError(f"invalid LFM2 config: rope_parameters must be an object, got {rope!r}")
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type not in ("default", None):
             raise CheckpointError(f"rope type {rope_type!r} is not supported (only default RoPE)")
         eos = raw.get("eos_token_id", 2)
-        eos_ids = [] if eos is None else ([eos] if isinstance(eos, int) else list(eos))
+        eos_ids = [] if eos is None else (eos if isinstance(eos, list) else [eos])
+        # Values are passed on as they are: __post_init__ checks each one's type and range.
         return cls(
-            vocab_size=int(raw.get("vocab_size", 65536)),
-            hidden_size=int(raw.get("hidden_size", raw.get("block_dim", 1024))),
-            intermediate_size=int(raw.get("block_ff_dim", raw.get("intermediate_size", 6656))),
+            vocab_size=raw.get("vocab_size", 65536),
+            hidden_size=raw.get("hidden_size", raw.get("block_dim", 1024)),
+            intermediate_size=raw.get("block_ff_dim", raw.get("intermediate_size", 6656)),
             num_hidden_layers=n_layers,
-            num_attention_heads=int(raw.get("num_attention_heads", raw.get("num_heads", 16))),
-            num_key_value_heads=int(raw.get("num_key_value_heads", 8)),
-            layer_types=list(layer_types),
-            max_position_embeddings=int(raw.get("max_position_embeddings", 128_000)),
-            norm_eps=float(raw.get("norm_eps", raw.get("block_norm_eps", 1e-5))),
-            rope_theta=float(rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0))),
-            conv_L_cache=int(raw.get("conv_L_cache", 3)),
-            conv_bias=bool(raw.get("conv_bias", False)),
-            block_auto_adjust_ff_dim=bool(raw.get("block_auto_adjust_ff_dim", True)),
-            block_multiple_of=int(raw.get("block_multiple_of", 256)),
+            num_attention_heads=raw.get("num_attention_heads", raw.get("num_heads", 16)),
+            num_key_value_heads=raw.get("num_key_value_heads", 8),
+            layer_types=layer_types,
+            max_position_embeddings=raw.get("max_position_embeddings", 128_000),
+            norm_eps=raw.get("norm_eps", raw.get("block_norm_eps", 1e-5)),
+            rope_theta=rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0)),
+            conv_L_cache=raw.get("conv_L_cache", 3),
+            conv_bias=raw.get("conv_bias", False),
+            block_auto_adjust_ff_dim=raw.get("block_auto_adjust_ff_dim", True),
+            block_multiple_of=raw.get("block_multiple_of", 256),
             block_ffn_dim_multiplier=raw.get("block_ffn_dim_multiplier", 1.0),
-            tie_word_embeddings=bool(raw.get("tie_embedding", raw.get("tie_word_embeddings", True))),
+            tie_word_embeddings=raw.get("tie_embedding", raw.get("tie_word_embeddings", True)),
             pad_token_id=raw.get("pad_token_id", 0),
             bos_token_id=raw.get("bos_token_id", 1),
             eos_token_id=eos_ids,
@@ -178,3 +251,21 @@ class Lfm2Config:
         out["block_ff_dim"] = self.intermediate_size
         out["rope_parameters"] = {"rope_type": "default", "rope_theta": self.rope_theta}
         return out
+
+
+def _layer_types_from_indices(n_layers: object, attention_indices: object) -> list[str]:
+    """Layer types from the older ``full_attn_idxs`` form (None: all attention), layer count checked first."""
+    problem = _int_problem("num_hidden_layers", n_layers)
+    if problem is not None:
+        raise CheckpointError(f"invalid LFM2 config: {problem}")
+    if attention_indices is None:
+        return [ATTENTION] * n_layers
+    if not isinstance(attention_indices, list) or not all(
+        _is_int(i) and 0 <= i < n_layers for i in attention_indices
+    ):
+        raise CheckpointError(
+            f"invalid LFM2 config: full_attn_idxs must list layer indices in [0, {n_layers}), "
+            f"got {attention_indices!r}"
+        )
+    attention = set(attention_indices)
+    return [ATTENTION if i in attention else CONV for i in range(n_layers)]

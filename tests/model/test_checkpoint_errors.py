@@ -86,3 +86,46 @@ def test_unexpected_tensor_is_named(checkpoint):
 def test_no_weights_at_all(checkpoint):
     (checkpoint / "model.safetensors").unlink()
     assert "no *.safetensors" in load_error(checkpoint)
+
+
+def edit_config(checkpoint, **changes) -> None:
+    """Change config.json fields; None removes one."""
+    path = checkpoint / "config.json"
+    config = json.loads(path.read_text())
+    config.update(changes)
+    path.write_text(json.dumps({k: v for k, v in config.items() if v is not None}))
+
+
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        # without layer_types, the layer count alone once sized a 10^9-entry list (out of memory)
+        ({"num_hidden_layers": 1e9, "layer_types": None}, "num_hidden_layers must be an integer in [1, 1024"),
+        ({"num_hidden_layers": 10**9, "layer_types": None}, "got 1000000000"),
+        ({"num_attention_heads": 0}, "num_attention_heads must be an integer in [1, 1024], got 0"),  # was 1/0
+        ({"num_key_value_heads": 0}, "num_key_value_heads must be an integer in [1, 1024], got 0"),
+        ({"vocab_size": 2**40}, "vocab_size must be an integer in [1, 16777216]"),
+        ({"hidden_size": "64"}, "hidden_size must be an integer"),
+        ({"norm_eps": -1}, "norm_eps must be a number in (0, 1]"),
+        ({"tie_word_embeddings": "no"}, "tie_word_embeddings must be true or false"),
+        ({"layer_types": ["conv"]}, "layer_types has 1 entries for 4 layers"),
+        ({"layer_types": None, "full_attn_idxs": [1, 7]}, "full_attn_idxs must list layer indices in [0, 4)"),
+        ({"hidden_size": 36, "num_attention_heads": 4}, "head_dim (hidden_size / heads) is 9; RoPE needs"),
+    ],
+    ids=[
+        "layers-1e9",
+        "layers-10**9",
+        "zero-heads",
+        "zero-kv-heads",
+        "vocab-2**40",
+        "hidden-as-text",
+        "negative-eps",
+        "tie-as-text",
+        "short-layer-types",
+        "attention-index-past-the-end",
+        "odd-head-dim",
+    ],
+)
+def test_absurd_config_values_are_named_before_anything_is_sized(checkpoint, changes, message):
+    edit_config(checkpoint, **changes)
+    assert message in load_error(checkpoint)
