@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import json
+import math
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -105,41 +106,6 @@ def _read_header(file: BinaryIO, path: Path) -> tuple[dict[str, dict[str, Any]],
     return header, 8 + header_len
 
 
-def _read_tensor(file: BinaryIO, path: Path, name: str, entry: Any, data_start: int) -> torch.Tensor:
-    """Read one tensor's bytes straight into a fresh (anonymous) tensor."""
-    try:
-        dtype = SAFETENSORS_DTYPES[entry["dtype"]]
-        shape = [int(d) for d in entry["shape"]]
-        begin, end = (int(o) for o in entry["data_offsets"])
-    except (KeyError, TypeError, ValueError):
-        raise CheckpointError(f"{path} is corrupt or truncated (bad header entry for {name})") from None
-    tensor = torch.empty(shape, dtype=dtype)
-    nbytes = tensor.numel() * tensor.element_size()
-    if end - begin != nbytes or data_start + end > path.stat().st_size:
-        raise CheckpointError(f"{path} is corrupt or truncated (tensor {name} is cut short)")
-    if nbytes:
-        file.seek(data_start + begin)
-        if file.readinto((ctypes.c_char * nbytes).from_address(tensor.data_ptr())) != nbytes:
-            raise CheckpointError(f"{path} is corrupt or truncated (tensor {name} is cut short)")
-    return tensor
-
-
-def iter_checkpoint_tensors(checkpoint_dir: Path) -> Iterator[tuple[str, torch.Tensor]]:
-    """Yield (name, tensor) from every weight file, turning corruption into CheckpointError.
-
-    Plain reads into anonymous memory rather than safetensors' memory map: pages of a mapped
-    file count toward the process's RSS for as long as any tensor keeps the mapping alive,
-    including pages of tensors already fused into new weights (~400 MB extra at 350M).
-    """
-    for path in safetensors_files(checkpoint_dir):
-        if not path.is_file():
-            raise CheckpointError(f"weight file {path} listed in the index is missing")
-        with path.open("rb") as file:
-            header, data_start = _read_header(file, path)
-            for name, entry in sorted(header.items(), key=lambda item: item[1].get("data_offsets", [0])[0]):
-                yield name, _read_tensor(file, path, name, entry, data_start)
-
-
 @dataclass(frozen=True, slots=True)
 class TensorLocation:
     """Where a tensor's bytes lie in a checkpoint file, for reading rows without loading it."""
@@ -149,17 +115,89 @@ class TensorLocation:
     dtype: torch.dtype
     shape: tuple[int, ...]
 
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
+
+
+def _header_entry(path: Path, name: str, entry: Any, data_start: int, file_size: int) -> TensorLocation:
+    """One header entry, checked against the file: a header may claim any size, the file may not."""
+    try:
+        dtype = SAFETENSORS_DTYPES[entry["dtype"]]
+        shape = tuple(entry["shape"])
+        begin, end = entry["data_offsets"]
+    except (KeyError, TypeError, ValueError):
+        raise CheckpointError(f"{path} is corrupt or truncated (bad header entry for {name})") from None
+    if not all(_is_size(d) for d in (*shape, begin, end)) or begin > end:
+        raise CheckpointError(f"{path} is corrupt or truncated (bad header entry for {name})")
+    location = TensorLocation(path, data_start + begin, dtype, shape)
+    if end - begin != location.nbytes:
+        raise CheckpointError(
+            f"{path} is corrupt or truncated (tensor {name} of shape {shape} needs {location.nbytes} bytes, "
+            f"its header gives it {end - begin})"
+        )
+    if data_start + end > file_size:
+        raise CheckpointError(f"{path} is corrupt or truncated (tensor {name} runs past the end of the file)")
+    return location
+
+
+def _is_size(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def checkpoint_tensors(checkpoint_dir: Path) -> dict[str, TensorLocation]:
+    """Every tensor of every weight file, from the headers alone, each checked against its file."""
+    found: dict[str, TensorLocation] = {}
+    for path in safetensors_files(checkpoint_dir):
+        if not path.is_file():
+            raise CheckpointError(f"weight file {path} listed in the index is missing")
+        file_size = path.stat().st_size
+        with path.open("rb") as file:
+            header, data_start = _read_header(file, path)
+        for name, entry in header.items():
+            if name in found:
+                raise CheckpointError(f"checkpoint {checkpoint_dir} holds tensor {name} twice")
+            found[name] = _header_entry(path, name, entry, data_start, file_size)
+    return found
+
 
 def locate_tensor(checkpoint_dir: Path, name: str) -> TensorLocation | None:
     """The file position of ``name`` (None if absent), from an already validated checkpoint."""
-    for path in safetensors_files(checkpoint_dir):
-        with path.open("rb") as file:
-            header, data_start = _read_header(file, path)
-        entry = header.get(name)
-        if entry is not None:
-            dtype, shape = SAFETENSORS_DTYPES[entry["dtype"]], tuple(int(d) for d in entry["shape"])
-            return TensorLocation(path, data_start + int(entry["data_offsets"][0]), dtype, shape)
-    return None
+    return checkpoint_tensors(checkpoint_dir).get(name)
+
+
+def _read_tensor(file: BinaryIO, location: TensorLocation, name: str) -> torch.Tensor:
+    """Read one tensor's bytes straight into a fresh (anonymous) tensor of its checked size."""
+    tensor = torch.empty(location.shape, dtype=location.dtype)
+    if location.nbytes:
+        file.seek(location.offset)
+        buffer = (ctypes.c_char * location.nbytes).from_address(tensor.data_ptr())
+        if file.readinto(buffer) != location.nbytes:
+            raise CheckpointError(f"{location.path} is corrupt or truncated (tensor {name} is cut short)")
+    return tensor
+
+
+def _check_against_config(found: dict[str, TensorLocation], config: Lfm2Config, checkpoint_dir: Path) -> None:
+    """Names, shapes and dtypes from the headers against config.json, before a byte is allocated."""
+    shapes = expected_shapes(config)
+    for name, shape in shapes.items():
+        location = found.get(name)
+        if location is not None and location.shape != shape:
+            raise CheckpointError(
+                f"tensor {name} has shape {location.shape}, expected {shape} from config.json"
+            )
+        if location is not None and not location.dtype.is_floating_point:
+            raise CheckpointError(f"tensor {name} is stored as {location.dtype}, not as floating point")
+    known = shapes.keys() | ({"lm_head.weight"} if config.tie_word_embeddings else set())
+    _refuse(checkpoint_dir, "is missing tensor", [n for n in shapes if n not in found])
+    _refuse(checkpoint_dir, "has unexpected tensor", [n for n in found if n not in known])
+
+
+def _refuse(checkpoint_dir: Path, problem: str, names: list[str]) -> None:
+    """CheckpointError naming the first of ``names`` and counting the rest (nothing if empty)."""
+    if names:
+        more = f" (and {len(names) - 1} more)" if len(names) > 1 else ""
+        raise CheckpointError(f"checkpoint {checkpoint_dir} {problem} {names[0]}{more}")
 
 
 def load_state_dict(
@@ -168,30 +206,23 @@ def load_state_dict(
     dtype: torch.dtype,
     progress: Callable[[int, int], None] | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Read and validate all tensors, converted to ``dtype``; raise on any missing/extra/mis-shaped one."""
-    shapes = expected_shapes(config)
-    ignorable = {"lm_head.weight"} if config.tie_word_embeddings else set()
+    """Read and validate all tensors, converted to ``dtype``; raise on any missing/extra/mis-shaped one.
+
+    Everything is checked from the headers first: a header claiming a huge tensor is an error,
+    not an allocation. Then plain reads into anonymous memory rather than safetensors' memory map:
+    pages of a mapped file count toward the process's RSS for as long as any tensor keeps the
+    mapping alive, including pages of tensors already fused into new weights (~400 MB extra at 350M).
+    """
+    found = checkpoint_tensors(checkpoint_dir)
+    _check_against_config(found, config, checkpoint_dir)
+    wanted = expected_shapes(config)
     tensors: dict[str, torch.Tensor] = {}
-    unexpected: list[str] = []
-    for name, tensor in iter_checkpoint_tensors(checkpoint_dir):
-        if name not in shapes:
-            if name not in ignorable:
-                unexpected.append(name)
-            continue
-        if tuple(tensor.shape) != shapes[name]:
-            raise CheckpointError(
-                f"tensor {name} has shape {tuple(tensor.shape)}, expected {shapes[name]} from config.json"
-            )
-        tensors[name] = tensor.to(dtype)
-        if progress is not None:
-            progress(len(tensors), len(shapes))
-    missing = [n for n in shapes if n not in tensors]
-    if missing:
-        more = f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""
-        raise CheckpointError(f"checkpoint {checkpoint_dir} is missing tensor {missing[0]}{more}")
-    if unexpected:
-        more = f" (and {len(unexpected) - 1} more)" if len(unexpected) > 1 else ""
-        raise CheckpointError(f"checkpoint {checkpoint_dir} has unexpected tensor {unexpected[0]}{more}")
+    for path in dict.fromkeys(found[name].path for name in wanted):
+        with path.open("rb") as file:
+            for _, name in sorted((found[n].offset, n) for n in wanted if found[n].path == path):
+                tensors[name] = _read_tensor(file, found[name], name).to(dtype)
+                if progress is not None:
+                    progress(len(tensors), len(wanted))
     return tensors
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import struct
 
 import pytest
 from safetensors.torch import load_file, save_file
@@ -129,3 +130,38 @@ def edit_config(checkpoint, **changes) -> None:
 def test_absurd_config_values_are_named_before_anything_is_sized(checkpoint, changes, message):
     edit_config(checkpoint, **changes)
     assert message in load_error(checkpoint)
+
+
+def edit_header(checkpoint, name: str, **entry) -> dict:
+    """Rewrite one tensor's safetensors header entry (the data stays as it is); returns the old entry."""
+    weights = checkpoint / "model.safetensors"
+    data = weights.read_bytes()
+    length = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8 : 8 + length])
+    old = dict(header[name])
+    header[name].update(entry)
+    raw = json.dumps(header).encode()
+    weights.write_bytes(struct.pack("<Q", len(raw)) + raw + data[8 + length :])
+    return old
+
+
+TERABYTES_4 = [2**20, 2**20]  # float32: 4 TiB
+
+
+def test_a_header_claiming_a_4_tb_tensor_is_refused_before_allocating(checkpoint):
+    old = edit_header(checkpoint, "model.embed_tokens.weight", shape=TERABYTES_4)
+    begin = old["data_offsets"][0]
+    edit_header(checkpoint, "model.embed_tokens.weight", data_offsets=[begin, begin + 4 * 2**40])
+    message = load_error(checkpoint)
+    assert "model.embed_tokens.weight runs past the end of the file" in message
+
+
+def test_a_header_whose_shape_and_byte_range_disagree_is_refused(checkpoint):
+    edit_header(checkpoint, "model.embed_tokens.weight", shape=TERABYTES_4)
+    message = load_error(checkpoint)
+    assert "model.embed_tokens.weight of shape (1048576, 1048576) needs 4398046511104 bytes" in message
+
+
+def test_weights_stored_as_integers_are_refused(checkpoint):
+    edit_header(checkpoint, "model.embedding_norm.weight", dtype="I32")  # same size as F32
+    assert "model.embedding_norm.weight is stored as torch.int32" in load_error(checkpoint)
