@@ -7,3 +7,7 @@ class CheckpointError(ValueError):
 
 class ModelNotAvailableError(RuntimeError):
     """A Hub model could not be fetched (offline, unknown repo, no permission)."""
+
+
+class ChatTemplateError(ValueError):
+    """A chat template refused a conversation (``raise_exception``), failed, or ran past its time limit."""

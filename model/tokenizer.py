@@ -9,17 +9,21 @@ streaming detokenization that never shows half a character.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+import math
+import time
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Template, TemplateError
+from jinja2 import Template, TemplateError, nodes
+from jinja2.runtime import Context
 from jinja2.sandbox import ImmutableSandboxedEnvironment
 from tokenizers import Tokenizer as BackendTokenizer
 
 from model.config import read_json_object
-from model.errors import CheckpointError
+from model.errors import ChatTemplateError, CheckpointError
 
 Message = Mapping[str, Any]
 
@@ -88,8 +92,32 @@ LFM2_CHAT_TEMPLATE = """\
 _TEMPLATE_TOKEN_NAMES = ("bos_token", "eos_token", "pad_token", "unk_token")
 
 
+RENDER_TIME_LIMIT = 2.0  # seconds a chat template may run before render_chat gives up on it
+
+# When the render running in this thread (or task) must stop; no limit outside render_chat.
+_deadline: ContextVar[float] = ContextVar("chat_template_deadline", default=math.inf)
+_LOOP_GUARD = "__loop_guard"  # the template global every {% for %} iterates through
+
+
+class _TimeUp(Exception):
+    """Raised inside a template that ran past its deadline; render_chat turns it into ChatTemplateError."""
+
+
+def _check_deadline() -> None:
+    if time.monotonic() > _deadline.get():
+        raise _TimeUp
+
+
+def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
+    """A template loop's items, with the deadline checked before each: nested loops cannot run forever."""
+    for item in iterable:
+        _check_deadline()
+        yield item
+
+
 def _raise_exception(message: str) -> None:
-    raise TemplateError(message)
+    """Hub templates call this to refuse a conversation ("roles must alternate"): the message is the error."""
+    raise ChatTemplateError(str(message))
 
 
 def _tojson(
@@ -99,15 +127,34 @@ def _tojson(
     return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys)
 
 
+class _ChatSandbox(ImmutableSandboxedEnvironment):
+    """transformers' sandbox, plus the clock: every call a template makes checks the render's deadline.
+
+    With the loop guard (every loop step checks it too) this covers what can run long in template
+    code: loops, and macros calling macros.
+    """
+
+    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
+        _check_deadline()
+        return super().call(context, obj, *args, **kwargs)
+
+
+def _guard_loops(template: nodes.Template) -> nodes.Template:
+    """Rewrite every ``{% for x in items %}`` as ``{% for x in __loop_guard(items) %}``."""
+    for loop in template.find_all(nodes.For):
+        guard = nodes.Name(_LOOP_GUARD, "load", lineno=loop.lineno)
+        loop.iter = nodes.Call(guard, [loop.iter], [], None, None, lineno=loop.lineno)
+    return template
+
+
 def compile_chat_template(source: str) -> Template:
     """Compile a Hub chat template in the sandbox, with the options and helpers transformers provides."""
-    env = ImmutableSandboxedEnvironment(
-        trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"]
-    )
+    env = _ChatSandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    return env.from_string(source)
+    env.globals[_LOOP_GUARD] = _loop_guard
+    return env.from_string(_guard_loops(env.parse(source)))
 
 
 def _token_content(value: Any) -> str | None:
@@ -198,8 +245,18 @@ class Tokenizer:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     # ------------------------------------------------------------------ chat
-    def render_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> str:
-        """The prompt text for a conversation, exactly as transformers' ``apply_chat_template`` renders it."""
+    def render_chat(
+        self,
+        messages: Sequence[Message],
+        add_generation_prompt: bool = True,
+        time_limit: float = RENDER_TIME_LIMIT,
+    ) -> str:
+        """The prompt text for a conversation, exactly as transformers' ``apply_chat_template`` renders it.
+
+        The template is the checkpoint's code: ChatTemplateError if it refuses the conversation,
+        fails, or runs longer than ``time_limit`` seconds (a render is normally well under 1 ms).
+        """
+        token = _deadline.set(time.monotonic() + time_limit)
         try:
             return self._template.render(
                 messages=[dict(m) for m in messages],
@@ -208,12 +265,24 @@ class Tokenizer:
                 add_generation_prompt=add_generation_prompt,
                 **self._template_tokens,
             )
-        except TemplateError as exc:
-            raise CheckpointError(f"the chat template rejected this conversation: {exc}") from None
+        except ChatTemplateError:
+            raise
+        except _TimeUp:
+            raise ChatTemplateError(f"the chat template took longer than {time_limit:g} s") from None
+        except Exception as exc:  # anything else the template's code raised: still the template's fault
+            raise ChatTemplateError(f"the chat template failed ({type(exc).__name__}: {exc})") from None
+        finally:
+            _deadline.reset(token)
 
-    def encode_chat(self, messages: Sequence[Message], add_generation_prompt: bool = True) -> list[int]:
+    def encode_chat(
+        self,
+        messages: Sequence[Message],
+        add_generation_prompt: bool = True,
+        time_limit: float = RENDER_TIME_LIMIT,
+    ) -> list[int]:
         """Prompt ids for a conversation. The BOS is part of the template text, so none is added here."""
-        return self.encode(self.render_chat(messages, add_generation_prompt), add_special_tokens=False)
+        text = self.render_chat(messages, add_generation_prompt, time_limit)
+        return self.encode(text, add_special_tokens=False)
 
 
 class IncrementalDetokenizer:

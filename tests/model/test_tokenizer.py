@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from model.errors import CheckpointError
+from model.errors import ChatTemplateError, CheckpointError
 from model.tokenizer import IncrementalDetokenizer, Tokenizer
 
 CONVERSATION = [
@@ -103,11 +103,64 @@ def test_missing_template_falls_back_to_lfm2_chatml(tiny_ckpt: Path, tmp_path: P
     ).render_chat(CONVERSATION)
 
 
-def test_template_raise_exception_is_a_clear_error(tiny_ckpt: Path, tmp_path: Path) -> None:
+def _with_template(tiny_ckpt: Path, tmp_path: Path, template: str) -> Tokenizer:
     ckpt = _copy(tiny_ckpt, tmp_path)
-    _edit_tokenizer_config(ckpt, chat_template="{{ raise_exception('roles must alternate') }}")
-    with pytest.raises(CheckpointError, match="roles must alternate"):
-        Tokenizer.from_pretrained(ckpt).render_chat(CONVERSATION)
+    _edit_tokenizer_config(ckpt, chat_template=template)
+    return Tokenizer.from_pretrained(ckpt)
+
+
+def test_template_raise_exception_is_a_chat_template_error_with_its_message(
+    tiny_ckpt: Path, tmp_path: Path
+) -> None:
+    tok = _with_template(tiny_ckpt, tmp_path, "{{ raise_exception('roles must alternate') }}")
+    with pytest.raises(ChatTemplateError) as info:
+        tok.render_chat(CONVERSATION)
+    assert str(info.value) == "roles must alternate" and isinstance(info.value, ValueError)
+
+
+# Issue 17's freezing template: 10^10 loop steps, hours of work without a time limit.
+NESTED_LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
+
+
+def test_a_runaway_template_stops_at_the_default_limit(tiny_ckpt: Path, tmp_path: Path) -> None:
+    tok = _with_template(tiny_ckpt, tmp_path, NESTED_LOOPS)
+    with pytest.raises(ChatTemplateError, match="the chat template took longer than 2 s"):
+        tok.render_chat(CONVERSATION)
+    with pytest.raises(ChatTemplateError, match=r"took longer than 0\.1 s"):
+        tok.encode_chat(CONVERSATION, time_limit=0.1)
+
+
+@pytest.mark.parametrize(
+    "template",
+    [
+        # 10^7 loop steps
+        "{% for k in range(100) %}{% for i in range(100000) %}{{ k }}{% endfor %}{% endfor %}",
+        # 2^25 macro calls and no loop at all
+        "{% macro t(n) %}{% if n %}{{ t(n - 1) }}{{ t(n - 1) }}{% endif %}{% endmacro %}{{ t(25) }}",
+    ],
+    ids=["loops", "calls"],
+)
+def test_loops_and_calls_each_run_into_the_limit(tiny_ckpt: Path, tmp_path: Path, template: str) -> None:
+    """Each takes many seconds unguarded, against a 0.05 s limit: no machine is fast enough to pass."""
+    tok = _with_template(tiny_ckpt, tmp_path, template)
+    with pytest.raises(ChatTemplateError, match=r"took longer than 0\.05 s"):
+        tok.render_chat(CONVERSATION, time_limit=0.05)
+
+
+@pytest.mark.parametrize(
+    ("template", "message"),
+    [
+        ("{{ 1 / 0 }}", "ZeroDivisionError"),
+        ("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}", "RecursionError"),
+        ("{{ messages.append(1) }}", "SecurityError"),
+    ],
+    ids=["division", "recursion", "sandbox"],
+)
+def test_a_failing_template_is_a_chat_template_error(
+    tiny_ckpt: Path, tmp_path: Path, template: str, message: str
+) -> None:
+    with pytest.raises(ChatTemplateError, match=f"the chat template failed \\({message}"):
+        _with_template(tiny_ckpt, tmp_path, template).render_chat(CONVERSATION)
 
 
 def test_stop_tokens(tiny_ckpt: Path, tmp_path: Path) -> None:
