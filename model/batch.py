@@ -45,6 +45,18 @@ class AttentionGroup:
     mask: torch.Tensor | None  # [G, 1, Q, NB * block_size] True = attend; None: attend to all
     context_lens: torch.Tensor | None = None  # [G] for single-query rows: positions each attends to
 
+    def __post_init__(self) -> None:
+        """One block-table row per query row, checked once here for both attention paths.
+
+        With fewer rows, SDPA's reshape would silently hand one sequence's context to another
+        and the paged kernel would read past the table.
+        """
+        rows = self.query_index.shape[0]
+        if self.kv_blocks.dim() != 2 or self.kv_blocks.shape[0] != rows:
+            raise ValueError(f"block table of shape {tuple(self.kv_blocks.shape)} for {rows} query rows")
+        if self.context_lens is not None and tuple(self.context_lens.shape) != (rows,):
+            raise ValueError(f"{tuple(self.context_lens.shape)} context lengths for {rows} query rows")
+
 
 @dataclass(slots=True)
 class ForwardBatch:
@@ -61,6 +73,15 @@ class ForwardBatch:
     conv_write_rows: torch.Tensor  # [W] destination rows
     num_tokens: int
     block_size: int
+
+    def __post_init__(self) -> None:
+        _check_block_size(self.block_size)
+
+
+def _check_block_size(block_size: int) -> None:
+    """Slots are block * block_size + offset: a size below 1 would divide by zero or alias every slot."""
+    if block_size < 1:
+        raise ValueError(f"block_size must be at least 1, got {block_size}")
 
 
 def _slots(block_table: list[int], positions: range, block_size: int) -> list[int]:
@@ -106,6 +127,7 @@ def build_forward_batch(
     """
     if not chunks:
         raise ValueError("a forward batch needs at least one chunk")
+    _check_block_size(block_size)
     state_len = conv_L_cache - 1
     num_chunks = len(chunks)
     ids: list[int] = []

@@ -1,9 +1,12 @@
-"""The native decode attention reads the paged KV pool directly and matches dense attention."""
+"""The native decode attention reads the paged KV pool directly and matches dense attention; what
+both attention paths are given is checked before either reads the pool."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+
+from model.batch import AttentionGroup, ForwardBatch, SequenceChunk, build_forward_batch
 
 BLOCK = 16
 
@@ -67,3 +70,33 @@ def test_bad_tables_are_refused_not_read(native):
     tables[0, 0] = 10_000
     with pytest.raises(RuntimeError, match="outside the KV pool"):
         native.decode_attention(q, k, v, tables, lens, BLOCK, 0.125)
+
+
+def single_query_rows(rows: int, table_rows: int, lens: int | None = None) -> AttentionGroup:
+    return AttentionGroup(
+        query_index=torch.arange(rows)[:, None],
+        kv_blocks=torch.zeros(table_rows, 2, dtype=torch.long),
+        mask=None,
+        context_lens=torch.ones(rows if lens is None else lens, dtype=torch.long),
+    )
+
+
+def test_a_block_table_needs_a_row_per_query_row():
+    """Fewer rows once passed unchecked: SDPA's reshape mixed sequences, the kernel read past the table."""
+    assert single_query_rows(3, 3).kv_blocks.shape == (3, 2)
+    with pytest.raises(ValueError, match=r"block table of shape \(2, 2\) for 3 query rows"):
+        single_query_rows(3, 2)
+    with pytest.raises(ValueError, match="context lengths for 3 query rows"):
+        single_query_rows(3, 3, lens=2)
+
+
+def test_block_size_must_be_positive():
+    """Block size 0 once reached `slots // block_size` (ZeroDivisionError) in the reference attention."""
+    chunk = SequenceChunk([5, 6], start_pos=0, block_table=[1], conv_src_row=0, conv_dst_row=1)
+    assert build_forward_batch([chunk], block_size=BLOCK, conv_L_cache=3).block_size == BLOCK
+    with pytest.raises(ValueError, match="block_size must be at least 1, got 0"):
+        build_forward_batch([chunk], block_size=0, conv_L_cache=3)
+    batch = build_forward_batch([chunk], block_size=BLOCK, conv_L_cache=3)
+    fields = {name: getattr(batch, name) for name in ForwardBatch.__slots__}
+    with pytest.raises(ValueError, match="block_size must be at least 1, got 0"):
+        ForwardBatch(**{**fields, "block_size": 0})
