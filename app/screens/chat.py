@@ -78,6 +78,7 @@ class ChatScreen(Screen[None]):
         self._initial = list(conversations)
         self._pane_count = 0
         self.active_pane_id: str | None = None
+        self._open_ids: list[int] | None = None  # what was last written as the open panes
         self.dashboard_wanted = True
         self._confirming: tuple[str, float] | None = None  # (what, until): a second press does it
         self.grid = Grid(id="panes")
@@ -180,7 +181,10 @@ class ChatScreen(Screen[None]):
                 conversation.id = saved.id  # the first successful save may be of the copy
             else:
                 self.saver.save(conversation)
-        self.saver.set_open([p.conversation.id for p in self.panes if p.conversation.id is not None])
+        open_ids = [p.conversation.id for p in self.panes if p.conversation.id is not None]
+        if open_ids != self._open_ids:  # a streaming pane saves every second; the open set rarely changes
+            self._open_ids = open_ids
+            self.saver.set_open(open_ids)  # a failure stays pending in the Saver, retried with the rest
         self._show_save_problem()
 
     def _retry_saves(self) -> None:
