@@ -15,7 +15,7 @@ from textual.containers import Grid
 from textual.events import DescendantFocus, Resize
 from textual.message import Message
 from textual.screen import Screen
-from textual.widgets import Footer, Static
+from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from app.conversation import ChatMessage, ChatSettings, Conversation
@@ -26,6 +26,7 @@ from app.persistence import Saver
 from app.screens.history import HistoryScreen
 from app.widgets.chat_pane import ChatPane, PaneContext
 from app.widgets.dashboard import Dashboard
+from app.widgets.key_footer import KeyFooter
 from engine import Engine, EngineSnapshot, EngineWorker
 
 DEMO_BANNER = "DEMO · random weights: replies are gibberish · --model PATH for a real LFM2"
@@ -41,8 +42,8 @@ class ChatScreen(Screen[None]):
         key("ctrl+n", "new_pane", "New", "Open a new pane"),
         key("ctrl+w", "close_pane", "Close", "Close the active pane (its chat stays in history)"),
         key("ctrl+g", "history", "History", "History: reopen a saved conversation"),
-        key("ctrl+d", "toggle_dashboard", "Dashboard", "Show or hide the engine dashboard", show=False),
-        key("tab", "focus_pane(1)", "Next pane", "Focus the next pane", show=False, id="next_pane"),
+        key("ctrl+d", "toggle_dashboard", "Dashboard", "Show or hide the engine dashboard"),
+        key("tab", "focus_pane(1)", "Next pane", "Focus the next pane", id="next_pane"),
         key("shift+tab", "focus_pane(-1)", "Back", "Focus the previous pane", show=False, id="previous_pane"),
     ]
 
@@ -95,7 +96,7 @@ class ChatScreen(Screen[None]):
             yield from (self._new_pane(c) for c in self._initial)
         yield self.dashboard
         yield self.too_small
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._relayout()

@@ -8,7 +8,9 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
+
+from app.widgets.key_footer import KeyFooter
 
 if TYPE_CHECKING:
     from app.options import AppOptions
@@ -43,7 +45,7 @@ class ErrorScreen(Screen[None]):
             yield Label("lfm-chat could not start", id="error-title")
             yield Static(self.reason, id="error-reason", markup=False)
             yield Static(self.hint, id="error-hint", markup=False)
-        yield Footer()
+        yield KeyFooter()
 
     def action_leave(self) -> None:
         self.app.exit(return_code=1, message=f"lfm-chat: {self.reason}")

@@ -11,12 +11,13 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Footer, Input, Label, OptionList
+from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
 from app.persistence import Saver
 from app.sanitize import strip_control
 from app.store import ConversationSummary
+from app.widgets.key_footer import KeyFooter
 
 CONFIRM_SECONDS = 3.0
 
@@ -75,7 +76,7 @@ class HistoryScreen(ModalScreen[int | None]):
             )
             yield self.search
             yield self.options
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self._fill()

@@ -8,10 +8,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Footer, Input, Label, TextArea
+from textual.widgets import Button, Input, Label, TextArea
 
 from app.conversation import ChatSettings
 from app.sanitize import strip_control
+from app.widgets.key_footer import KeyFooter
 from engine import SamplingParamsError
 
 # (field, label, type): the numeric fields, in form order.
@@ -71,7 +72,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             with Horizontal(id="settings-buttons"):
                 yield Button("Save", variant="primary", id="save")
                 yield Button("Cancel", id="cancel")
-        yield Footer(compact=True)
+        yield KeyFooter()
 
     def on_mount(self) -> None:
         self.query_one("#system-prompt", TextArea).focus()

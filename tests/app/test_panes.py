@@ -10,6 +10,7 @@ from textual.command import CommandList
 from app.app import LfmChatApp
 from app.screens.chat import ChatScreen
 from app.widgets.chat_pane import ChatPane
+from app.widgets.key_footer import FooterKey, KeyFooter
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
 
 
@@ -52,6 +53,41 @@ async def test_every_binding_is_a_palette_command_that_runs(make_options: MakeOp
         assert "Open a new pane" in str(app.screen.query_one(CommandList).get_option_at_index(0).prompt)
         await pilot.press("down", "enter")
         await wait_until(pilot, lambda: len(screen.panes) == 2, "the palette to open a pane")
+
+
+def footer_labels(app: LfmChatApp) -> list[str]:
+    """The footer's keys as drawn, left to right, each only if it is on screen whole."""
+    footer = app.screen.query_one(KeyFooter)
+    keys = sorted(footer.query(FooterKey), key=lambda k: k.region.x)
+    right = footer.region.right
+    return [f"{k.key_display} {k.description}" for k in keys if k.region.width and k.region.right <= right]
+
+
+def fits(labels: list[str], width: int) -> bool:
+    return sum(len(label) + 1 for label in labels) <= width
+
+
+async def test_the_footer_keeps_quit_in_view_at_every_width(make_options: MakeOptions) -> None:
+    app = LfmChatApp(make_options(panes=1))
+    async with app.run_test(size=(200, 30)) as pilot:
+        await chat_screen(app, pilot)
+        await wait_until(pilot, lambda: "^q Quit" in footer_labels(app), "the footer")
+        wide = footer_labels(app)
+        bindings = [b for b in [*ChatScreen.BINDINGS, *ChatPane.BINDINGS] if isinstance(b, Binding)]
+        shown = {b.description for b in bindings if b.show}
+        assert {"Next pane", "Edit", "Clear", "Dashboard", "Copy code", "Export"} <= shown
+        assert shown <= {label.split(" ", 1)[1] for label in wide}
+        assert wide[0] == "esc Stop"
+        assert wide[-2:] == ["^p All keys", "^q Quit"]
+
+        for width in (80, 60, 45):
+            await pilot.resize_terminal(width, 20)
+            # A footer that does not fit never settles: the wait fails after its limit.
+            await wait_until(pilot, lambda w=width: fits(footer_labels(app), w), f"the footer to fit {width}")
+            narrow = footer_labels(app)
+            assert narrow[-2:] == ["^p All keys", "^q Quit"]
+            assert 2 < len(narrow) < len(wide)
+            assert narrow[:-2] == wide[: len(narrow) - 2]  # the most needed keys stay
 
 
 async def test_keys_are_remapped_by_binding_id_from_keymap_json(make_options: MakeOptions) -> None:

@@ -1,0 +1,110 @@
+"""The footer: keys in order of importance, with quit and the palette always in view.
+
+Textual's Footer lists the focused widget's keys first and the app's last, so a narrow
+terminal scrolls `^q Quit` out of sight while a rarely used key stays. This footer orders the
+shown keys by `FOOTER_ORDER` (what a newcomer needs first), so a narrow terminal drops the least
+needed ones, and keeps quit and the command palette (every key, searchable) on the right.
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import HorizontalGroup
+from textual.widgets import Footer
+from textual.widgets._footer import FooterKey
+
+# Binding ids, most needed first; ids not listed keep their order after these.
+FOOTER_ORDER = (
+    "stop",
+    "new_pane",
+    "next_pane",
+    "settings",
+    "history",
+    "regenerate",
+    "edit_last",
+    "copy",
+    "close_pane",
+    "clear",
+    "toggle_dashboard",
+    "copy_code",
+    "export",
+)
+PINNED = ("quit",)  # kept on the right, beside the palette key
+PALETTE_LABEL = "All keys"  # the palette lists every command with its key
+
+
+class KeyFooter(Footer):
+    """A compact footer that keeps quit and the palette visible at any width."""
+
+    DEFAULT_CSS = """
+    KeyFooter #footer-keys {
+        width: 1fr;
+        height: 1;
+        overflow: hidden;
+    }
+    KeyFooter #footer-pinned {
+        width: auto;
+        height: 1;
+    }
+    """
+
+    def __init__(self) -> None:
+        super().__init__(compact=True, show_command_palette=False)
+        self._laid_out_width = 0
+
+    def compose(self) -> ComposeResult:
+        if not self._bindings_ready:
+            return
+        self._laid_out_width = self.size.width
+        first: dict[str, tuple[Binding, bool, str]] = {}
+        for _node, binding, enabled, tooltip in self.screen.active_bindings.values():
+            if binding.show or _pinned(binding):
+                first.setdefault(binding.action, (binding, enabled, tooltip))
+        ranked = sorted(first.values(), key=lambda entry: _rank(entry[0]))
+        pinned = [self._key(*e, classes="-pinned") for e in ranked if _is_palette(e[0])]
+        pinned += [self._key(*e, classes="-pinned") for e in ranked if e[0].id in PINNED]  # quit outermost
+        room = self.size.width - sum(_width(key) for key in pinned)
+        with HorizontalGroup(id="footer-keys"):
+            for entry in ranked:
+                if entry[0].show and not _pinned(entry[0]):
+                    key = self._key(*entry)
+                    room -= _width(key)
+                    if room < 0:
+                        break  # whole keys only: the palette lists the rest
+                    yield key
+        with HorizontalGroup(id="footer-pinned"):
+            yield from pinned
+
+    def on_resize(self) -> None:
+        if self.size.width != self._laid_out_width:
+            self.call_after_refresh(self.recompose)
+
+    def _key(self, binding: Binding, enabled: bool, tooltip: str, classes: str = "") -> FooterKey:
+        label = PALETTE_LABEL if _is_palette(binding) else binding.description
+        return FooterKey(
+            binding.key,
+            self.app.get_key_display(binding),
+            label,
+            binding.action,
+            disabled=not enabled,
+            tooltip=tooltip or binding.description,
+            classes=classes,
+        ).data_bind(compact=Footer.compact)
+
+
+def _width(key: FooterKey) -> int:
+    """Cells a compact key takes: its key, a space, its label and a one-cell margin."""
+    return len(key.key_display) + 1 + len(key.description) + 1
+
+
+def _rank(binding: Binding) -> int:
+    return FOOTER_ORDER.index(binding.id) if binding.id in FOOTER_ORDER else len(FOOTER_ORDER)
+
+
+def _is_palette(binding: Binding) -> bool:
+    return binding.action == "command_palette"
+
+
+def _pinned(binding: Binding) -> bool:
+    return binding.id in PINNED or _is_palette(binding)
