@@ -38,6 +38,7 @@ CHECKPOINT_FILES = [
     "tokenizer.json",
     "tokenizer_config.json",
     "chat_template.jinja",
+    "additional_chat_templates/*.jinja",  # named templates ("tool_use"), as transformers reads them
     "special_tokens_map.json",
     "generation_config.json",
 ]

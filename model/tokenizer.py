@@ -1,29 +1,24 @@
-"""A checkpoint's tokenizer: ``tokenizer.json`` through ``tokenizers`` plus its Jinja chat template.
+"""A checkpoint's tokenizer: ``tokenizer.json`` through ``tokenizers`` plus its chat template(s).
 
 We do not use ``transformers`` at run time, so this module reproduces the two parts of its
 tokenizer that a chat app needs: rendering the chat template exactly as
-``apply_chat_template`` does (same sandbox, same whitespace rules, same helpers) and
-streaming detokenization that never shows half a character.
+``apply_chat_template`` does (model/chat_template.py; the template files found where
+transformers finds them, the same special-token variables) and streaming detokenization that
+never shows half a character.
 """
 
 from __future__ import annotations
 
-import json
-import math
-import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from contextvars import ContextVar
-from datetime import datetime
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from jinja2 import Template, TemplateError, nodes
-from jinja2.runtime import Context
-from jinja2.sandbox import ImmutableSandboxedEnvironment
+from jinja2 import TemplateError
 from tokenizers import Tokenizer as BackendTokenizer
 
+from model.chat_template import LFM2_CHAT_TEMPLATE, RENDER_TIME_LIMIT, ChatTemplate
 from model.config import read_json_object
-from model.errors import ChatTemplateError, CheckpointError
+from model.errors import CheckpointError
 
 Message = Mapping[str, Any]
 
@@ -47,114 +42,18 @@ LFM2_SPECIAL_TOKENS = (
     "<|tool_response_end|>",
 )
 
-# LFM2's own ChatML template (tool lists included), used when a checkpoint ships none.
-LFM2_CHAT_TEMPLATE = """\
-{{- bos_token -}}
-{%- set ns = namespace(system_prompt="") -%}
-{%- if messages and messages[0]["role"] == "system" -%}
-    {%- set ns.system_prompt = messages[0]["content"] -%}
-    {%- set messages = messages[1:] -%}
-{%- endif -%}
-{%- if tools -%}
-    {%- set ns.system_prompt = ns.system_prompt + ("\\n" if ns.system_prompt else "") + \
-"List of tools: <|tool_list_start|>[" -%}
-    {%- for tool in tools -%}
-        {%- if tool is not string -%}
-            {%- set tool = tool | tojson -%}
-        {%- endif -%}
-        {%- set ns.system_prompt = ns.system_prompt + tool -%}
-        {%- if not loop.last -%}
-            {%- set ns.system_prompt = ns.system_prompt + ", " -%}
-        {%- endif -%}
-    {%- endfor -%}
-    {%- set ns.system_prompt = ns.system_prompt + "]<|tool_list_end|>" -%}
-{%- endif -%}
-{%- if ns.system_prompt -%}
-    {{- "<|im_start|>system\\n" + ns.system_prompt + "<|im_end|>\\n" -}}
-{%- endif -%}
-{%- for message in messages -%}
-    {{- "<|im_start|>" + message["role"] + "\\n" -}}
-    {%- set content = message["content"] -%}
-    {%- if content is not string -%}
-        {%- set content = content | tojson -%}
-    {%- endif -%}
-    {%- if message["role"] == "tool" -%}
-        {%- set content = "<|tool_response_start|>" + content + "<|tool_response_end|>" -%}
-    {%- endif -%}
-    {{- content + "<|im_end|>\\n" -}}
-{%- endfor -%}
-{%- if add_generation_prompt -%}
-    {{- "<|im_start|>assistant\\n" -}}
-{%- endif -%}
-"""
-
-# Special-token variables that transformers exposes to chat templates.
-_TEMPLATE_TOKEN_NAMES = ("bos_token", "eos_token", "pad_token", "unk_token")
-
-
-RENDER_TIME_LIMIT = 2.0  # seconds a chat template may run before render_chat gives up on it
-
-# When the render running in this thread (or task) must stop; no limit outside render_chat.
-_deadline: ContextVar[float] = ContextVar("chat_template_deadline", default=math.inf)
-_LOOP_GUARD = "__loop_guard"  # the template global every {% for %} iterates through
-
-
-class _TimeUp(Exception):
-    """Raised inside a template that ran past its deadline; render_chat turns it into ChatTemplateError."""
-
-
-def _check_deadline() -> None:
-    if time.monotonic() > _deadline.get():
-        raise _TimeUp
-
-
-def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
-    """A template loop's items, with the deadline checked before each: nested loops cannot run forever."""
-    for item in iterable:
-        _check_deadline()
-        yield item
-
-
-def _raise_exception(message: str) -> None:
-    """Hub templates call this to refuse a conversation ("roles must alternate"): the message is the error."""
-    raise ChatTemplateError(str(message))
-
-
-def _tojson(
-    value: Any, ensure_ascii: bool = False, indent: int | None = None, sort_keys: bool = False
-) -> str:
-    """transformers' ``tojson``: plain JSON, without Jinja's HTML escaping."""
-    return json.dumps(value, ensure_ascii=ensure_ascii, indent=indent, sort_keys=sort_keys)
-
-
-class _ChatSandbox(ImmutableSandboxedEnvironment):
-    """transformers' sandbox, plus the clock: every call a template makes checks the render's deadline.
-
-    With the loop guard (every loop step checks it too) this covers what can run long in template
-    code: loops, and macros calling macros.
-    """
-
-    def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
-        _check_deadline()
-        return super().call(context, obj, *args, **kwargs)
-
-
-def _guard_loops(template: nodes.Template) -> nodes.Template:
-    """Rewrite every ``{% for x in items %}`` as ``{% for x in __loop_guard(items) %}``."""
-    for loop in template.find_all(nodes.For):
-        guard = nodes.Name(_LOOP_GUARD, "load", lineno=loop.lineno)
-        loop.iter = nodes.Call(guard, [loop.iter], [], None, None, lineno=loop.lineno)
-    return template
-
-
-def compile_chat_template(source: str) -> Template:
-    """Compile a Hub chat template in the sandbox, with the options and helpers transformers provides."""
-    env = _ChatSandbox(trim_blocks=True, lstrip_blocks=True, extensions=["jinja2.ext.loopcontrols"])
-    env.filters["tojson"] = _tojson
-    env.globals["raise_exception"] = _raise_exception
-    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
-    env.globals[_LOOP_GUARD] = _loop_guard
-    return env.from_string(_guard_loops(env.parse(source)))
+# Special-token variables that transformers exposes to chat templates (its special_tokens_map).
+_TEMPLATE_TOKEN_NAMES = (
+    "bos_token",
+    "eos_token",
+    "unk_token",
+    "sep_token",
+    "pad_token",
+    "cls_token",
+    "mask_token",
+)
+DEFAULT_TEMPLATE = "default"
+TOOL_TEMPLATE = "tool_use"  # transformers' choice for a render with tools, when a checkpoint names one
 
 
 def _token_content(value: Any) -> str | None:
@@ -164,16 +63,25 @@ def _token_content(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _read_chat_template(root: Path, tokenizer_config: Mapping[str, Any]) -> str:
-    """The template source: chat_template.jinja (newer repos) wins over tokenizer_config.json."""
-    jinja_file = root / "chat_template.jinja"
-    if jinja_file.is_file():
-        return jinja_file.read_text(encoding="utf-8")
+def _read_chat_templates(root: Path, tokenizer_config: Mapping[str, Any]) -> dict[str, str]:
+    """Template sources by name, found as transformers finds them.
+
+    Files win over tokenizer_config.json: chat_template.jinja is "default", and each
+    additional_chat_templates/NAME.jinja is NAME. In the config, "chat_template" is one template
+    or a list of {"name", "template"}.
+    """
+    files = {"default": root / "chat_template.jinja"}
+    files.update((path.stem, path) for path in sorted((root / "additional_chat_templates").glob("*.jinja")))
+    found = {name: path.read_text(encoding="utf-8") for name, path in files.items() if path.is_file()}
+    if found:
+        return found
     template = tokenizer_config.get("chat_template")
+    if isinstance(template, str):
+        return {"default": template}
     if isinstance(template, list):
-        named = {t.get("name"): t.get("template") for t in template if isinstance(t, Mapping)}
-        template = named.get("default")
-    return template if isinstance(template, str) else LFM2_CHAT_TEMPLATE
+        named = (t for t in template if isinstance(t, Mapping))
+        return {t["name"]: t["template"] for t in named if isinstance(t.get("template"), str)}
+    return {}
 
 
 class Tokenizer:
@@ -182,13 +90,15 @@ class Tokenizer:
     def __init__(
         self,
         backend: BackendTokenizer,
-        chat_template: str,
+        chat_templates: Mapping[str, str],
         template_tokens: Mapping[str, str],
         extra_stop_ids: Iterable[int] = (),
     ) -> None:
+        """``chat_templates`` by name (_read_chat_templates); without a "default", LFM2's ChatML is it."""
         self._backend = backend
+        sources = {DEFAULT_TEMPLATE: LFM2_CHAT_TEMPLATE, **chat_templates}
         try:
-            self._template = compile_chat_template(chat_template)
+            self._templates = {name: ChatTemplate(source) for name, source in sources.items()}
         except TemplateError as exc:
             raise CheckpointError(f"the checkpoint's chat template does not compile ({exc})") from None
         self._template_tokens = dict(template_tokens)
@@ -220,7 +130,7 @@ class Tokenizer:
         if tokens["bos_token"] is None and backend.token_to_id(BOS_TOKEN) is not None:
             tokens["bos_token"] = BOS_TOKEN
         present = {name: tok for name, tok in tokens.items() if tok is not None}
-        return cls(backend, _read_chat_template(root, config), present, extra_stop_ids)
+        return cls(backend, _read_chat_templates(root, config), present, extra_stop_ids)
 
     # ------------------------------------------------------------------ vocabulary
     @property
@@ -245,43 +155,46 @@ class Tokenizer:
         return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
 
     # ------------------------------------------------------------------ chat
+    @property
+    def chat_template(self) -> str:
+        """The default template's source (what a plain conversation renders with)."""
+        return self._templates[DEFAULT_TEMPLATE].source
+
     def render_chat(
         self,
         messages: Sequence[Message],
         add_generation_prompt: bool = True,
         time_limit: float = RENDER_TIME_LIMIT,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **variables: Any,
     ) -> str:
         """The prompt text for a conversation, exactly as transformers' ``apply_chat_template`` renders it.
 
-        The template is the checkpoint's code: ChatTemplateError if it refuses the conversation,
-        fails, or runs longer than ``time_limit`` seconds (a render is normally well under 1 ms).
+        ``tools`` are JSON schemas; ``variables`` reach the template beside the special tokens
+        (``keep_past_thinking=True``...). The template is the checkpoint's code: ChatTemplateError if
+        it refuses the conversation, fails, or runs longer than ``time_limit`` seconds.
         """
-        token = _deadline.set(time.monotonic() + time_limit)
-        try:
-            return self._template.render(
-                messages=[dict(m) for m in messages],
-                tools=None,
-                documents=None,
-                add_generation_prompt=add_generation_prompt,
-                **self._template_tokens,
-            )
-        except ChatTemplateError:
-            raise
-        except _TimeUp:
-            raise ChatTemplateError(f"the chat template took longer than {time_limit:g} s") from None
-        except Exception as exc:  # anything else the template's code raised: still the template's fault
-            raise ChatTemplateError(f"the chat template failed ({type(exc).__name__}: {exc})") from None
-        finally:
-            _deadline.reset(token)
+        name = TOOL_TEMPLATE if tools is not None and TOOL_TEMPLATE in self._templates else DEFAULT_TEMPLATE
+        return self._templates[name].render(
+            messages,
+            tools=tools,
+            add_generation_prompt=add_generation_prompt,
+            time_limit=time_limit,
+            **{**self._template_tokens, **variables},
+        )
 
     def encode_chat(
         self,
         messages: Sequence[Message],
         add_generation_prompt: bool = True,
         time_limit: float = RENDER_TIME_LIMIT,
+        *,
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        **variables: Any,
     ) -> list[int]:
         """Prompt ids for a conversation. The BOS is part of the template text, so none is added here."""
-        text = self.render_chat(messages, add_generation_prompt, time_limit)
+        text = self.render_chat(messages, add_generation_prompt, time_limit, tools=tools, **variables)
         return self.encode(text, add_special_tokens=False)
 
 
