@@ -19,7 +19,8 @@ from app import __version__
 from app.conversation import ChatSettings
 from app.options import DATA_DIR_ENV, MAX_PANES, AppOptions
 from app.store import Store, StoreError
-from engine import SamplingParamsError
+from engine import SamplingParams, SamplingParamsError
+from model.family import SAMPLING_OFF
 from model.hub import DEFAULT_MODEL, _is_repo_id
 
 DEMO_KV_CACHE_MB = 64
@@ -115,8 +116,18 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"panes to open, 1-{MAX_PANES} (default: 2)",
     )
     chat.add_argument("--system", default="", metavar="TEXT", help="system prompt for new panes")
-    chat.add_argument("--temperature", type=float, default=defaults.temperature)
-    chat.add_argument("--top-p", type=float, default=defaults.top_p)
+    sampling = parser.add_argument_group(
+        "sampling",
+        "Each defaults to the model card's recommendation for the checkpoint (LFM2: temperature 0.3, "
+        "min-p 0.15, repetition penalty 1.05; LFM2.5: temperature 0.1, top-k 50, top-p 0.1, repetition "
+        "penalty 1.05); a flag given here replaces that one value.",
+    )
+    add = sampling.add_argument
+    add("--temperature", type=float, metavar="T", help="0 = greedy")
+    add("--top-k", type=int, metavar="K", help="sample from the K likeliest tokens (0 = off)")
+    add("--top-p", type=float, metavar="P", help="nucleus sampling (1 = off)")
+    add("--min-p", type=float, metavar="P", help="drop tokens below P x the top token's chance (0 = off)")
+    add("--repetition-penalty", type=float, metavar="R", help="penalise tokens already in the chat (1 = off)")
     chat.add_argument(
         "--max-tokens", type=whole_number(1), default=defaults.max_tokens, help="new tokens per reply"
     )
@@ -140,14 +151,9 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
             f"({args.max_num_seqs}), so every running request can decode in each step; raise the one "
             "or lower the other"
         )
-    chat = ChatSettings(
-        system_prompt=args.system,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_tokens=args.max_tokens,
-    )
+    flags = {name: getattr(args, name) for name in SAMPLING_OFF if getattr(args, name) is not None}
     try:
-        chat.sampling_params()
+        SamplingParams(**flags)
     except SamplingParamsError as exc:
         raise UsageError(in_flag_terms(str(exc))) from None
     engine = {
@@ -161,7 +167,11 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
         engine["kv_cache_memory_mb"] = DEMO_KV_CACHE_MB
         if args.dtype == "auto":
             engine["dtype"] = "float32"
-    options = AppOptions(model=args.model, demo=args.demo, panes=args.panes, engine=engine, chat=chat)
+    options = AppOptions(
+        model=args.model, demo=args.demo, panes=args.panes, engine=engine, sampling_flags=flags
+    )
+    chat = {**options.sampling_defaults().values, "system_prompt": args.system, "max_tokens": args.max_tokens}
+    options.chat = ChatSettings.from_dict(chat)  # the fields ChatSettings has; all are in sampling_defaults()
     if args.data_dir is not None:
         options.data_dir = args.data_dir
     return options

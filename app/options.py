@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 import platformdirs
 
 from app.conversation import ChatSettings
+from model.family import FamilySampling, checkpoint_sampling
 from model.hub import DEFAULT_MODEL
 
 if TYPE_CHECKING:
@@ -41,6 +42,8 @@ class AppOptions:
     # torch, seconds that must come after the loading screen is drawn, so `engine_config` does it.
     engine: EngineConfig | dict[str, Any] = field(default_factory=dict)
     chat: ChatSettings = field(default_factory=ChatSettings)
+    # Sampling set on the command line (SamplingParams field -> value): it wins over the model card's.
+    sampling_flags: dict[str, float | int] = field(default_factory=dict)
     data_dir: Path = field(default_factory=default_data_dir)
     cache_dir: Path = field(default_factory=default_cache_dir)
     snapshot_interval: float = 0.25  # seconds between dashboard refreshes
@@ -51,6 +54,14 @@ class AppOptions:
         if self.demo:
             return "demo (random weights)"
         return self.model if not Path(self.model).expanduser().is_dir() else Path(self.model).name
+
+    def sampling_defaults(self) -> FamilySampling:
+        """What a new conversation samples with: the model card's values for this checkpoint (LFM2 and
+        LFM2.5 differ), the command line's flags on top, and a name to show ("LFM2.5 card defaults").
+
+        Reads a local checkpoint's config.json (no torch); --demo's toy model takes LFM2's.
+        """
+        return checkpoint_sampling(DEFAULT_MODEL if self.demo else self.model).overridden(self.sampling_flags)
 
     def engine_config(self) -> EngineConfig:
         """The engine's settings; imports torch, so the app calls it on the loader thread."""

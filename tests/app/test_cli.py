@@ -34,6 +34,9 @@ def test_help_lists_the_documented_flags(capsys: pytest.CaptureFixture[str]) -> 
         "--system",
         "--temperature",
         "--top-p",
+        "--top-k",
+        "--min-p",
+        "--repetition-penalty",
         "--max-tokens",
     ):
         assert flag in out
@@ -65,6 +68,30 @@ def test_flags_become_engine_and_chat_options() -> None:
     assert quantized.engine_config().quantize == "int8"
 
 
+def test_sampling_follows_the_model_card_and_each_flag_replaces_one_value() -> None:
+    lfm25 = options_from_args(build_parser().parse_args(["--model", "LiquidAI/LFM2.5-1.2B-Instruct"]))
+    assert lfm25.sampling_defaults().name == "LFM2.5 card defaults"
+    assert (lfm25.chat.temperature, lfm25.chat.top_p, lfm25.chat.min_p) == (0.1, 0.1, 0.0)
+    argv = ["--model", "LiquidAI/LFM2.5-1.2B-Instruct", "--top-k", "40", "--min-p", "0.05"]
+    flagged = options_from_args(build_parser().parse_args(argv))
+    defaults = flagged.sampling_defaults()
+    assert defaults.name == "LFM2.5 card defaults + --top-k, --min-p"
+    assert defaults.values == {
+        "temperature": 0.1,
+        "top_k": 40,
+        "top_p": 0.1,
+        "min_p": 0.05,
+        "repetition_penalty": 1.05,
+    }
+    assert flagged.chat.min_p == 0.05
+    lfm2 = options_from_args(build_parser().parse_args(["--demo"]))  # the toy model samples as LFM2
+    assert (lfm2.sampling_defaults().name, lfm2.chat.temperature, lfm2.chat.min_p) == (
+        "LFM2 card defaults",
+        0.3,
+        0.15,
+    )
+
+
 def test_the_dtype_and_quantize_choices_are_the_engines() -> None:
     """The CLI spells them out because the engine's own lists live in modules that import torch."""
     assert cli.DTYPES[1:] == ENGINE_DTYPES  # after "auto"
@@ -93,6 +120,12 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["--temperature", "warm"], "--temperature: invalid float value"),
         (["--top-p", "2"], "--top-p must be a number in (0, 1]"),
         (["--top-p", "0"], "--top-p must be a number in (0, 1]"),
+        (["--top-k", "-2"], "--top-k must be an int >= -1 (0 or -1 = off), got -2"),
+        (["--top-k", "0.5"], "--top-k: invalid int value"),
+        (["--min-p", "1.5"], "--min-p must be a number in [0, 1]"),
+        (["--min-p", "nan"], "--min-p must be a number in [0, 1]"),
+        (["--repetition-penalty", "0"], "--repetition-penalty must be a number in [0.01, 100]"),
+        (["--repetition-penalty", "high"], "--repetition-penalty: invalid float value"),
         (["--max-tokens", "0"], "--max-tokens: must be a whole number >= 1"),
         (["--device", "gpu"], "--device: must be cpu, cuda or cuda:N"),
         (["--dtype", "float16"], "--dtype: invalid choice"),
