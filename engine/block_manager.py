@@ -17,11 +17,8 @@ snapshot at its end are written. Blocks nobody references stay cached and are re
 later request with the same prefix; they are evicted least-recently-released, and only when
 the free list is empty.
 
-Conv rows (`HybridCache` conv tensors)::
-
-    row 0                       zeros: the state before a sequence's first token
-    rows 1 .. max_num_seqs      one running slot per RUNNING request
-    row 1 + max_num_seqs + b    snapshot of the conv state after the last token of block b
+Each request also holds a conv-state running slot, and each KV block names a snapshot row:
+both numbered by `engine.conv_rows.ConvRows`.
 """
 
 from __future__ import annotations
@@ -29,9 +26,9 @@ from __future__ import annotations
 from collections import OrderedDict, deque
 from dataclasses import dataclass
 
+from engine.conv_rows import ZERO_ROW, ConvRows
 from engine.request import Request
 
-ZERO_ROW = 0
 _ROOT_HASH = 0x1F3D5B79
 
 
@@ -53,22 +50,17 @@ class BlockManager:
 
     def __init__(self, num_blocks: int, block_size: int, max_num_seqs: int, enable_prefix_caching: bool):
         self.block_size = block_size
-        self.max_num_seqs = max_num_seqs
         self.enable_prefix_caching = enable_prefix_caching
         self.blocks = [Block(i) for i in range(num_blocks)]
         self._free: deque[int] = deque(range(num_blocks))  # unreferenced, not cached
         self._evictable: OrderedDict[int, None] = OrderedDict()  # unreferenced, cached; oldest first
         self._cached: dict[int, int] = {}  # chain hash -> block id
-        self._free_slots = list(range(max_num_seqs, 0, -1))  # pop() hands out row 1 first
+        self.conv_rows = ConvRows(max_num_seqs, num_blocks)
 
     # ------------------------------------------------------------------ sizes
     @property
     def num_blocks(self) -> int:
         return len(self.blocks)
-
-    @property
-    def num_conv_rows(self) -> int:
-        return 1 + self.max_num_seqs + self.num_blocks
 
     @property
     def num_free_blocks(self) -> int:
@@ -84,9 +76,6 @@ class BlockManager:
     def num_used_blocks(self) -> int:
         """Blocks referenced by at least one request."""
         return self.num_blocks - self.num_free_blocks
-
-    def snapshot_row(self, block_id: int) -> int:
-        return 1 + self.max_num_seqs + block_id
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
@@ -115,7 +104,7 @@ class BlockManager:
             request.block_hashes.append(key)
             previous = key
         if request.block_table:
-            request.conv_src_row = self.snapshot_row(request.block_table[-1])
+            request.conv_src_row = self.conv_rows.snapshot_row(request.block_table[-1])
         return len(request.block_table) * size
 
     def allocate(self, request: Request, num_tokens: int) -> bool:
@@ -133,10 +122,10 @@ class BlockManager:
 
     def acquire_slot(self, request: Request) -> None:
         assert request.conv_slot is None
-        request.conv_slot = self._free_slots.pop()
+        request.conv_slot = self.conv_rows.acquire_slot()
 
     def free(self, request: Request) -> None:
-        """Drop every block reference and the conv slot of `request`.
+        """Drop every block reference and the conv slot of `request`; it starts over from the zero row.
 
         Blocks are released last-first, so a sequence's tail is evicted before its head and a
         shared prefix outlives the turns built on it.
@@ -151,8 +140,9 @@ class BlockManager:
                     self._evictable[block_id] = None
         request.block_table.clear()
         request.block_hashes.clear()
+        request.conv_src_row = ZERO_ROW  # a snapshot row is only valid while its block is held
         if request.conv_slot is not None:
-            self._free_slots.append(request.conv_slot)
+            self.conv_rows.release_slot(request.conv_slot)
             request.conv_slot = None
 
     # ------------------------------------------------------------------ prefix cache

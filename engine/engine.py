@@ -72,7 +72,7 @@ class Engine:
             self.model_config,
             num_blocks=self.config.num_kv_blocks,
             block_size=self.config.block_size,
-            num_conv_rows=self.block_manager.num_conv_rows,
+            num_conv_rows=self.block_manager.conv_rows.num_rows,
             dtype=self.config.torch_dtype,
             device=self.config.device,
         )

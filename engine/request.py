@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from engine.conv_rows import ZERO_ROW
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
 from model.tokenizer import IncrementalDetokenizer
@@ -84,7 +85,7 @@ class Request:
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chain hash of each full, computed block
     conv_slot: int | None = None  # running conv-state row while RUNNING
-    conv_src_row: int = 0  # row holding the conv state before token num_computed_tokens
+    conv_src_row: int = ZERO_ROW  # row holding the conv state before token num_computed_tokens
     text: str = ""
     error: str | None = None
     _reported_tokens: int = 0

@@ -25,7 +25,7 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-from engine.block_manager import ZERO_ROW, BlockManager
+from engine.block_manager import BlockManager
 from engine.request import Request, RequestStatus
 
 
@@ -161,7 +161,6 @@ class Scheduler:
         reach = min(request.num_tokens, cached + plan.budget)
         if not manager.allocate(request, reach):
             manager.free(request)
-            request.conv_src_row = ZERO_ROW
             return False
         manager.acquire_slot(request)
         request.num_computed_tokens = cached
@@ -174,7 +173,6 @@ class Scheduler:
         self.running.remove(request)
         self.block_manager.free(request)
         request.num_computed_tokens = 0
-        request.conv_src_row = ZERO_ROW
         request.status = RequestStatus.PREEMPTED
         request.metrics.preemptions += 1
         self.add(request)
@@ -189,7 +187,7 @@ class Scheduler:
             first_end = (start // size + 1) * size  # position just past the first boundary
             for end in range(first_end, start + num_tokens + 1, size):
                 block_id = request.block_table[end // size - 1]
-                snapshots.append((end - 1 - start, self.block_manager.snapshot_row(block_id)))
+                snapshots.append((end - 1 - start, self.block_manager.conv_rows.snapshot_row(block_id)))
         return ScheduledChunk(
             request=request,
             start=start,

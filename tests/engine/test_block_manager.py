@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine.block_manager import ZERO_ROW, BlockManager
+from engine.block_manager import BlockManager
+from engine.conv_rows import ZERO_ROW
 
 BS = 4
 
@@ -46,7 +47,7 @@ def test_matching_prefix_shares_blocks_and_resumes_from_the_boundary_snapshot(ne
     assert bm.match_prefix(b) == 2 * BS
     assert b.block_table == a.block_table[:2]
     assert [bm.blocks[i].ref_count for i in b.block_table] == [2, 2]
-    assert b.conv_src_row == bm.snapshot_row(a.block_table[1])
+    assert b.conv_src_row == bm.conv_rows.snapshot_row(a.block_table[1])
 
 
 def test_fully_cached_prompt_backs_off_one_block(new_request):
@@ -101,7 +102,7 @@ def test_conv_slots_are_distinct_running_rows_and_return_on_free(new_request):
     bm.acquire_slot(a)
     bm.acquire_slot(b)
     assert {a.conv_slot, b.conv_slot} == {1, 2}
-    assert bm.snapshot_row(0) == 3 and bm.num_conv_rows == 1 + 2 + 8
+    assert bm.conv_rows.snapshot_row(0) == 3 and bm.conv_rows.num_rows == 1 + 2 + 8
     bm.free(a)
     c = new_request([22])
     bm.acquire_slot(c)

@@ -13,7 +13,7 @@ def assert_pool_empty(manager: BlockManager) -> None:
     assert manager.num_used_blocks == 0
     assert all(block.ref_count == 0 for block in manager.blocks)
     assert manager.num_free_blocks == manager.num_blocks
-    assert sorted(manager._free_slots) == list(range(1, manager.max_num_seqs + 1))
+    assert sorted(manager.conv_rows.free_slots) == list(range(1, manager.conv_rows.max_num_seqs + 1))
 
 
 def test_abort_mid_prefill_frees_its_blocks(tiny_ckpt, make_engine, prompts):

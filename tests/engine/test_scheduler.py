@@ -129,9 +129,9 @@ def test_snapshots_are_taken_at_every_block_boundary_a_chunk_crosses(new_request
     bm = s.block_manager
     assert chunk.start == 10
     assert chunk.snapshots == [
-        (1, bm.snapshot_row(r.block_table[2])),
-        (5, bm.snapshot_row(r.block_table[3])),
-        (9, bm.snapshot_row(r.block_table[4])),
+        (1, bm.conv_rows.snapshot_row(r.block_table[2])),
+        (5, bm.conv_rows.snapshot_row(r.block_table[3])),
+        (9, bm.conv_rows.snapshot_row(r.block_table[4])),
     ]
 
 
@@ -144,7 +144,7 @@ def test_cached_prefix_is_skipped_and_the_chunk_starts_from_its_snapshot(new_req
     s.add(second)
     chunk = step(s).chunks[0]
     assert (chunk.start, chunk.num_tokens) == (8, 5)  # two cached blocks, then the rest
-    assert chunk.conv_src_row == s.block_manager.snapshot_row(second.block_table[1])
+    assert chunk.conv_src_row == s.block_manager.conv_rows.snapshot_row(second.block_table[1])
     assert s.block_manager.blocks[second.block_table[0]].ref_count == 1  # first finished: only second
 
 
