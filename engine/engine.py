@@ -77,10 +77,7 @@ class Engine:
             device=self.config.device,
         )
         self.scheduler = Scheduler(
-            self.block_manager,
-            self.config.max_num_seqs,
-            self.config.max_num_batched_tokens,
-            self.config.max_prefill_with_decodes,
+            self.block_manager, self.config.max_num_seqs, self.config.max_num_batched_tokens
         )
         self.pacer = (
             None
@@ -96,6 +93,8 @@ class Engine:
         # why this engine runs on PyTorch's slower kernels, for the UI to say (None: it doesn't)
         wanted = native_kernels.wanted_for(self.config.torch_dtype, self.config.device)
         self.kernel_fallback = native_kernels.unavailable_reason() if wanted else None
+        # prompt tokens the next step may add beside decodes; paced after every step (engine/pacing.py)
+        self.prefill_cap = self.config.max_prefill_with_decodes
         self.metrics = EngineMetrics(time.monotonic())
         self._requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
@@ -221,7 +220,7 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Run one scheduled batch; outputs of requests that produced tokens or finished."""
         began = time.monotonic()
-        scheduled = self.scheduler.schedule()
+        scheduled = self.scheduler.schedule(self.prefill_cap)
         for request in scheduled.admitted:
             self._on_admitted(request, began)
         self.metrics.preemptions += len(scheduled.preempted)
@@ -253,8 +252,7 @@ class Engine:
         self.metrics.record_step(stats, now)
         if self.pacer is not None:
             self.pacer.observe(stats.step_time, stats.decode_tokens, stats.prefill_tokens)
-            decoding, queued = self.scheduler.demand()
-            self.scheduler.max_prefill_with_decodes = self.pacer.cap(decoding, queued)
+            self.prefill_cap = self.pacer.cap(*self.scheduler.demand())
         return outputs
 
     def generate(

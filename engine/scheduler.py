@@ -6,8 +6,8 @@ Policy, in order, under `max_num_batched_tokens` (the token budget) and `max_num
    behind a long prompt.
 2. Running requests still prefilling (or recomputing after preemption), oldest first, each
    taking what is left of the budget: long prompts are chunked across steps. In a step that
-   also decodes, prefill gets at most `max_prefill_with_decodes` tokens (the engine paces that
-   cap from measured step times, engine/pacing.py), so a long prompt arriving never makes the
+   also decodes, prefill gets at most the `prefill_cap` passed to `schedule` (the engine paces
+   it from measured step times, engine/pacing.py), so a long prompt arriving never makes the
    running streams wait much longer than their usual gap.
 3. Waiting requests in arrival order (first come, first served: the head of the queue is
    never skipped, so nothing starves). Each first takes its cached prefix, then a chunk.
@@ -83,17 +83,10 @@ class _Plan:
 class Scheduler:
     """Owns the waiting and running queues; see the module docstring for the policy."""
 
-    def __init__(
-        self,
-        block_manager: BlockManager,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        max_prefill_with_decodes: int | None = None,
-    ):
+    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
-        self.max_prefill_with_decodes = max_prefill_with_decodes or max_num_batched_tokens
         self.waiting: list[Request] = []  # sorted by arrival
         self.running: list[Request] = []  # sorted by arrival, so running[-1] is the newest
 
@@ -109,7 +102,8 @@ class Scheduler:
         return decoding, len(self.running) - decoding + len(self.waiting)
 
     # ------------------------------------------------------------------ one step
-    def schedule(self) -> SchedulerOutput:
+    def schedule(self, prefill_cap: int | None = None) -> SchedulerOutput:
+        """This step's chunks; `prefill_cap` bounds prompt tokens beside decodes (None: no cap)."""
         out = SchedulerOutput()
         plan = _Plan(self.max_num_batched_tokens)
         decoding = [r for r in self.running if r.num_uncomputed_tokens == 1]
@@ -119,8 +113,8 @@ class Scheduler:
                 break
             if request.status is RequestStatus.RUNNING:
                 self._grow_running(request, plan, out)
-        if plan.tokens:  # streams are decoding: keep this step short
-            plan.budget = min(plan.budget, self.max_prefill_with_decodes)
+        if plan.tokens and prefill_cap is not None:  # streams are decoding: keep this step short
+            plan.budget = min(plan.budget, prefill_cap)
         for request in prefilling:
             if plan.budget == 0:
                 break

@@ -60,13 +60,13 @@ def test_engine_paces_prefill_from_its_own_steps(tiny_ckpt):
     while engine.has_unfinished():
         engine.step()
     assert engine.pacer.decode_step_time is not None and engine.pacer.token_cost is not None
-    assert engine.scheduler.max_prefill_with_decodes == engine.pacer.cap(*engine.scheduler.demand())
+    assert engine.prefill_cap == engine.pacer.cap(*engine.scheduler.demand())
 
 
 def test_fixed_cap_when_pacing_is_off(tiny_ckpt):
     engine = Engine.from_pretrained(
         tiny_ckpt, EngineConfig(max_decode_slowdown=None, max_prefill_with_decodes=12)
     )
-    assert engine.pacer is None and engine.scheduler.max_prefill_with_decodes == 12
+    assert engine.pacer is None and engine.prefill_cap == 12
     with pytest.raises(ValueError, match="max_decode_slowdown"):
         EngineConfig(max_decode_slowdown=0.5)

@@ -9,14 +9,14 @@ from engine.scheduler import Scheduler, SchedulerOutput
 BS = 4
 
 
-def scheduler(num_blocks=64, max_num_seqs=4, budget=16, prefix=True, prefill_with_decodes=None) -> Scheduler:
+def scheduler(num_blocks=64, max_num_seqs=4, budget=16, prefix=True) -> Scheduler:
     manager = BlockManager(num_blocks, BS, max_num_seqs, prefix)
-    return Scheduler(manager, max_num_seqs, budget, prefill_with_decodes)
+    return Scheduler(manager, max_num_seqs, budget)
 
 
-def step(s: Scheduler, token: int = 99) -> SchedulerOutput:
-    """One step as the engine runs it, minus the model: every sampling chunk yields `token`."""
-    out = s.schedule()
+def step(s: Scheduler, token: int = 99, prefill_cap: int | None = None) -> SchedulerOutput:
+    """One step as the engine runs it, minus the model and the text: every sampling chunk yields `token`."""
+    out = s.schedule(prefill_cap)
     s.update(out)
     for chunk in out.chunks:
         if chunk.want_logits:
@@ -56,16 +56,16 @@ def test_decodes_go_first_and_a_long_prompt_takes_the_rest_of_the_budget(new_req
 
 
 def test_prefill_is_capped_while_streams_decode_and_uncapped_once_they_stop(new_request):
-    s = scheduler(budget=16, prefill_with_decodes=5)
+    s = scheduler(budget=16)
     a = new_request([20, 21], max_tokens=4)
     s.add(a)
-    step(s)  # a decodes from now on, for 3 more steps
+    step(s, prefill_cap=5)  # a decodes from now on, for 3 more steps
     b = new_request(list(range(20, 60)), max_tokens=2)
     s.add(b)
-    capped = [tokens_of(step(s)) for _ in range(3)]
+    capped = [tokens_of(step(s, prefill_cap=5)) for _ in range(3)]
     assert capped == [{a.request_id: 1, b.request_id: 5}] * 3
     assert a.is_finished
-    assert tokens_of(step(s)) == {b.request_id: 16}  # alone again: the whole budget
+    assert tokens_of(step(s, prefill_cap=5)) == {b.request_id: 16}  # alone again: the whole budget
 
 
 def test_max_num_seqs_caps_running_and_the_queue_is_first_come_first_served(new_request):
