@@ -24,6 +24,10 @@ Message = Mapping[str, Any]
 
 BOS_TOKEN = "<|startoftext|>"
 IM_END = "<|im_end|>"
+# Special tokens that belong to a reply's text: decoding keeps them even when it skips the other
+# special tokens, because the app folds thinking and labels tool calls by them, and the chat
+# template needs them in past turns (to strip the thinking, to show the calls).
+REPLY_MARKUP = ("<think>", "</think>", "<|tool_call_start|>", "<|tool_call_end|>")
 # LFM2's special tokens, in id order 0..13 (the same in every LFM2 checkpoint).
 LFM2_SPECIAL_TOKENS = (
     "<|pad|>",
@@ -105,6 +109,7 @@ class Tokenizer:
         self._special_ids = frozenset(
             i for i, tok in backend.get_added_tokens_decoder().items() if tok.special
         )
+        self._markup = {i: tok for tok in REPLY_MARKUP if (i := backend.token_to_id(tok)) is not None}
         self.bos_token_id = self._id_of(template_tokens.get("bos_token"))
         stops = {self._id_of(IM_END), self._id_of(template_tokens.get("eos_token")), *extra_stop_ids}
         self.stop_token_ids: frozenset[int] = frozenset(i for i in stops if i is not None)
@@ -152,7 +157,20 @@ class Tokenizer:
         return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
-        return self._backend.decode(list(ids), skip_special_tokens=skip_special_tokens)
+        """Text of ``ids``; skipping special tokens still keeps REPLY_MARKUP (decoded run by run around it,
+        which is exact for LFM2's byte-level BPE)."""
+        ids = list(ids)
+        if not skip_special_tokens or not self._markup.keys() & set(ids):
+            return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
+        parts: list[str] = []
+        start = 0
+        for index, token_id in enumerate(ids):
+            if token_id in self._markup:
+                parts += [self._backend.decode(ids[start:index], skip_special_tokens=True)]
+                parts.append(self._markup[token_id])
+                start = index + 1
+        parts.append(self._backend.decode(ids[start:], skip_special_tokens=True))
+        return "".join(parts)
 
     # ------------------------------------------------------------------ chat
     @property

@@ -8,9 +8,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
+from tokenizers import Tokenizer as BackendTokenizer
 
 from model.errors import ChatTemplateError, CheckpointError
-from model.tokenizer import IncrementalDetokenizer, Tokenizer
+from model.tokenizer import REPLY_MARKUP, IncrementalDetokenizer, Tokenizer
 
 CONVERSATION = [
     {"role": "system", "content": "You are terse. Answer in one line."},
@@ -227,6 +228,22 @@ def test_incremental_skips_special_tokens_and_uses_prompt(tiny_ckpt: Path) -> No
     deltas = _stream(detok, generated)
     assert "".join(deltas) == detok.text == tok.decode(generated) == "Sure 🙂user\n好"
     assert all("<|" not in d for d in deltas)
+
+
+def test_reply_markup_survives_skipping_special_tokens(tiny_ckpt: Path) -> None:
+    """Thinking and tool-call tokens are special in LFM2.5's vocabulary, but they are reply text: the app
+    folds and labels by them, and the template needs them in past turns."""
+    backend = BackendTokenizer.from_file(str(tiny_ckpt / "tokenizer.json"))
+    backend.add_special_tokens(["<think>", "</think>"])
+    tok = Tokenizer(backend, {}, {})
+    reply = "<think>hmm 🙂</think>Call:<|tool_call_start|>[f(x=1)]<|tool_call_end|>done"
+    generated = tok.encode(reply + "<|im_end|>")
+    assert all(tok.is_special(tok.token_to_id(m)) for m in REPLY_MARKUP)
+    assert tok.decode(generated) == reply
+    assert tok.decode(generated, skip_special_tokens=False) == reply + "<|im_end|>"
+    for step in (1, 3):
+        detok = IncrementalDetokenizer(tok, prompt_ids=tok.encode("<|im_start|>assistant\n"))
+        assert "".join(_stream(detok, generated, step)) == reply
 
 
 def test_incomplete_character_is_held_until_flush(tiny_ckpt: Path) -> None:
