@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from engine.engine import Engine
     from engine.errors import RequestError
     from engine.metrics import EngineSnapshot, RequestMetrics, RequestSnapshot
-    from engine.request import RequestOutput
+    from engine.output import RequestOutput
     from engine.sampling_params import SamplingParams, SamplingParamsError
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
 
@@ -25,7 +25,7 @@ _MODULES = {
     "EngineWorker": "engine.worker",
     "RequestError": "engine.errors",
     "RequestMetrics": "engine.metrics",
-    "RequestOutput": "engine.request",
+    "RequestOutput": "engine.output",
     "RequestSnapshot": "engine.metrics",
     "SamplingParams": "engine.sampling_params",
     "SamplingParamsError": "engine.sampling_params",

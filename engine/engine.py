@@ -1,7 +1,7 @@
 """The synchronous engine: add requests, step, collect outputs.
 
 One `step()` = schedule -> one forward + sample (runner) -> cache bookkeeping (scheduler) ->
-append tokens, stop checks, outputs. Not thread-safe: `engine.worker.EngineWorker` owns an
+tokens to text, stop checks, outputs (output processor). Not thread-safe: `engine.worker.EngineWorker` owns an
 Engine on one thread and serialises everything else onto it.
 """
 
@@ -28,8 +28,9 @@ from engine.metrics import (
     RequestSnapshot,
     StepStats,
 )
+from engine.output import OutputProcessor, RequestOutput
 from engine.pacing import PrefillPacer
-from engine.request import Request, RequestOutput, RequestStatus
+from engine.request import Request, RequestStatus
 from engine.runner import ModelRunner
 from engine.sampler import make_generator
 from engine.sampling_params import SamplingParams
@@ -40,7 +41,7 @@ from model.config import Lfm2Config
 from model.hub import resolve_checkpoint
 from model.lfm2 import Lfm2ForCausalLM
 from model.loader import load_model
-from model.tokenizer import IncrementalDetokenizer, Tokenizer
+from model.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 
@@ -90,6 +91,7 @@ class Engine:
             )
         )
         self.runner = ModelRunner(model, cache, self.config.device)
+        self.outputs = OutputProcessor(tokenizer)
         # why this engine runs on PyTorch's slower kernels, for the UI to say (None: it doesn't)
         wanted = native_kernels.wanted_for(self.config.torch_dtype, self.config.device)
         self.kernel_fallback = native_kernels.unavailable_reason() if wanted else None
@@ -163,10 +165,10 @@ class Engine:
             max_tokens=min(params.max_tokens, self.max_model_len - len(ids)),
             stop_token_ids=frozenset(stop_ids),
             generator=make_generator(seed, self.config.device),
-            detokenizer=IncrementalDetokenizer(self.tokenizer, ids),
             metrics=RequestMetrics(arrival_time=time.monotonic(), prompt_tokens=len(ids)),
             tag=tag,
         )
+        self.outputs.add(request)
         self._requests[request_id] = request
         self.scheduler.add(request)
         return request_id
@@ -207,7 +209,7 @@ class Engine:
         if request is None:
             return None
         self._retire(request, RequestStatus.FINISHED_ABORTED)
-        return request.take_output()
+        return self.outputs.output(request)
 
     def fail_all(self, error: str) -> list[RequestOutput]:
         """Finish every request with `error`: the last resort when the engine itself misbehaved."""
@@ -232,10 +234,10 @@ class Engine:
             self.scheduler.update(scheduled)
             now = time.monotonic()
             for request, token in zip(sampled, tokens, strict=True):
-                request.append_token(token, now)
+                self.outputs.append(request, token, now)
                 if request.is_finished:
                     self._retire(request, request.status)
-            outputs = [request.take_output() for request in sampled]
+            outputs = [self.outputs.output(request) for request in sampled]
         except Exception as exc:  # one bad batch must not take the engine (or other requests) down
             logger.exception("engine step failed")
             error = f"internal error in an engine step ({type(exc).__name__}: {exc})"
@@ -293,7 +295,7 @@ class Engine:
         if not request.is_finished:
             request.error = error
             self._retire(request, RequestStatus.FINISHED_ERROR)
-        return request.take_output()
+        return self.outputs.output(request)
 
     # ------------------------------------------------------------------ observing
     def snapshot(self) -> EngineSnapshot:

@@ -1,4 +1,4 @@
-"""A request's life inside the engine: its tokens, its cache addresses, its text, its outputs.
+"""A request's life inside the engine: its tokens, its counters, its cache addresses. No text.
 
     WAITING --schedule--> RUNNING --stop / max_tokens--> FINISHED_STOPPED / FINISHED_LENGTH
        ^                    |  \\--abort / step error--> FINISHED_ABORTED / FINISHED_ERROR
@@ -9,6 +9,9 @@
 their KV and conv state in the cache. The scheduler moves `num_computed_tokens` forward; the
 engine appends sampled tokens. A preempted request keeps `token_ids`, so after recomputing it
 samples the next token as if nothing had happened: no token is lost or emitted twice.
+
+Text (detokenizing, stop strings, deltas) is engine/output.py's job: the scheduler and the block
+manager share this plain state and never pay for text they do not read.
 """
 
 from __future__ import annotations
@@ -21,7 +24,6 @@ import torch
 from engine.conv_rows import ZERO_ROW
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
-from model.tokenizer import IncrementalDetokenizer
 
 
 class RequestStatus(enum.Enum):
@@ -43,28 +45,6 @@ class RequestStatus(enum.Enum):
         return self.value if self.is_finished else None
 
 
-@dataclass(slots=True)
-class RequestOutput:
-    """What a caller sees of a request after a step: everything so far plus this step's delta."""
-
-    request_id: str
-    tag: object
-    prompt_token_ids: list[int]
-    token_ids: list[int]
-    text: str
-    new_token_ids: list[int]
-    new_text: str
-    finished: bool
-    finish_reason: str | None
-    error: str | None
-    metrics: RequestMetrics
-
-    @classmethod
-    def rejected(cls, request_id: str, tag: object, error: str, metrics: RequestMetrics) -> RequestOutput:
-        """The final output of a request that never entered the engine (bad input)."""
-        return cls(request_id, tag, [], [], "", [], "", True, "error", error, metrics)
-
-
 @dataclass(slots=True, eq=False)
 class Request:
     """One generation request; identity semantics (eq=False) so it can key dicts and sets."""
@@ -76,7 +56,6 @@ class Request:
     max_tokens: int  # params.max_tokens capped by the context left after the prompt
     stop_token_ids: frozenset[int]
     generator: torch.Generator
-    detokenizer: IncrementalDetokenizer | None
     metrics: RequestMetrics
     tag: object = None
     token_ids: list[int] = field(default_factory=list)
@@ -86,10 +65,7 @@ class Request:
     block_hashes: list[int] = field(default_factory=list)  # chain hash of each full, computed block
     conv_slot: int | None = None  # running conv-state row while RUNNING
     conv_src_row: int = ZERO_ROW  # row holding the conv state before token num_computed_tokens
-    text: str = ""
-    error: str | None = None
-    _reported_tokens: int = 0
-    _reported_chars: int = 0
+    error: str | None = None  # why the engine failed it (FINISHED_ERROR)
 
     def __post_init__(self) -> None:
         if not self.token_ids:
@@ -129,67 +105,13 @@ class Request:
 
     # ------------------------------------------------------------------ generation
     def append_token(self, token_id: int, now: float) -> None:
-        """Record a sampled token and decide whether the request is done.
+        """Record a sampled token; a stop token or the length limit finishes the request.
 
-        A stop token ends the request without becoming text; a stop string ends it with the
-        text cut just before the string.
+        Stop strings need the text, so engine/output.py decides those after this.
         """
         self.token_ids.append(token_id)
         self.metrics.on_token(now)
         if token_id in self.stop_token_ids:
-            self._finish_text(RequestStatus.FINISHED_STOPPED)
-        elif self._add_text(self.detokenizer.add(token_id) if self.detokenizer else ""):
             self.status = RequestStatus.FINISHED_STOPPED
         elif self.num_output_tokens >= self.max_tokens:
-            self._finish_text(RequestStatus.FINISHED_LENGTH)
-
-    def _finish_text(self, status: RequestStatus) -> None:
-        """Flush the detokenizer (a half character at the very end) and settle the status."""
-        tail = self.detokenizer.flush() if self.detokenizer else ""
-        self.status = RequestStatus.FINISHED_STOPPED if self._add_text(tail) else status
-
-    def _add_text(self, delta: str) -> bool:
-        """Append text; True if a stop string now occurs, in which case the text ends before it."""
-        if not delta:
-            return False
-        old_len = len(self.text)
-        self.text += delta
-        starts = [self.text.find(stop, max(0, old_len - len(stop) + 1)) for stop in self.params.stop]
-        hits = [i for i in starts if i >= 0]
-        if hits:
-            self.text = self.text[: min(hits)]
-        return bool(hits)
-
-    def _visible_len(self) -> int:
-        """Text safe to show: while running, hold back a tail that could start a stop string."""
-        if self.is_finished or not self.params.stop:
-            return len(self.text)
-        held = 0
-        for stop in self.params.stop:
-            for k in range(min(len(stop) - 1, len(self.text)), held, -1):
-                if self.text.endswith(stop[:k]):
-                    held = k
-                    break
-        return len(self.text) - held
-
-    def take_output(self) -> RequestOutput:
-        """The output so far, with the delta since the previous call."""
-        first_new = self.num_prompt_tokens + self._reported_tokens
-        visible = self._visible_len()
-        new_text = self.text[self._reported_chars : visible]
-        new_ids = self.token_ids[first_new:]
-        self._reported_tokens += len(new_ids)
-        self._reported_chars = visible
-        return RequestOutput(
-            request_id=self.request_id,
-            tag=self.tag,
-            prompt_token_ids=self.prompt_token_ids,
-            token_ids=self.output_token_ids,
-            text=self.text[:visible],
-            new_token_ids=new_ids,
-            new_text=new_text,
-            finished=self.is_finished,
-            finish_reason=self.status.finish_reason,
-            error=self.error,
-            metrics=self.metrics.copy(),
-        )
+            self.status = RequestStatus.FINISHED_LENGTH

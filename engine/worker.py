@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 from engine.engine import Engine, Prompt
 from engine.metrics import EngineSnapshot, RequestMetrics
-from engine.request import RequestOutput
+from engine.output import RequestOutput
 from engine.sampling_params import SamplingParams
 
 logger = logging.getLogger(__name__)

@@ -67,13 +67,13 @@ def reference_greedy() -> Callable[[Path, list[list[int]], int], list[list[int]]
 
 @pytest.fixture(scope="session")
 def new_request() -> Callable[..., Request]:
-    """`new_request(tokens, max_tokens=16, detokenizer=None, **SamplingParams fields)`: a bare Request.
+    """`new_request(tokens, max_tokens=16, stop_ids=(), **SamplingParams fields)`: a bare Request.
 
     For scheduler and block-manager tests, which need no model; arrival order = creation order.
     """
     arrivals = itertools.count()
 
-    def make(tokens: list[int], max_tokens: int = 16, detokenizer=None, stop_ids=(), **params) -> Request:
+    def make(tokens: list[int], max_tokens: int = 16, stop_ids=(), **params) -> Request:
         arrival = next(arrivals)
         return Request(
             request_id=f"r{arrival}",
@@ -83,7 +83,6 @@ def new_request() -> Callable[..., Request]:
             max_tokens=max_tokens,
             stop_token_ids=frozenset(stop_ids),
             generator=torch.Generator(),
-            detokenizer=detokenizer,
             metrics=RequestMetrics(arrival_time=0.0, prompt_tokens=len(tokens)),
         )
 
