@@ -13,20 +13,21 @@ if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.errors import RequestError
-    from engine.metrics import EngineSnapshot, RequestMetrics, RequestSnapshot
+    from engine.metrics import RequestMetrics
     from engine.output import RequestOutput
     from engine.sampling_params import SamplingParams, SamplingParamsError
+    from engine.snapshot import EngineSnapshot, RequestSnapshot
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
 
 _MODULES = {
     "Engine": "engine.engine",
     "EngineConfig": "engine.config",
-    "EngineSnapshot": "engine.metrics",
+    "EngineSnapshot": "engine.snapshot",
     "EngineWorker": "engine.worker",
     "RequestError": "engine.errors",
     "RequestMetrics": "engine.metrics",
     "RequestOutput": "engine.output",
-    "RequestSnapshot": "engine.metrics",
+    "RequestSnapshot": "engine.snapshot",
     "SamplingParams": "engine.sampling_params",
     "SamplingParamsError": "engine.sampling_params",
     "StreamHandle": "engine.worker",

@@ -1,7 +1,8 @@
 """The synchronous engine: add requests, step, collect outputs.
 
-One `step()` = schedule -> one forward + sample (runner) -> cache bookkeeping (scheduler) ->
-tokens to text, stop checks, outputs (output processor). Not thread-safe: `engine.worker.EngineWorker` owns an
+One `step()` = schedule (scheduler.py) -> one forward + sample (runner.py) -> cache bookkeeping
+(scheduler.py) -> tokens to text, stop checks, outputs (output.py) -> pacing of the next step.
+docs/ARCHITECTURE.md walks through it. Not thread-safe: `engine.worker.EngineWorker` owns an
 Engine on one thread and serialises everything else onto it.
 """
 
@@ -12,91 +13,43 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
-from engine.block_manager import BlockManager
+from engine.build import Progress, build_parts, load_checkpoint
 from engine.config import EngineConfig
 from engine.errors import RequestError
-from engine.metrics import (
-    SNAPSHOT_REQUESTS,
-    EngineMetrics,
-    EngineSnapshot,
-    RequestMetrics,
-    RequestSnapshot,
-    StepStats,
-)
-from engine.output import OutputProcessor, RequestOutput
-from engine.pacing import PrefillPacer
+from engine.metrics import EngineMetrics, RequestMetrics, StepStats
+from engine.output import RequestOutput
+from engine.prompts import Prompt, prompt_token_ids
 from engine.request import Request, RequestStatus
-from engine.runner import ModelRunner
 from engine.sampler import make_generator
 from engine.sampling_params import SamplingParams
-from engine.scheduler import Scheduler
-from model import kernels as native_kernels
-from model.cache import HybridCache
+from engine.snapshot import EngineSnapshot, take_snapshot
 from model.config import Lfm2Config
-from model.hub import resolve_checkpoint
 from model.lfm2 import Lfm2ForCausalLM
-from model.loader import load_model
 from model.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
-
-Progress = Callable[[str, "float | None"], None]
-Prompt = str | Sequence[int]
 
 
 class Engine:
     """Continuous batching over one LFM2 model, one KV/conv cache and one scheduler."""
 
     def __init__(self, model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig | None = None):
+        parts = build_parts(model, tokenizer, config or EngineConfig())
         self.model_config: Lfm2Config = model.config
-        self.config = (config or EngineConfig()).resolve(self.model_config, model_dtype=model.dtype)
-        if model.dtype != self.config.torch_dtype:
-            # Casting a loaded model would break its packed and quantized layers: load it right instead.
-            raise ValueError(
-                f"the model was loaded as {model.dtype} but the engine is set to {self.config.dtype}; "
-                "load it with that dtype, or leave EngineConfig.dtype as auto"
-            )
         self.tokenizer = tokenizer
-        self.max_model_len: int = self.config.max_model_len
-        self.block_manager = BlockManager(
-            self.config.num_kv_blocks,
-            self.config.block_size,
-            self.config.max_num_seqs,
-            self.config.enable_prefix_caching,
-        )
-        cache = HybridCache(
-            self.model_config,
-            num_blocks=self.config.num_kv_blocks,
-            block_size=self.config.block_size,
-            num_conv_rows=self.block_manager.conv_rows.num_rows,
-            dtype=self.config.torch_dtype,
-            device=self.config.device,
-        )
-        self.scheduler = Scheduler(
-            self.block_manager, self.config.max_num_seqs, self.config.max_num_batched_tokens
-        )
-        self.pacer = (
-            None
-            if self.config.max_decode_slowdown is None
-            else PrefillPacer(
-                max_slowdown=self.config.max_decode_slowdown,
-                initial_cap=self.config.max_prefill_with_decodes,
-                floor=min(8, self.config.max_prefill_with_decodes),
-                ceiling=self.config.max_num_batched_tokens,
-            )
-        )
-        self.runner = ModelRunner(model, cache, self.config.device)
-        self.outputs = OutputProcessor(tokenizer)
-        # why this engine runs on PyTorch's slower kernels, for the UI to say (None: it doesn't)
-        wanted = native_kernels.wanted_for(self.config.torch_dtype, self.config.device)
-        self.kernel_fallback = native_kernels.unavailable_reason() if wanted else None
+        self.config = parts.config
+        self.max_model_len: int = parts.config.max_model_len
+        self.block_manager = parts.block_manager
+        self.scheduler = parts.scheduler
+        self.pacer = parts.pacer
+        self.runner = parts.runner
+        self.outputs = parts.outputs
+        self.kernel_fallback = parts.kernel_fallback  # why it runs on slower kernels (None: it doesn't)
         # prompt tokens the next step may add beside decodes; paced after every step (engine/pacing.py)
-        self.prefill_cap = self.config.max_prefill_with_decodes
+        self.prefill_cap = parts.config.max_prefill_with_decodes
         self.metrics = EngineMetrics(time.monotonic())
         self._requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
@@ -108,32 +61,9 @@ class Engine:
     ) -> Engine:
         """Resolve a local directory or Hub repo id, load config, weights and tokenizer, size the cache.
 
-        `progress(stage, fraction)` reports the stages to a UI; without it the Hub download
-        shows its own progress bars.
+        `progress(stage, fraction)` reports the stages to a UI (engine/build.py names them).
         """
-        report = progress or (lambda stage, fraction: None)
-        report("locating checkpoint", None)
-        path = resolve_checkpoint(str(name_or_path), progress=progress is None)
-        model_config = Lfm2Config.from_pretrained(path)
-        config = config or EngineConfig()
-        if config.device == "cpu" and config.dtype != "float32" and native_kernels.runnable_isas():
-            # built here, before "auto" asks whether bf16 runs fast on this CPU
-            report("preparing CPU kernels (built once: about a minute the first time)", None)
-            native_kernels.load()
-        resolved = config.resolve(model_config)
-        if resolved.num_threads is not None:
-            torch.set_num_threads(resolved.num_threads)
-        report("loading weights", 0.0)
-        model = load_model(
-            path,
-            resolved.dtype,
-            resolved.device,
-            progress=lambda done, total: report("loading weights", done / total if total else None),
-            quantize=resolved.quantize,
-        )
-        tokenizer = Tokenizer.from_pretrained(path, extra_stop_ids=model_config.eos_token_id)
-        report("allocating cache", None)
-        return cls(model, tokenizer, resolved)
+        return cls(*load_checkpoint(name_or_path, config or EngineConfig(), progress))
 
     # ------------------------------------------------------------------ requests
     def add_request(
@@ -148,7 +78,7 @@ class Engine:
             raise RequestError(f"params must be a SamplingParams, got {type(params).__name__}")
         # A private, re-validated copy: a caller mutating its object later cannot reach the request.
         params = SamplingParams() if params is None else dataclasses.replace(params)
-        ids = self._prompt_ids(prompt)
+        ids = prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.max_model_len)
         arrival = next(self._arrivals)
         request_id = f"req-{arrival}" if request_id is None else request_id
         if request_id in self._requests:
@@ -172,36 +102,6 @@ class Engine:
         self._requests[request_id] = request
         self.scheduler.add(request)
         return request_id
-
-    def _prompt_ids(self, prompt: Prompt) -> list[int]:
-        """The prompt as token ids, checked here so that nothing about it can fail a batched step.
-
-        Text is range-checked too: a tokenizer may know more ids than the model's embedding has
-        rows, and such an id would fail every request batched with this one.
-        """
-        ids = self._encode(prompt) if isinstance(prompt, str) else _token_ids(prompt)
-        vocab = self.model_config.vocab_size
-        bad = next((t for t in ids if not 0 <= t < vocab), None)
-        if bad is not None:
-            raise RequestError(f"prompt token id {bad} is outside the vocabulary [0, {vocab})")
-        if not ids:
-            raise RequestError("prompt is empty")
-        if len(ids) + 1 > self.max_model_len:
-            raise RequestError(
-                f"prompt is {len(ids)} tokens but the context holds {self.max_model_len} "
-                f"(prompt plus at least one generated token)"
-            )
-        return ids
-
-    def _encode(self, text: str) -> list[int]:
-        """Token ids of prompt text; text that is not valid Unicode is the caller's error, not a crash."""
-        try:
-            text.encode("utf-8")
-        except UnicodeEncodeError as exc:
-            raise RequestError(
-                f"prompt text is not valid Unicode: an unpaired surrogate at character {exc.start}"
-            ) from None
-        return self.tokenizer.encode(text)
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now and free its blocks; returns its final output (None if unknown/finished)."""
@@ -299,63 +199,5 @@ class Engine:
 
     # ------------------------------------------------------------------ observing
     def snapshot(self) -> EngineSnapshot:
-        """A frozen view for dashboards, built after every step at a cost that does not grow with the queue.
-
-        Counts are exact; `requests` lists only the first SNAPSHOT_REQUESTS live ones (running,
-        then waiting, oldest first), which is more than a dashboard's table shows.
-        """
-        now = time.monotonic()
-        step = self.metrics.last_step
-        manager = self.block_manager
-        scheduler = self.scheduler
-        live = itertools.islice(itertools.chain(scheduler.running, scheduler.waiting), SNAPSHOT_REQUESTS)
-        return EngineSnapshot(
-            time=now,
-            steps=self.metrics.steps,
-            running=len(scheduler.running),
-            waiting=len(scheduler.waiting),
-            max_num_seqs=self.config.max_num_seqs,
-            step_tokens=step.tokens,
-            step_decode_tokens=step.decode_tokens,
-            step_prefill_tokens=step.prefill_tokens,
-            token_budget=self.config.max_num_batched_tokens,
-            step_time=step.step_time,
-            kv_blocks_used=manager.num_used_blocks,
-            kv_blocks_cached=manager.num_cached_blocks,
-            kv_blocks_total=manager.num_blocks,
-            prefix_hit_rate=self.metrics.prefix_hit_rate,
-            cached_prompt_tokens=self.metrics.cached_prompt_tokens,
-            prompt_tokens=self.metrics.prompt_tokens,
-            preemptions=self.metrics.preemptions,
-            tokens_per_s=self.metrics.throughput.rate(now),
-            throughput_history=self.metrics.throughput.history(now),
-            requests=tuple(_request_snapshot(request) for request in live),
-        )
-
-
-def _is_token_id(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _token_ids(prompt: object) -> list[int]:
-    """A prompt given as ids. Bytes are a sequence of ints too, but never meant as token ids."""
-    if isinstance(prompt, bytes | bytearray | memoryview):
-        raise RequestError("prompt must be a string or a list of token ids, not bytes (decode it to text)")
-    if not isinstance(prompt, Sequence) or not all(_is_token_id(t) for t in prompt):
-        raise RequestError("prompt must be a string or a list of token ids")
-    return list(prompt)
-
-
-def _request_snapshot(request: Request) -> RequestSnapshot:
-    return RequestSnapshot(
-        request_id=request.request_id,
-        tag=request.tag,
-        phase=request.phase,
-        prompt_tokens=request.num_prompt_tokens,
-        computed_prompt_tokens=min(request.num_computed_tokens, request.num_prompt_tokens),
-        cached_prompt_tokens=request.metrics.cached_prompt_tokens,
-        generated_tokens=request.num_output_tokens,
-        max_tokens=request.max_tokens,
-        tokens_per_s=request.metrics.tokens_per_s,
-        ttft=request.metrics.ttft,
-    )
+        """A frozen view for dashboards; its cost does not grow with the queue (engine/snapshot.py)."""
+        return take_snapshot(time.monotonic(), self.metrics, self.scheduler, self.block_manager, self.config)

@@ -1,7 +1,7 @@
 """Figures for the dashboard and the benchmarks: per request, per step, and rolling per engine.
 
-Everything is recorded by the engine thread as plain numbers; a snapshot is a frozen copy that
-another thread may read without locks. Times are `time.monotonic()` seconds.
+Everything is recorded by the engine thread as plain numbers; engine/snapshot.py freezes them for
+other threads. Times are `time.monotonic()` seconds.
 """
 
 from __future__ import annotations
@@ -13,9 +13,6 @@ from dataclasses import dataclass
 BUCKET_SECONDS = 0.5  # throughput history resolution
 HISTORY_BUCKETS = 120  # one minute of history
 RATE_BUCKETS = 6  # tokens_per_s averages the last 3 seconds
-# Per-request rows in a snapshot (a dashboard's table shows ~20). Counts stay exact; listing all of
-# 10k queued requests cost ~100 ms in every step.
-SNAPSHOT_REQUESTS = 64
 
 
 @dataclass(slots=True)
@@ -148,43 +145,3 @@ class EngineMetrics:
     @property
     def prefix_hit_rate(self) -> float:
         return self.cached_prompt_tokens / self.prompt_tokens if self.prompt_tokens else 0.0
-
-
-@dataclass(frozen=True, slots=True)
-class RequestSnapshot:
-    request_id: str
-    tag: object
-    phase: str  # "waiting" | "prefill" | "decode" | "preempted"
-    prompt_tokens: int
-    computed_prompt_tokens: int
-    cached_prompt_tokens: int
-    generated_tokens: int
-    max_tokens: int
-    tokens_per_s: float
-    ttft: float | None
-
-
-@dataclass(frozen=True, slots=True)
-class EngineSnapshot:
-    """Everything the dashboard shows, frozen at one moment."""
-
-    time: float
-    steps: int
-    running: int
-    waiting: int
-    max_num_seqs: int
-    step_tokens: int
-    step_decode_tokens: int
-    step_prefill_tokens: int
-    token_budget: int
-    step_time: float
-    kv_blocks_used: int
-    kv_blocks_cached: int
-    kv_blocks_total: int
-    prefix_hit_rate: float
-    cached_prompt_tokens: int
-    prompt_tokens: int
-    preemptions: int
-    tokens_per_s: float
-    throughput_history: tuple[float, ...]
-    requests: tuple[RequestSnapshot, ...]  # first SNAPSHOT_REQUESTS live ones: running, then waiting

@@ -25,10 +25,12 @@ from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 
-from engine.engine import Engine, Prompt
-from engine.metrics import EngineSnapshot, RequestMetrics
+from engine.engine import Engine
+from engine.metrics import RequestMetrics
 from engine.output import RequestOutput
+from engine.prompts import Prompt
 from engine.sampling_params import SamplingParams
+from engine.snapshot import EngineSnapshot
 
 logger = logging.getLogger(__name__)
 

@@ -6,9 +6,9 @@ import shutil
 
 import pytest
 
-import engine.engine as engine_module
+import engine.snapshot as snapshot_module
 from engine import EngineWorker, RequestError, SamplingParams, SamplingParamsError
-from engine.metrics import SNAPSHOT_REQUESTS
+from engine.snapshot import SNAPSHOT_REQUESTS
 from model.tiny import tiny_tokenizer_json
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
@@ -125,8 +125,8 @@ def test_a_flood_of_queued_requests_keeps_the_snapshot_small(engine, monkeypatch
         looked_at.append(request)
         return request_snapshot(request)
 
-    request_snapshot = engine_module._request_snapshot
-    monkeypatch.setattr(engine_module, "_request_snapshot", counting)
+    request_snapshot = snapshot_module.request_snapshot
+    monkeypatch.setattr(snapshot_module, "request_snapshot", counting)
     try:
         snap = engine.snapshot()
         assert snap.waiting == len(ids) and snap.running == 0

@@ -1,0 +1,118 @@
+"""Putting an Engine together: the checkpoint loaded in stages a UI can show, then the parts wired.
+
+    load_checkpoint   locate (local dir or Hub) -> CPU kernels (built once) -> weights -> tokenizer
+    build_parts       resolve the config (dtype, cache size, context) -> block manager -> cache
+                      tensors -> scheduler, prefill pacer, model runner, output processor
+
+The step loop (engine/engine.py) only uses what this returns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from engine.block_manager import BlockManager
+from engine.config import EngineConfig
+from engine.output import OutputProcessor
+from engine.pacing import PrefillPacer
+from engine.runner import ModelRunner
+from engine.scheduler import Scheduler
+from model import kernels as native_kernels
+from model.cache import HybridCache
+from model.config import Lfm2Config
+from model.hub import resolve_checkpoint
+from model.lfm2 import Lfm2ForCausalLM
+from model.loader import load_model
+from model.tokenizer import Tokenizer
+
+Progress = Callable[[str, "float | None"], None]
+
+
+def load_checkpoint(
+    name_or_path: str | Path, config: EngineConfig, progress: Progress | None = None
+) -> tuple[Lfm2ForCausalLM, Tokenizer, EngineConfig]:
+    """The model, its tokenizer and the config resolved for them.
+
+    `progress(stage, fraction)` reports the stages to a UI; without it the Hub download shows
+    its own progress bars.
+    """
+    report = progress or (lambda stage, fraction: None)
+    report("locating checkpoint", None)
+    path = resolve_checkpoint(str(name_or_path), progress=progress is None)
+    model_config = Lfm2Config.from_pretrained(path)
+    if config.device == "cpu" and config.dtype != "float32" and native_kernels.runnable_isas():
+        # built here, before "auto" asks whether bf16 runs fast on this CPU
+        report("preparing CPU kernels (built once: about a minute the first time)", None)
+        native_kernels.load()
+    resolved = config.resolve(model_config)
+    if resolved.num_threads is not None:
+        torch.set_num_threads(resolved.num_threads)
+    report("loading weights", 0.0)
+    model = load_model(
+        path,
+        resolved.dtype,
+        resolved.device,
+        progress=lambda done, total: report("loading weights", done / total if total else None),
+        quantize=resolved.quantize,
+    )
+    tokenizer = Tokenizer.from_pretrained(path, extra_stop_ids=model_config.eos_token_id)
+    report("allocating cache", None)
+    return model, tokenizer, resolved
+
+
+@dataclass(slots=True)
+class EngineParts:
+    config: EngineConfig  # resolved: dtype, num_kv_blocks and max_model_len decided
+    block_manager: BlockManager
+    scheduler: Scheduler
+    pacer: PrefillPacer | None  # None: a fixed prefill cap (max_decode_slowdown=None)
+    runner: ModelRunner
+    outputs: OutputProcessor
+    kernel_fallback: str | None  # why the model runs on PyTorch's slower kernels (None: it doesn't)
+
+
+def build_parts(model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig) -> EngineParts:
+    """Size the cache for `model` and wire the parts around it."""
+    config = config.resolve(model.config, model_dtype=model.dtype)
+    if model.dtype != config.torch_dtype:
+        # Casting a loaded model would break its packed and quantized layers: load it right instead.
+        raise ValueError(
+            f"the model was loaded as {model.dtype} but the engine is set to {config.dtype}; "
+            "load it with that dtype, or leave EngineConfig.dtype as auto"
+        )
+    manager = BlockManager(
+        config.num_kv_blocks, config.block_size, config.max_num_seqs, config.enable_prefix_caching
+    )
+    cache = HybridCache(
+        model.config,
+        num_blocks=config.num_kv_blocks,
+        block_size=config.block_size,
+        num_conv_rows=manager.conv_rows.num_rows,
+        dtype=config.torch_dtype,
+        device=config.device,
+    )
+    wants_kernels = native_kernels.wanted_for(config.torch_dtype, config.device)
+    return EngineParts(
+        config=config,
+        block_manager=manager,
+        scheduler=Scheduler(manager, config.max_num_seqs, config.max_num_batched_tokens),
+        pacer=_pacer(config),
+        runner=ModelRunner(model, cache, config.device),
+        outputs=OutputProcessor(tokenizer),
+        kernel_fallback=native_kernels.unavailable_reason() if wants_kernels else None,
+    )
+
+
+def _pacer(config: EngineConfig) -> PrefillPacer | None:
+    if config.max_decode_slowdown is None:
+        return None
+    return PrefillPacer(
+        max_slowdown=config.max_decode_slowdown,
+        initial_cap=config.max_prefill_with_decodes,
+        floor=min(8, config.max_prefill_with_decodes),
+        ceiling=config.max_num_batched_tokens,
+    )
