@@ -1,10 +1,10 @@
-"""The engine loop on a background thread, and per-request streams for threads and asyncio.
+"""The engine loop on a background thread; each request's events leave through its callback.
 
-    UI / asyncio threads                         worker thread (owns the Engine)
-    ------------------------                     --------------------------------
+    caller threads (UI, asyncio, ...)            worker thread (owns the Engine)
+    ---------------------------------            --------------------------------
     submit() / cancel()  --> inbox (deque) ----> drain inbox: add_request / abort
                               + Condition        engine.step()
-    StreamHandle  <-- events, on_event(ev) <---- one TokenEvent per RequestOutput
+    on_event(ev)         <---------------------- one TokenEvent per RequestOutput, called here
     snapshot()    <-- latest EngineSnapshot <--- published after every step
 
 The worker sleeps on the condition while there is nothing to do (no busy spin) and is woken
@@ -15,14 +15,12 @@ becomes an error event for that request, a failing step fails that batch's reque
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import itertools
 import logging
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from engine.engine import Engine
@@ -66,110 +64,29 @@ EventCallback = Callable[[TokenEvent], None]
 
 
 class StreamHandle:
-    """The caller's end of one request: its events (blocking or async), its result, cancel().
+    """The caller's end of one request: its id, its tag and `cancel()`. Events go to `on_event`.
 
-    Each event is handed out once and then dropped, so a long reply costs the handle nothing per
-    token once it has been read. With `on_event` the callback is the consumer and nothing is
-    queued; without it, events wait in a queue until an iteration takes them, so iteration may
-    start after the first tokens arrived and still see them all (one consumer per handle: each
-    event goes to whichever iteration takes it first). The final output is kept for `result()`.
+    The callback is the one way events leave the worker: it runs on the worker thread, so the
+    caller decides how they cross to its own thread (the app appends to an inbox and wakes its
+    pane; an asyncio caller would use `loop.call_soon_threadsafe`). Nothing is kept per event.
     """
 
-    def __init__(self, worker: EngineWorker, request_id: str, tag: object, on_event: EventCallback | None):
+    def __init__(self, worker: EngineWorker, request_id: str, tag: object, on_event: EventCallback):
         self.request_id = request_id
         self.tag = tag
         self._worker = worker
         self._on_event = on_event
-        self._cond = threading.Condition()
-        self._unread: deque[TokenEvent] = deque()
-        self._final: RequestOutput | None = None
-        self._async_waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future]] = []
-
-    @property
-    def finished(self) -> bool:
-        return self._final is not None
 
     def cancel(self) -> None:
         """Abort the request before the worker's next step; its last event has finish_reason "abort"."""
         self._worker.cancel(self.request_id)
 
-    def events(self, timeout: float | None = None) -> Iterator[TokenEvent]:
-        """Blocking iteration from a plain thread: the unread events up to and including the final one."""
-        self._check_iterable()
-        while True:
-            with self._cond:
-                if not self._cond.wait_for(self._has_news, timeout):
-                    raise TimeoutError(f"no event from request {self.request_id} within {timeout} s")
-                event = self._unread.popleft() if self._unread else None
-            if event is None:
-                return  # finished, and the final event was taken before
-            yield event
-            if event.finished:
-                return
-
-    def __aiter__(self) -> AsyncIterator[TokenEvent]:
-        self._check_iterable()
-        return self._aiterate()
-
-    async def _aiterate(self) -> AsyncIterator[TokenEvent]:
-        loop = asyncio.get_running_loop()
-        while True:
-            with self._cond:
-                event = self._unread.popleft() if self._unread else None
-                if event is None and self._final is not None:
-                    return  # finished, and the final event was taken before
-                if event is None:
-                    wake = loop.create_future()
-                    self._async_waiters.append((loop, wake))
-            if event is None:
-                await wake
-                continue
-            yield event
-            if event.finished:
-                return
-
-    def result(self, timeout: float | None = None) -> RequestOutput:
-        """Block until the request finished; its final RequestOutput."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._final is not None, timeout):
-                raise TimeoutError(f"request {self.request_id} did not finish within {timeout} s")
-            return self._final
-
-    def _has_news(self) -> bool:
-        """An unread event, or the end of the stream (call with the lock held)."""
-        return bool(self._unread) or self._final is not None
-
-    def _check_iterable(self) -> None:
-        """A handle with a callback queues nothing, so iterating it would wait forever: say so instead."""
-        if self._on_event is not None:
-            raise RuntimeError(
-                f"request {self.request_id} hands its events to its on_event callback; "
-                "submit without on_event to iterate them"
-            )
-
     def _deliver(self, out: RequestOutput) -> None:
         """Called on the worker thread (or on submit's thread for a rejected request)."""
-        event = TokenEvent.of(out)
-        with self._cond:
-            if self._on_event is None:
-                self._unread.append(event)
-            if out.finished:
-                self._final = out
-            waiters, self._async_waiters = self._async_waiters, []
-            self._cond.notify_all()
-        for loop, wake in waiters:
-            with contextlib.suppress(RuntimeError):  # a closed loop: nobody is listening any more
-                loop.call_soon_threadsafe(_set_done, wake)
-        if self._on_event is not None:
-            try:
-                self._on_event(event)
-            except Exception:
-                logger.exception("on_event callback of request %s failed", self.request_id)
-
-
-def _set_done(future: asyncio.Future) -> None:
-    if not future.done():
-        future.set_result(None)
+        try:
+            self._on_event(TokenEvent.of(out))
+        except Exception:
+            logger.exception("on_event callback of request %s failed", self.request_id)
 
 
 class EngineWorker:
@@ -194,12 +111,14 @@ class EngineWorker:
         prompt: Prompt,
         params: SamplingParams | None = None,
         tag: object = None,
-        on_event: EventCallback | None = None,
+        *,
+        on_event: EventCallback,
     ) -> StreamHandle:
         """Queue a request; never blocks, never raises for bad input (that becomes an error event).
 
-        `on_event` runs on the worker thread for every event: keep it short (post a message).
-        After shutdown the request is rejected at once, on the caller's thread.
+        `on_event` runs on the worker thread for every event, the last one `finished`: keep it
+        short (append to an inbox, post a message). After shutdown the request is rejected at
+        once, with its one event on the caller's thread.
         """
         handle = StreamHandle(self, f"stream-{next(self._ids)}", tag, on_event)
         if not self._post(lambda: self._start(handle, prompt, params)):

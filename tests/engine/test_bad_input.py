@@ -10,6 +10,7 @@ import engine.snapshot as snapshot_module
 from engine import EngineWorker, RequestError, SamplingParams, SamplingParamsError
 from engine.snapshot import SNAPSHOT_REQUESTS
 from model.tiny import tiny_tokenizer_json
+from tests.engine.streams import submit
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)
 
@@ -105,15 +106,15 @@ def test_an_out_of_vocab_text_prompt_fails_alone_in_its_batch(big_tokenizer_ckpt
     goods = prompts([12, 20, 7], seed=17)
     alone = [make_engine(big_tokenizer_ckpt).generate([p], GREEDY)[0].token_ids for p in goods]
     worker = EngineWorker(engine)  # not started: all four are added before the first step batches them
-    handles = [worker.submit(p, GREEDY) for p in (goods[0], goods[1], bad_text, goods[2])]
+    streams = [submit(worker, p, GREEDY)[1] for p in (goods[0], goods[1], bad_text, goods[2])]
     worker.start()
     try:
-        outs = [handle.result(timeout=120) for handle in handles]
+        events = [stream.until_finished() for stream in streams]
     finally:
         worker.shutdown()
-    bad = outs.pop(2)
+    (bad,) = events.pop(2)
     assert bad.finish_reason == "error" and "outside the vocabulary [0, 512)" in bad.error
-    assert [out.token_ids for out in outs] == alone
+    assert [[t for e in stream for t in e.token_ids] for stream in events] == alone
 
 
 def test_a_flood_of_queued_requests_keeps_the_snapshot_small(engine, monkeypatch):
