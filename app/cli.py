@@ -1,4 +1,4 @@
-"""`lfm-chat`: parse the command line, check it against this machine, run the app (or `lfm-chat bench`).
+"""`lfm-chat`: parse the command line, check it against this machine, run the app (or `bench`, `download`).
 
 Every mistake is one line that names the flag and says what to do, before the UI starts: exit
 code 2 for a value that is wrong anywhere, 1 for one this machine cannot honour (a missing
@@ -70,7 +70,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="lfm-chat",
         description="Several chat panes streaming at once from one LFM2 engine with continuous batching.",
         epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "ctrl+t"}; '
-        "the ids are listed in the command palette (ctrl+p). Benchmarks: lfm-chat bench --help",
+        "the ids are listed in the command palette (ctrl+p). Benchmarks: lfm-chat bench --help. "
+        "Offline use: lfm-chat download --help",
     )
     parser.add_argument("--version", action="version", version=f"lfm-chat {__version__}")
     model = parser.add_argument_group("model")
@@ -79,6 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=DEFAULT_MODEL,
         metavar="ID_OR_PATH",
         help=f"Hub repo id or local checkpoint directory (default: {DEFAULT_MODEL})",
+    )
+    model.add_argument(
+        "--revision",
+        metavar="R",
+        help="branch, tag or commit of a Hub --model (default: main); `lfm-chat download` fetches one ahead",
     )
     model.add_argument(
         "--demo",
@@ -151,6 +157,9 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
             f"({args.max_num_seqs}), so every running request can decode in each step; raise the one "
             "or lower the other"
         )
+    if args.revision is not None and (args.demo or Path(args.model).expanduser().exists()):
+        what = "--demo" if args.demo else f"--model {args.model}, a local path"
+        raise UsageError(f"--revision picks a version of a Hub repo, not of {what}; drop one of them")
     flags = {name: getattr(args, name) for name in SAMPLING_OFF if getattr(args, name) is not None}
     try:
         SamplingParams(**flags)
@@ -168,7 +177,12 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
         if args.dtype == "auto":
             engine["dtype"] = "float32"
     options = AppOptions(
-        model=args.model, demo=args.demo, panes=args.panes, engine=engine, sampling_flags=flags
+        model=args.model,
+        revision=args.revision,
+        demo=args.demo,
+        panes=args.panes,
+        engine=engine,
+        sampling_flags=flags,
     )
     chat = {**options.sampling_defaults().values, "system_prompt": args.system, "max_tokens": args.max_tokens}
     options.chat = ChatSettings.from_dict(chat)  # the fields ChatSettings has; all are in sampling_defaults()
@@ -249,6 +263,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["bench"]:
         return run_bench(argv[1:])
+    if argv[:1] == ["download"]:
+        from app.download import main as download_main
+
+        return download_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:

@@ -36,6 +36,7 @@ class AppOptions:
     """A launch of lfm-chat: which model, how the engine runs, chat defaults, where files go."""
 
     model: str = DEFAULT_MODEL
+    revision: str | None = None  # a branch, tag or commit of a Hub repo; None = main
     demo: bool = False
     panes: int = 2
     # An EngineConfig, or the keyword arguments for one (what the CLI gives): building one imports
@@ -53,7 +54,9 @@ class AppOptions:
         """The model as the header names it: a repo id, or a local directory's name."""
         if self.demo:
             return "demo (random weights)"
-        return self.model if not Path(self.model).expanduser().is_dir() else Path(self.model).name
+        if Path(self.model).expanduser().is_dir():
+            return Path(self.model).name
+        return self.model if self.revision is None else f"{self.model}@{self.revision}"
 
     def sampling_defaults(self) -> FamilySampling:
         """What a new conversation samples with: the model card's values for this checkpoint (LFM2 and

@@ -1,7 +1,9 @@
 """Getting an engine: the --demo checkpoint, the Hub download and the load, off the UI thread.
 
 torch and the model code are imported here, on the loader thread, not where the app starts:
-importing them takes seconds, and the loading screen should be on screen meanwhile.
+importing them takes seconds, and the loading screen should be on screen meanwhile. The Hub
+download comes first (huggingface_hub needs no torch): a model that cannot be had is reported
+without waiting for torch, and a first download shows its bytes on the loading screen.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.options import AppOptions
+from model.hub import resolve_checkpoint
 
 if TYPE_CHECKING:
     from engine import Engine
@@ -38,14 +41,26 @@ def demo_checkpoint(cache_dir: Path) -> Path:
     return final
 
 
+def locate_checkpoint(options: AppOptions, progress: Progress) -> Path:
+    """The checkpoint directory for --model and --revision, downloading it with its bytes reported."""
+    progress("locating checkpoint", None)
+    return resolve_checkpoint(
+        options.model,
+        revision=options.revision,
+        on_transfer=lambda transfer: progress(
+            f"downloading {options.model_label}: {transfer}", transfer.fraction
+        ),
+    )
+
+
 def load_engine(options: AppOptions, progress: Progress) -> Engine:
     """Blocking: run in a thread. Raises CheckpointError / ModelNotAvailableError for the user."""
+    checkpoint = None if options.demo else locate_checkpoint(options, progress)
     progress("importing PyTorch", None)
     from engine import Engine
 
     config = options.engine_config()
-    model: str | Path = options.model
-    if options.demo:
+    if checkpoint is None:
         progress("writing the demo checkpoint", None)
-        model = demo_checkpoint(options.cache_dir)
-    return Engine.from_pretrained(model, config, progress=progress)
+        checkpoint = demo_checkpoint(options.cache_dir)
+    return Engine.from_pretrained(checkpoint, config, progress=progress)

@@ -1,14 +1,15 @@
 """Resolve ``--model``: a local checkpoint directory, or a Hugging Face Hub repo id fetched into the cache.
 
 The cache is tried first without touching the network, so a model downloaded once starts
-offline. Every failure becomes one short paragraph the user can act on, because the usual
-causes (no network, HF_HUB_OFFLINE, a typo in the name, a gated repo) all have simple fixes
-that a traceback would hide.
+offline (``download_checkpoint``, behind ``lfm-chat download``, always asks the Hub: that is how
+a cached copy is refreshed). Every failure becomes one short paragraph the user can act on,
+because the usual causes (no network, HF_HUB_OFFLINE, a typo in the name or revision, a gated
+repo) all have simple fixes that a traceback would hide.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from huggingface_hub.errors import (
     LocalEntryNotFoundError,
     OfflineModeIsEnabled,
     RepositoryNotFoundError,
+    RevisionNotFoundError,
 )
 from huggingface_hub.utils import (
     are_progress_bars_disabled,
@@ -28,6 +30,7 @@ from huggingface_hub.utils import (
 )
 
 from model.errors import CheckpointError, ModelNotAvailableError
+from model.hub_progress import DownloadMeter, Transfer
 
 DEFAULT_MODEL = "LiquidAI/LFM2-350M"
 # Only what lfm-chat reads: never the GGUF/ONNX variants or README images some repos carry.
@@ -44,14 +47,23 @@ CHECKPOINT_FILES = [
 ]
 
 
-def resolve_checkpoint(name_or_path: str = DEFAULT_MODEL, progress: bool = True) -> Path:
+def resolve_checkpoint(
+    name_or_path: str = DEFAULT_MODEL,
+    progress: bool = True,
+    revision: str | None = None,
+    on_transfer: Callable[[Transfer], None] | None = None,
+) -> Path:
     """The local checkpoint directory: ``name_or_path`` itself, or the Hub snapshot of that repo id.
 
-    Raises CheckpointError for a path that is not a directory, ModelNotAvailableError when
-    the Hub cannot provide the repo.
+    ``revision`` (a branch, tag or commit of a Hub repo) defaults to main. A download shows
+    huggingface_hub's terminal bars if ``progress``, or reports to ``on_transfer`` instead.
+    Raises CheckpointError for a path that is not a directory, ModelNotAvailableError when the
+    Hub cannot provide the repo.
     """
     path = Path(name_or_path).expanduser()
     if path.is_dir():
+        if revision is not None:
+            raise CheckpointError(f"{name_or_path!r} is a local directory: revisions belong to Hub repos")
         return path
     if path.exists():
         raise CheckpointError(
@@ -61,18 +73,41 @@ def resolve_checkpoint(name_or_path: str = DEFAULT_MODEL, progress: bool = True)
         raise CheckpointError(
             f"no checkpoint directory at {name_or_path!r} (and it is not a Hub repo id like {DEFAULT_MODEL})"
         )
-    cached = _cached_snapshot(name_or_path)
+    cached = _cached_snapshot(name_or_path, revision)
     if cached is not None and _is_complete(cached):
         return cached
+    return download_checkpoint(name_or_path, revision, progress=progress, on_transfer=on_transfer)
+
+
+def download_checkpoint(
+    repo_id: str,
+    revision: str | None = None,
+    local_dir: Path | None = None,
+    progress: bool = True,
+    on_transfer: Callable[[Transfer], None] | None = None,
+) -> Path:
+    """Fetch or refresh the files lfm-chat reads from a Hub repo, into the HF cache or ``local_dir``.
+
+    Progress as in resolve_checkpoint. Raises ModelNotAvailableError, saying how to proceed.
+    """
+    tqdm_class = DownloadMeter(on_transfer).bar_class() if on_transfer is not None else None
     try:
-        with _progress_bars(progress):
-            folder = Path(snapshot_download(name_or_path, allow_patterns=CHECKPOINT_FILES))
+        with _progress_bars(progress and tqdm_class is None):
+            folder = Path(
+                snapshot_download(
+                    repo_id,
+                    allow_patterns=CHECKPOINT_FILES,
+                    revision=revision,
+                    local_dir=local_dir,
+                    tqdm_class=tqdm_class,
+                )
+            )
     # The HTTP client behind huggingface_hub changed across versions (requests, httpx, httpx2),
     # so network failures have no common type: any failure of the download is reported.
     except Exception as exc:
-        raise ModelNotAvailableError(_not_available(name_or_path, _failure(name_or_path, exc))) from None
+        raise ModelNotAvailableError(_not_available(repo_id, _failure(repo_id, revision, exc))) from None
     if not _is_complete(folder):
-        raise ModelNotAvailableError(_not_available(name_or_path, _incomplete(name_or_path)))
+        raise ModelNotAvailableError(_not_available(repo_id, _incomplete(repo_id)))
     return folder
 
 
@@ -87,10 +122,14 @@ def _is_repo_id(name: str) -> bool:
     return True
 
 
-def _cached_snapshot(repo_id: str) -> Path | None:
+def _cached_snapshot(repo_id: str, revision: str | None) -> Path | None:
     """The repo's snapshot in the local HF cache, found without any network access."""
     try:
-        return Path(snapshot_download(repo_id, allow_patterns=CHECKPOINT_FILES, local_files_only=True))
+        return Path(
+            snapshot_download(
+                repo_id, allow_patterns=CHECKPOINT_FILES, revision=revision, local_files_only=True
+            )
+        )
     except LocalEntryNotFoundError:
         return None
 
@@ -113,8 +152,10 @@ def _progress_bars(enabled: bool) -> Iterator[None]:
         enable_progress_bars()
 
 
-def _failure(repo_id: str, exc: Exception) -> str:
+def _failure(repo_id: str, revision: str | None, exc: Exception) -> str:
     """What went wrong, in the user's terms."""
+    if isinstance(exc, RevisionNotFoundError):
+        return f"{repo_id} has no revision {revision!r} on the Hugging Face Hub (a branch, tag or commit)."
     if isinstance(exc, GatedRepoError):
         return f"{repo_id} is gated: accept its license on huggingface.co, then log in with `hf auth login`."
     if isinstance(exc, RepositoryNotFoundError):
@@ -144,7 +185,7 @@ def _not_available(repo_id: str, what: str) -> str:
     """One paragraph: what failed, then how to run anyway."""
     return (
         f"Model not available: {what} To use a copy made elsewhere, run "
-        f"`hf download {repo_id} --local-dir DIR` (or `huggingface-cli download ...` with older tools) "
+        f"`lfm-chat download {repo_id} --local-dir DIR` (or `hf download {repo_id} --local-dir DIR`) "
         "on a machine with network access, copy DIR here and pass `--model DIR`; "
         "or try `lfm-chat --demo` for a tiny random model that needs no download."
     )

@@ -37,6 +37,7 @@ def test_help_lists_the_documented_flags(capsys: pytest.CaptureFixture[str]) -> 
         "--top-k",
         "--min-p",
         "--repetition-penalty",
+        "--revision",
         "--max-tokens",
     ):
         assert flag in out
@@ -98,12 +99,12 @@ def test_the_dtype_and_quantize_choices_are_the_engines() -> None:
     assert cli.QUANTIZATIONS == QUANTIZATIONS
 
 
-def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
+def one_error_line(capsys: pytest.CaptureFixture[str], prog: str = "lfm-chat") -> str:
     """stderr holds exactly one line, the error: no usage dump, no traceback."""
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("lfm-chat: error: "), captured.err
+    assert len(lines) == 1 and lines[0].startswith(f"{prog}: error: "), captured.err
     return lines[0]
 
 
@@ -131,6 +132,10 @@ def one_error_line(capsys: pytest.CaptureFixture[str]) -> str:
         (["--dtype", "float16"], "--dtype: invalid choice"),
         (["--quantize", "int4"], "--quantize: invalid choice"),
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
+        (["--demo", "--revision", "v1"], "--revision picks a version of a Hub repo, not of --demo"),
+        (["download"], "the following arguments are required: MODEL"),
+        (["download", "no-such-model"], "'no-such-model' is not a Hub repo id"),
+        (["download", "LiquidAI/LFM2-350M", "--nope"], "unrecognized arguments: --nope"),
     ],
 )
 def test_a_bad_value_is_one_line_that_names_the_flag(
@@ -139,8 +144,9 @@ def test_a_bad_value_is_one_line_that_names_the_flag(
     with pytest.raises(SystemExit) as exit_info:
         main(argv)
     assert exit_info.value.code == 2
-    line = one_error_line(capsys)
-    assert says in line and line.endswith("(see lfm-chat --help)")
+    prog = "lfm-chat download" if argv[:1] == ["download"] else "lfm-chat"
+    line = one_error_line(capsys, prog)
+    assert says in line and line.endswith(f"(see {prog} --help)")
 
 
 @pytest.fixture
