@@ -1,0 +1,77 @@
+"""Compiling the kernel sources for one instruction set: flags, a build name, the compiler call.
+
+Builds go through `torch.utils.cpp_extension` and are cached under torch's extensions
+directory, named by instruction set and a digest of the sources, headers and flags: a changed
+source is a new build, and two installs (a checkout and a wheel) never rebuild over each other.
+The flags name the instruction sets' features rather than -march=native, so a cached build
+also runs on the next machine that has them (a shared home directory, a copied cache).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+from pathlib import Path
+from types import ModuleType
+
+logger = logging.getLogger(__name__)
+
+_SOURCE_FILES = ("cpu_linear.cpp", "cpu_attention.cpp", "cpu_layer_ops.cpp", "bindings.cpp")
+SOURCES = tuple(Path(__file__).with_name(name) for name in _SOURCE_FILES)
+
+# Instruction set -> the /proc/cpuinfo flags it needs, widest first.
+ISAS: dict[str, tuple[str, ...]] = {
+    "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "fma"),
+    "avxvnni": ("avx2", "fma", "avx_vnni"),
+    "avx2": ("avx2", "fma"),
+}
+# -ffp-contract=off: no fused multiply-add where the PyTorch code rounds between multiply and add.
+_COMMON_CFLAGS = ["-O3", "-fopenmp", "-ffp-contract=off"]
+
+
+def compile_flags(isa: str) -> list[str]:
+    """-m flags naming exactly the instruction set's features (avx512_bf16 -> -mavx512bf16)."""
+    return [*_COMMON_CFLAGS, *(f"-m{flag.replace('_', '')}" for flag in ISAS[isa])]
+
+
+def _put_ninja_on_path() -> None:
+    """torch's builder runs `ninja` from PATH; the ninja package installs it beside the venv's python,
+    which is not on PATH unless the venv is activated."""
+    try:
+        import ninja
+    except ImportError:
+        return
+    if ninja.BIN_DIR not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = os.pathsep.join((ninja.BIN_DIR, os.environ.get("PATH", "")))
+
+
+def _digest(sources: tuple[Path, ...], isa: str) -> str:
+    """Sources, headers and flags in the build's name: a build is reused only for exactly these."""
+    files = sorted({*sources, *Path(__file__).parent.glob("*.h")})
+    digest = hashlib.sha256(" ".join(compile_flags(isa)).encode())
+    for path in files:
+        digest.update(path.name.encode() + path.read_bytes())
+    return digest.hexdigest()[:10]
+
+
+def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | None, str | None]:
+    """Compile ``sources`` for ``isa`` (cached by torch); on failure None and the reason."""
+    try:
+        from torch.utils.cpp_extension import load as load_extension
+
+        _put_ninja_on_path()
+        module = load_extension(
+            name=f"lfm_chat_cpu_kernels_{isa}_{_digest(sources, isa)}",
+            sources=[str(source) for source in sources],
+            extra_cflags=compile_flags(isa),
+            extra_ldflags=["-fopenmp"],
+            extra_include_paths=[str(Path(__file__).parent)],
+            verbose=False,
+        )
+    except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once
+        lines = str(exc).strip().splitlines()
+        reason = f"the build failed: {lines[-1] if lines else type(exc).__name__}"
+        logger.warning("native CPU kernels unavailable (%s); using PyTorch's slower kernels", reason)
+        return None, reason
+    return module, None
