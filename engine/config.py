@@ -28,8 +28,8 @@ class EngineConfig:
     max_prefill_with_decodes: int = 32
     # pace prefill so a step that also decodes takes at most this multiple of a decode-only step
     # (measured at run time, engine/pacing.py); None keeps max_prefill_with_decodes fixed.
-    # 1.8 rather than 2: a 2k prompt's later chunks cost more than the running estimate (they
-    # attend over more context), and at 2.0 the streams' p99 gap reached 2.4-2.9x their median.
+    # 1.8 rather than 2: a long prompt's later chunks cost more than the running estimate (they
+    # attend over more context), so at 2.0 the streams' worst gaps overshot (docs/ARCHITECTURE.md).
     max_decode_slowdown: float | None = 1.8
     block_size: int = 16
     max_model_len: int | None = None
@@ -94,9 +94,9 @@ class EngineConfig:
 def cpu_runs_bf16_fast() -> bool:
     """True where model/kernels built for this CPU (AVX-512 BF16 or AVX2 + FMA; built on first call).
 
-    There bf16 weights stream at memory speed, half the bytes of float32, with fp32 sums
-    (docs/ARCHITECTURE.md has the figures). Without that build (ARM, old x86, no compiler)
-    torch's bf16 matmuls are slower than float32: 4x at one row on an AVX2 EPYC.
+    There bf16 weights stream at memory speed, half the bytes of float32, with fp32 sums.
+    Without that build (ARM, old x86, no compiler) torch's bf16 matmuls are slower than
+    float32 (docs/ARCHITECTURE.md has the figures for both).
     """
     return native_kernels.load() is not None
 

@@ -3,8 +3,8 @@
 A step costs roughly ``base + rows * per_row``: reading the weights costs ``base`` whatever the
 batch, each row adds compute. Prompt chunks ride along with decodes as long as the step stays
 within ``max_slowdown`` times a decode-only step. How many tokens that allows is a property of
-the machine (on a compute-bound CPU without AMX about 15 at 350M; far more on a GPU), so it
-is measured, not configured:
+the machine (a few on a compute-bound CPU, far more on a GPU: docs/ARCHITECTURE.md), so it is
+measured, not configured:
 
     cap = (slowdown - 1) * decode_step_time / seconds_per_prefill_token
     slowdown = max_slowdown * max(1, queued / decoding)

@@ -26,7 +26,8 @@ NUCLEUS_PREFIX = 256
 
 
 # Greedy picks take the max of each block of this many logits first, then the argmax inside
-# the winning block: torch's CPU argmax over a 65k vocabulary is ~5x slower than its amax.
+# the winning block: torch's CPU argmax over a whole vocabulary is much slower than its amax
+# (docs/ARCHITECTURE.md has the figure).
 ARGMAX_BLOCK = 1024
 
 
@@ -80,7 +81,7 @@ def _history(rows: Sequence[SamplingRow], device: torch.device) -> tuple[torch.T
     """(row, token, is_output) for every history token a penalty looks at.
 
     Prompts are included only for rows with a repetition penalty, the one penalty that reads
-    them. Ids go through array.array because torch.tensor on a long Python list is ~4x slower.
+    them. Ids go through array.array: torch.tensor on a long Python list is several times slower.
     """
     flat, spans = array.array("q"), []
     for row in rows:
