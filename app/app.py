@@ -73,14 +73,14 @@ class LfmChatApp(App[None]):
             Saver(self.store).set_state(THEME_KEY, theme)
 
     def _load_keymap(self) -> None:
-        """Users remap keys by binding id, e.g. {"new_pane": "ctrl+t"}, in keymap.json in the data dir."""
+        """Users remap keys by binding id, e.g. {"new_pane": "f2"}, in keymap.json in the data dir."""
         path = self.options.keymap_path
         if not path.is_file():
             return
         try:
             keymap = json.loads(path.read_text(encoding="utf-8"))
             if not isinstance(keymap, dict) or not all(isinstance(v, str) for v in keymap.values()):
-                raise ValueError('expected an object of binding id -> key, like {"new_pane": "ctrl+t"}')
+                raise ValueError('expected an object of binding id -> key, like {"new_pane": "f2"}')
         except (OSError, ValueError) as exc:
             self.notify(f"Ignoring {path}: {exc}", severity="warning", timeout=10, markup=False)
             return

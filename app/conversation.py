@@ -31,19 +31,26 @@ class ChatTokenizer(Protocol):
 
 @dataclass(slots=True)
 class ChatSettings:
-    """Per-conversation system prompt and sampling; defaults follow LFM2's model card."""
+    """Per-conversation system prompt and sampling; defaults follow LFM2's model card.
+
+    `preset` names where the sampling came from ("LFM2.5 card defaults", "custom"), for the pane's
+    border; the CLI sets it from the checkpoint's card (model/family.py).
+    """
 
     system_prompt: str = ""
     temperature: float = 0.3
+    top_k: int = 0
     top_p: float = 1.0
     min_p: float = 0.15
     repetition_penalty: float = 1.05
     max_tokens: int = 512
+    preset: str = ""
 
     def sampling_params(self, max_tokens: int | None = None) -> SamplingParams:
         """Engine parameters; raises SamplingParamsError naming a bad field."""
         return SamplingParams(
             temperature=self.temperature,
+            top_k=self.top_k,
             top_p=self.top_p,
             min_p=self.min_p,
             repetition_penalty=self.repetition_penalty,
@@ -78,12 +85,22 @@ class PromptCache:
     entries: list[tuple[str, list[int]]] = field(default_factory=list)
 
     def build(self, tokenizer: ChatTokenizer, messages: Sequence[dict[str, str]]) -> tuple[str, list[int]]:
-        """(prompt text, prompt ids): the longest cached entry that prefixes the render, plus the rest."""
+        """(prompt text, prompt ids): the ids of the cached entry sharing the longest start with the
+        render, as far as they cover that shared start, plus the rest encoded.
+
+        An entry that prefixes the render is used whole. Otherwise the render left the entry part way
+        (a template that strips past thinking rewrites the previous reply): the entry's ids that decode
+        to a prefix of the shared text are kept, so the engine's prefix cache still covers it.
+        """
         text = tokenizer.render_chat(messages)
-        best = max((e for e in self.entries if text.startswith(e[0])), key=lambda e: len(e[0]), default=None)
-        if best is None:
+        shared, best = max(((_shared_start(e[0], text), e) for e in self.entries), default=(0, None))
+        if best is None or shared == 0:
             return text, tokenizer.encode(text)
-        return text, best[1] + tokenizer.encode(text[len(best[0]) :])
+        if shared == len(best[0]):
+            count, covered = len(best[1]), shared
+        else:
+            count, covered = _ids_within(tokenizer, best[1], text[:shared])
+        return text, best[1][:count] + tokenizer.encode(text[covered:])
 
     def remember(
         self, tokenizer: ChatTokenizer, prompt: tuple[str, list[int]], reply: str, ids: list[int]
@@ -97,6 +114,34 @@ class PromptCache:
 
     def clear(self) -> None:
         self.entries.clear()
+
+
+def _shared_start(a: str, b: str) -> int:
+    """Length of the longest common prefix of a and b (binary search: slices compare in C)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _ids_within(tokenizer: ChatTokenizer, ids: list[int], text: str) -> tuple[int, int]:
+    """(n, length): the most leading ids whose decoded text is a prefix of `text`, and that text's length.
+
+    Binary search: a cut inside a multi-byte character decodes to U+FFFD and is not a prefix, which
+    may stop the search a token early; the result is still exact, only a token less is reused.
+    """
+    lo, hi = 0, len(ids)
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if text.startswith(tokenizer.decode(ids[:mid], skip_special_tokens=False)):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo, len(tokenizer.decode(ids[:lo], skip_special_tokens=False))
 
 
 @dataclass(slots=True)

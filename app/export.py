@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 from app.conversation import Conversation
+from app.reply_parts import split_reply
 from app.sanitize import strip_control
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[ \t]*$", re.DOTALL | re.MULTILINE)
@@ -23,8 +24,23 @@ def conversation_markdown(conversation: Conversation) -> str:
         lines += ["> System: " + system.replace("\n", "\n> "), ""]
     for message in conversation.messages:
         heading = ROLE_HEADINGS.get(message.role, message.role)
-        lines += [f"## {heading}", "", strip_control(message.content).rstrip(), ""]
+        text = strip_control(message.content)
+        body = reply_markdown(text) if message.role == "assistant" else text
+        lines += [f"## {heading}", "", body.rstrip(), ""]
     return "\n".join(lines)
+
+
+def reply_markdown(reply: str) -> str:
+    """A reply as plain Markdown: thinking in a folded <details>, tool calls as `tool-call` code blocks."""
+    out: list[str] = []
+    for part in split_reply(reply):
+        if part.kind == "thinking":
+            out.append(f"<details><summary>Thinking</summary>\n\n{part.text.strip()}\n\n</details>\n\n")
+        elif part.kind == "tool_call":
+            out.append(f"\n```tool-call\n{part.text.strip()}\n```\n")
+        else:
+            out.append(part.text)
+    return "".join(out)
 
 
 def last_code_block(markdown: str) -> str | None:

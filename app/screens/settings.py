@@ -18,6 +18,7 @@ from engine import SamplingParamsError
 # (field, label, type): the numeric fields, in form order.
 FIELDS: tuple[tuple[str, str, type], ...] = (
     ("temperature", "Temperature", float),
+    ("top_k", "Top-k", int),
     ("top_p", "Top-p", float),
     ("min_p", "Min-p", float),
     ("repetition_penalty", "Repetition penalty", float),
@@ -25,8 +26,13 @@ FIELDS: tuple[tuple[str, str, type], ...] = (
 )
 
 
-def parse_settings(system_prompt: str, values: dict[str, str]) -> ChatSettings:
-    """Settings from the form's text; ValueError with a message naming the field on bad input."""
+def parse_settings(
+    system_prompt: str, values: dict[str, str], base: ChatSettings | None = None
+) -> ChatSettings:
+    """Settings from the form's text; ValueError with a message naming the field on bad input.
+
+    The preset's name (`base.preset`) stays while the sampling is `base`'s, and becomes "custom" once
+    any value differs."""
     parsed: dict[str, float | int] = {}
     for name, label, kind in FIELDS:
         text = values[name].strip()
@@ -36,6 +42,10 @@ def parse_settings(system_prompt: str, values: dict[str, str]) -> ChatSettings:
             noun = "a whole number" if kind is int else "a number"
             raise ValueError(f"{label} must be {noun}, not {text!r}.") from None
     settings = ChatSettings(system_prompt=system_prompt, **parsed)  # type: ignore[arg-type]
+    if base is not None:
+        sampling = [name for name, _, _ in FIELDS if name != "max_tokens"]
+        same = all(getattr(settings, name) == getattr(base, name) for name in sampling)
+        settings.preset = base.preset if same else "custom"
     try:
         settings.sampling_params()
     except SamplingParamsError as exc:  # the engine's rule, with the form's label instead of the field
@@ -89,7 +99,8 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     def action_save(self) -> None:
         values = {name: self.query_one(f"#{name}", Input).value for name, _, _ in FIELDS}
         try:
-            settings = parse_settings(strip_control(self.query_one("#system-prompt", TextArea).text), values)
+            system_prompt = strip_control(self.query_one("#system-prompt", TextArea).text)
+            settings = parse_settings(system_prompt, values, self.settings)
         except ValueError as exc:
             self.query_one("#settings-error", Label).update(str(exc))
             return

@@ -23,16 +23,18 @@ from textual.containers import Vertical
 from textual.content import Content
 from textual.message import Message
 from textual.timer import Timer
-from textual.widgets import Markdown, TextArea
-from textual.widgets.markdown import MarkdownStream
+from textual.widgets import TextArea
 
 from app.conversation import ChatMessage, ChatSettings, Conversation
-from app.export import conversation_markdown, export_name, last_code_block, write_text
+from app.export import last_code_block
 from app.keys import key
+from app.reply_parts import answer_text
 from app.sanitize import strip_control
 from app.screens.settings import SettingsScreen
+from app.share import copy_out, export_out
 from app.widgets.pane_status import PaneStatus
 from app.widgets.prompt_input import PromptInput
+from app.widgets.reply import Reply
 from app.widgets.token_inbox import TokenInbox
 from app.widgets.transcript import Transcript, copy_text
 from engine import Engine, EngineWorker, RequestSnapshot, StreamHandle, TokenEvent
@@ -62,11 +64,9 @@ class Turn:
 
     handle: StreamHandle
     prompt: tuple[str, list[int]]
-    reply: Markdown
-    stream: MarkdownStream
+    reply: Reply
     raw: str = ""
     ids: list[int] = field(default_factory=list)
-    shown: str = ""
     saved_at: float = field(default_factory=time.monotonic)  # when the partial reply was last saved
 
 
@@ -81,6 +81,7 @@ class ChatPane(Vertical):
         key("ctrl+y", "copy", "Copy", "Copy the selected message or code block (else the last reply)"),
         key("ctrl+b", "copy_code", "Copy code", "Copy the last code block of the last reply"),
         key("ctrl+o", "export", "Export", "Export this conversation to a Markdown file"),
+        key("ctrl+t", "toggle_thinking", "Thinking", "Show or fold the model's thinking in this pane"),
         key("ctrl+l", "clear", "Clear", "Clear: a new conversation in this pane (old one kept)"),
         key(
             "ctrl+up",
@@ -125,7 +126,7 @@ class ChatPane(Vertical):
         self.inbox = TokenInbox(lambda: self.post_message(self.Woken()))
         self._draft_timer: Timer | None = None
         # Kept as attributes, not queried: engine events may still arrive while the pane is torn down.
-        self.transcript = Transcript(*Transcript.widgets_for(conversation.messages))
+        self.transcript = Transcript(conversation.messages)
         self.status = PaneStatus()
         self.prompt_input = PromptInput(self._sent_texts, self._refusal)
 
@@ -194,7 +195,7 @@ class ChatPane(Vertical):
         params = self.conversation.settings.sampling_params(min(self.conversation.settings.max_tokens, room))
         reply = await self.transcript.add_reply()
         handle = self.context.worker.submit(prompt[1], params, tag=self.id, on_event=self.inbox.put)
-        self.turn = Turn(handle, prompt, reply, Markdown.get_stream(reply))
+        self.turn = Turn(handle, prompt, reply)
         self.context_used = len(prompt[1])
         self.status.show("queued")
         self._update_title()
@@ -237,7 +238,7 @@ class ChatPane(Vertical):
         turn.raw += "".join(e.text for e in mine)
         for event in mine:
             turn.ids.extend(event.token_ids)
-        await self._draw(turn)
+        await turn.reply.update(turn.raw)
         self.context_used = len(turn.prompt[1]) + len(turn.ids)
         last = mine[-1]
         if last.finished:
@@ -247,18 +248,8 @@ class ChatPane(Vertical):
                 self.status.show("decoding", last.metrics)
             if time.monotonic() - turn.saved_at >= PARTIAL_SAVE_SECONDS:
                 turn.saved_at = time.monotonic()
-                self._persist(turn.shown)
+                self._persist(turn.reply.source)
         self._update_title()
-
-    async def _draw(self, turn: Turn) -> None:
-        clean = strip_control(turn.raw)
-        if clean.startswith(turn.shown):
-            await turn.stream.write(clean[len(turn.shown) :])
-        else:  # a control sequence completed across deltas: redraw the reply instead of appending
-            await turn.stream.stop()
-            await turn.reply.update(clean)
-            turn.stream = Markdown.get_stream(turn.reply)
-        turn.shown = clean
 
     def apply_snapshot(self, request: RequestSnapshot) -> None:
         """Queue and prefill progress, which token events cannot tell (no tokens yet)."""
@@ -273,21 +264,21 @@ class ChatPane(Vertical):
 
     async def _finish(self, turn: Turn, event: TokenEvent) -> None:
         self.turn = None
-        await turn.stream.stop()
+        await turn.reply.finish()
         if event.finish_reason == "error":
             await self._refuse_last(f"The engine refused this request: {event.error}")
             return
         self._keep_reply(turn)
-        if not turn.shown:
+        if not turn.reply.source:
             await turn.reply.remove()
         self.status.show("stopped" if event.finish_reason == "abort" else "idle", event.metrics)
         self._persist()
 
     def _keep_reply(self, turn: Turn) -> None:
-        if turn.shown:
-            self.conversation.messages.append(ChatMessage("assistant", turn.shown))
+        if reply := turn.reply.source:
+            self.conversation.messages.append(ChatMessage("assistant", reply))
             tokenizer = self.context.engine.tokenizer
-            self.conversation.prompt_cache.remember(tokenizer, turn.prompt, turn.shown, turn.ids)
+            self.conversation.prompt_cache.remember(tokenizer, turn.prompt, reply, turn.ids)
 
     async def settle(self) -> None:
         """For a pane going away or a quit: stop the request now, keep what it streamed and the
@@ -295,7 +286,7 @@ class ChatPane(Vertical):
         turn, self.turn = self.turn, None
         if turn is not None:
             turn.handle.cancel()
-            await turn.stream.stop()
+            await turn.reply.finish()
             self._keep_reply(turn)
         self.conversation.draft = self.prompt_input.text
         self._persist()
@@ -315,7 +306,7 @@ class ChatPane(Vertical):
     def _save_draft(self) -> None:
         if self.prompt_input.text != self.conversation.draft:
             self.conversation.draft = self.prompt_input.text
-            self._persist(self.turn.shown if self.turn else "")
+            self._persist(self.turn.reply.source if self.turn else "")
 
     # ------------------------------------------------------------------ actions
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -367,10 +358,13 @@ class ChatPane(Vertical):
         async def apply(settings: ChatSettings | None) -> None:
             if settings is not None:
                 self.conversation.settings = settings
-                await self.measure_context()
+                await self.measure_context()  # also retitles: the preset may now be "custom"
                 self._persist()
 
         self.app.push_screen(SettingsScreen(self.conversation.settings, self.label), apply)
+
+    def action_toggle_thinking(self) -> None:
+        self.transcript.set_thinking_shown(not self.transcript.show_thinking)
 
     def action_select(self, step: int) -> None:
         if self.transcript.move_selection(step) is None:
@@ -384,40 +378,22 @@ class ChatPane(Vertical):
 
     def action_copy(self) -> None:
         selected = self.transcript.selected
+        files_dir = self.context.files_dir
         if selected is not None:
-            self._copy(copy_text(selected), "the selection", "The selection is empty.")
+            copy_out(self, files_dir, copy_text(selected), "the selection", "The selection is empty.")
         else:
-            self._copy(self.conversation.last_reply, "the last reply", "Nothing to copy yet.")
+            reply = answer_text(self.conversation.last_reply or "")
+            copy_out(self, files_dir, reply, "the last reply", "Nothing to copy yet.")
 
     def action_copy_code(self) -> None:
-        code = last_code_block(self.conversation.last_reply or "")
-        self._copy(code, "the last code block", "No code block in the last reply.")
+        code = last_code_block(answer_text(self.conversation.last_reply or ""))
+        missing = "No code block in the last reply."
+        copy_out(self, self.context.files_dir, code, "the last code block", missing)
 
     def action_export(self) -> None:
-        try:
-            path = write_text(
-                self.context.files_dir / "exports",
-                export_name(self.conversation),
-                conversation_markdown(self.conversation),
-            )
-        except OSError as exc:
-            self.notify(f"Could not export: {exc.strerror or exc}", severity="error", markup=False)
-            return
-        self.notify(f"Exported to {path}", title="Export", markup=False)
+        export_out(self, self.context.files_dir, self.conversation)
 
     # ------------------------------------------------------------------ helpers
-    def _copy(self, text: str | None, what: str, missing: str) -> None:
-        """OSC 52 cannot report success, so the text is also saved to a file when it can be."""
-        if not text:
-            self.notify(missing, severity="warning")
-            return
-        self.app.copy_to_clipboard(text)
-        try:
-            where = f"; also saved to {write_text(self.context.files_dir, 'clipboard.txt', text)}"
-        except OSError:
-            where = ""
-        self.notify(f"Copied {what} (if your terminal allows OSC 52){where}", title="Copy", markup=False)
-
     async def measure_context(self) -> None:
         """Tokens the conversation fills now (system prompt included), so the meter is right before
         the next send; '?' when the template cannot render it."""
@@ -439,4 +415,7 @@ class ChatPane(Vertical):
         """Plain text, never markup: the title is the user's own first message."""
         self.border_title = Content(f"{self.label} · {self.conversation.title or 'new chat'}")
         used = "?" if self.context_used is None else self.context_used
-        self.border_subtitle = Content(f"ctx {used}/{self.context.engine.max_model_len}")
+        preset = self.conversation.settings.preset
+        self.border_subtitle = Content(
+            f"ctx {used}/{self.context.engine.max_model_len}" + (f" · {preset}" if preset else "")
+        )

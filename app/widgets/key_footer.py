@@ -29,6 +29,7 @@ FOOTER_ORDER = (
     "toggle_dashboard",
     "copy_code",
     "export",
+    "toggle_thinking",
 )
 PINNED = ("quit",)  # kept on the right, beside the palette key
 PALETTE_LABEL = "All keys"  # the palette lists every command with its key

@@ -2,7 +2,7 @@
 
 It scrolls from the keyboard (the pane binds PageUp/PageDown, ctrl+Home/End) and has a
 selection: ctrl+↑/↓ walk over the messages and, inside replies, each code block, so any of
-them can be copied, not only the last reply.
+them can be copied, not only the last reply. Replies fold their thinking (`Reply`).
 """
 
 from __future__ import annotations
@@ -11,11 +11,12 @@ from collections.abc import Iterable
 
 from textual.containers import VerticalScroll
 from textual.widget import Widget
-from textual.widgets import Markdown, Static
+from textual.widgets import Static
 from textual.widgets.markdown import MarkdownFence
 
 from app.conversation import ChatMessage
 from app.sanitize import strip_control
+from app.widgets.reply import Reply
 
 SELECTED = "-selected"
 
@@ -28,39 +29,37 @@ class UserMessage(Static):
         super().__init__(self.text, classes="user", markup=False)
 
 
-def reply_widget(text: str) -> Markdown:
-    """Model output rendered as Markdown; links are not opened on click (the text is untrusted)."""
-    return Markdown(strip_control(text), classes="reply", open_links=False)
-
-
 def copy_text(widget: Widget) -> str:
-    """What copying a selectable widget gives: a message's source, or a code block's code."""
+    """What copying a selectable widget gives: a message's text, a reply's answer, or a block's code."""
     if isinstance(widget, UserMessage):
         return widget.text
     if isinstance(widget, MarkdownFence):
         return widget.code
-    assert isinstance(widget, Markdown)
-    return widget.source
+    assert isinstance(widget, Reply)
+    return widget.answer
 
 
 class Transcript(VerticalScroll, can_focus=False):
     """Messages top to bottom, anchored to the end so a stream stays in view.
 
     Not focusable: Tab moves between panes' inputs, and the keys above scroll it.
-    Every text is passed through `strip_control` here, on its way into the widgets.
+    Every text is passed through `strip_control` on its way into the widgets (here or in `Reply`).
     """
 
-    def __init__(self, *children: Widget) -> None:
-        super().__init__(*children)
+    def __init__(self, messages: Iterable[ChatMessage]) -> None:
+        self.show_thinking = False
+        super().__init__(*self.widgets_for(messages))
         self.selected: Widget | None = None
 
     def on_mount(self) -> None:
         self.anchor()
 
-    @staticmethod
-    def widgets_for(messages: Iterable[ChatMessage]) -> list[Widget]:
+    def widgets_for(self, messages: Iterable[ChatMessage]) -> list[Widget]:
         """One widget per message; used at compose time so a restored pane is complete when mounted."""
-        return [UserMessage(m.content) if m.role == "user" else reply_widget(m.content) for m in messages]
+        return [
+            UserMessage(m.content) if m.role == "user" else Reply(m.content, self.show_thinking)
+            for m in messages
+        ]
 
     async def show(self, messages: Iterable[ChatMessage]) -> None:
         """Replace everything with these messages (after an edit, a regenerate, a clear)."""
@@ -73,9 +72,9 @@ class Transcript(VerticalScroll, can_focus=False):
         await self.mount(UserMessage(text))
         self.anchor()
 
-    async def add_reply(self, text: str = "") -> Markdown:
+    async def add_reply(self, text: str = "") -> Reply:
         """A reply block; an empty one is the target of a stream."""
-        reply = reply_widget(text)
+        reply = Reply(text, self.show_thinking)
         await self.mount(reply)
         self.anchor()
         return reply
@@ -86,8 +85,14 @@ class Transcript(VerticalScroll, can_focus=False):
         self.anchor()
 
     @property
-    def replies(self) -> list[Markdown]:
-        return list(self.query_children(Markdown))
+    def replies(self) -> list[Reply]:
+        return list(self.query_children(Reply))
+
+    def set_thinking_shown(self, shown: bool) -> None:
+        """Open (or fold) the thinking of every reply, and of the replies to come."""
+        self.show_thinking = shown
+        for reply in self.replies:
+            reply.set_thinking_shown(shown)
 
     # ------------------------------------------------------------------ keyboard
     def page(self, pages: int) -> None:
@@ -105,9 +110,9 @@ class Transcript(VerticalScroll, can_focus=False):
         """Messages in order, each reply followed by its code blocks."""
         items: list[Widget] = []
         for child in self.children:
-            if isinstance(child, UserMessage | Markdown):
+            if isinstance(child, UserMessage | Reply):
                 items.append(child)
-                items.extend(child.query(MarkdownFence) if isinstance(child, Markdown) else ())
+                items.extend(child.query(MarkdownFence) if isinstance(child, Reply) else ())
         return items
 
     def move_selection(self, step: int) -> Widget | None:

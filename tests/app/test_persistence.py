@@ -23,7 +23,7 @@ async def test_quit_and_relaunch_restores_open_conversations(make_options: MakeO
         await submit(pilot, first, "Hello!")
         await wait_replied(pilot, first)
         await submit(pilot, streaming, "Tell me a story about the sea.")
-        await wait_until(pilot, lambda: streaming.turn is not None and streaming.turn.shown, "tokens")
+        await wait_until(pilot, lambda: streaming.turn is not None and streaming.turn.reply.source, "tokens")
         await pilot.press("ctrl+q")
     assert app.return_code == 0
     saved = [

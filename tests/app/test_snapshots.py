@@ -31,19 +31,25 @@ def greet(name: str) -> str:
 - it takes a **name**
 - it returns a greeting
 """
+THINKING_REPLY = (
+    "<think>The user wants the weather in Paris. I have a weather tool, so I should call it "
+    "rather than guess.</think>Let me look that up."
+    '<|tool_call_start|>[get_weather(city="Paris")]<|tool_call_end|>'
+)
 SIZE = (110, 32)
 
 
-def app_with_saved_chat(make_options: MakeOptions, panes: int = 2) -> LfmChatApp:
+def app_with_saved_chat(
+    make_options: MakeOptions,
+    panes: int = 2,
+    turn: tuple[str, str] = ("Write a greeting function in Python.", REPLY),
+) -> LfmChatApp:
     """Demo mode (a fixed model label) with one conversation open from the store, the rest empty."""
     options: AppOptions = make_options(demo=True, panes=panes)
     store = Store(options.store_path)
     chat = Conversation(
-        [
-            ChatMessage("user", "Write a greeting function in Python.", 0.0),
-            ChatMessage("assistant", REPLY, 0.0),
-        ],
-        ChatSettings(system_prompt="You are concise."),
+        [ChatMessage("user", turn[0], 0.0), ChatMessage("assistant", turn[1], 0.0)],
+        ChatSettings(system_prompt="You are concise.", preset="LFM2 card defaults"),
         created_at=0.0,
         updated_at=0.0,
     )
@@ -53,13 +59,15 @@ def app_with_saved_chat(make_options: MakeOptions, panes: int = 2) -> LfmChatApp
     return LfmChatApp(options)
 
 
-def steady(then: Callable[[Pilot], object] | None = None) -> Callable[[Pilot], object]:
+def steady(
+    then: Callable[[Pilot], object] | None = None, reply: str = REPLY
+) -> Callable[[Pilot], object]:
     """run_before: wait for the chat screen, optionally act, then stop every cursor blinking."""
 
     async def run(pilot: Pilot) -> None:
         app = pilot.app
         screen = await chat_screen(app, pilot)  # type: ignore[arg-type]
-        await wait_until(pilot, lambda: screen.panes[0].transcript.replies[0].source == REPLY, "the reply")
+        await wait_until(pilot, lambda: screen.panes[0].transcript.replies[0].source == reply, "the reply")
         if then is not None:
             await then(pilot)  # type: ignore[misc]
         for widget in app.screen.query(TextArea):
@@ -84,6 +92,13 @@ def test_settings_modal(snap_compare: Callable[..., bool], make_options: MakeOpt
     assert snap_compare(
         app_with_saved_chat(make_options), terminal_size=SIZE, run_before=steady(open_settings)
     )
+
+
+def test_thinking_folds_and_a_tool_call_is_labelled(
+    snap_compare: Callable[..., bool], make_options: MakeOptions
+) -> None:
+    app = app_with_saved_chat(make_options, panes=1, turn=("What's the weather in Paris?", THINKING_REPLY))
+    assert snap_compare(app, terminal_size=(80, 24), run_before=steady(reply=THINKING_REPLY))
 
 
 @pytest.mark.parametrize("size", [(60, 20), (45, 14)])

@@ -53,7 +53,7 @@ async def test_escape_stops_only_the_focused_pane(make_options: MakeOptions, ref
             await submit(pilot, pane, prompt)
         stopped = panes[target]
         await wait_until(
-            pilot, lambda: stopped.turn is not None and stopped.turn.shown, "first visible tokens"
+            pilot, lambda: stopped.turn is not None and stopped.turn.reply.source, "first visible tokens"
         )
         stopped.focus_input()
         await pilot.press("escape")
