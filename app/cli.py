@@ -69,7 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(
         prog="lfm-chat",
         description="Several chat panes streaming at once from one LFM2 engine with continuous batching.",
-        epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "ctrl+t"}; '
+        epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "f2"}; '
         "the ids are listed in the command palette (ctrl+p). Benchmarks: lfm-chat bench --help. "
         "Offline use: lfm-chat download --help",
     )
@@ -184,7 +184,8 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
         engine=engine,
         sampling_flags=flags,
     )
-    chat = {**options.sampling_defaults().values, "system_prompt": args.system, "max_tokens": args.max_tokens}
+    card = options.sampling_defaults()
+    chat = {**card.values, "preset": card.name, "system_prompt": args.system, "max_tokens": args.max_tokens}
     options.chat = ChatSettings.from_dict(chat)  # the fields ChatSettings has; all are in sampling_defaults()
     if args.data_dir is not None:
         options.data_dir = args.data_dir

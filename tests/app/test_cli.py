@@ -72,7 +72,9 @@ def test_flags_become_engine_and_chat_options() -> None:
 def test_sampling_follows_the_model_card_and_each_flag_replaces_one_value() -> None:
     lfm25 = options_from_args(build_parser().parse_args(["--model", "LiquidAI/LFM2.5-1.2B-Instruct"]))
     assert lfm25.sampling_defaults().name == "LFM2.5 card defaults"
-    assert (lfm25.chat.temperature, lfm25.chat.top_p, lfm25.chat.min_p) == (0.1, 0.1, 0.0)
+    chat = lfm25.chat
+    assert (chat.temperature, chat.top_k, chat.top_p, chat.min_p) == (0.1, 50, 0.1, 0.0)
+    assert lfm25.chat.preset == "LFM2.5 card defaults"  # the name each new pane shows
     argv = ["--model", "LiquidAI/LFM2.5-1.2B-Instruct", "--top-k", "40", "--min-p", "0.05"]
     flagged = options_from_args(build_parser().parse_args(argv))
     defaults = flagged.sampling_defaults()
@@ -84,7 +86,8 @@ def test_sampling_follows_the_model_card_and_each_flag_replaces_one_value() -> N
         "min_p": 0.05,
         "repetition_penalty": 1.05,
     }
-    assert flagged.chat.min_p == 0.05
+    assert (flagged.chat.top_k, flagged.chat.min_p) == (40, 0.05)
+    assert flagged.chat.preset == defaults.name
     lfm2 = options_from_args(build_parser().parse_args(["--demo"]))  # the toy model samples as LFM2
     assert (lfm2.sampling_defaults().name, lfm2.chat.temperature, lfm2.chat.min_p) == (
         "LFM2 card defaults",
