@@ -18,7 +18,8 @@ from app.options import MAX_PANES, AppOptions
 from app.persistence import Saver
 from app.screens.error import ErrorScreen, what_to_try
 from app.screens.loading import LoadingScreen
-from app.store import Store, StoreError
+from app.store import Store
+from app.store_errors import StoreError
 
 if TYPE_CHECKING:  # both import torch: loaded after the loading screen is drawn, not with the app
     from app.screens.chat import ChatScreen

@@ -18,7 +18,8 @@ from typing import NoReturn
 from app import __version__
 from app.conversation import ChatSettings
 from app.options import DATA_DIR_ENV, MAX_PANES, AppOptions
-from app.store import Store, StoreError
+from app.store import Store
+from app.store_errors import StoreError
 from engine import SamplingParams, SamplingParamsError
 from model.family import SAMPLING_OFF
 from model.hub import DEFAULT_MODEL, _is_repo_id

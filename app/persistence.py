@@ -11,7 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable, Hashable, Sequence
 
 from app.conversation import Conversation
-from app.store import Store, StoreWriteError
+from app.store import Store
+from app.store_errors import StoreWriteError
 
 
 class Saver:

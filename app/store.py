@@ -9,76 +9,25 @@ Faults: `Store()` raises only StoreError, and every write raises only StoreWrite
 a sentence the app shows as-is; a failed write is rolled back. A corrupt file is moved aside
 (`recovered_from` says where) and a fresh one started, rather than failing every launch. A
 flock next to the file keeps a second lfm-chat from writing the same conversations.
-
-The schema is versioned with `PRAGMA user_version`: each entry of `_UPGRADES` moves a database
-one version up, so an old file is upgraded in place and a newer one is refused instead of
-being damaged.
 """
 
 from __future__ import annotations
 
-import errno
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
-from app.options import DATA_DIR_ENV
-
-try:
-    import fcntl
-except ImportError:  # Windows: no flock, so nothing stops two instances sharing a data dir there
-    fcntl = None  # type: ignore[assignment]
-
-_UPGRADES: tuple[str, ...] = (
-    # 0 -> 1
-    """
-    CREATE TABLE conversations (
-        id INTEGER PRIMARY KEY,
-        title TEXT NOT NULL,
-        settings TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        updated_at REAL NOT NULL,
-        open_position INTEGER
-    );
-    CREATE TABLE messages (
-        conversation_id INTEGER NOT NULL REFERENCES conversations(id) ON DELETE CASCADE,
-        position INTEGER NOT NULL,
-        role TEXT NOT NULL,
-        content TEXT NOT NULL,
-        created_at REAL NOT NULL,
-        PRIMARY KEY (conversation_id, position)
-    );
-    """,
-    # 1 -> 2: the user's name for a conversation, its unsent draft, the prompt ids; app state (theme)
-    """
-    ALTER TABLE conversations ADD COLUMN name TEXT NOT NULL DEFAULT '';
-    ALTER TABLE conversations ADD COLUMN draft TEXT NOT NULL DEFAULT '';
-    ALTER TABLE conversations ADD COLUMN prompt_cache TEXT NOT NULL DEFAULT '[]';
-    CREATE TABLE state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-    """,
-)
-SCHEMA_VERSION = len(_UPGRADES)
+from app.store_errors import StoreError, StoreWriteError
+from app.store_file import cause, check_writable, holds, identity, lock, move_aside, open_failed, unlock
+from app.store_schema import upgrade
 
 _MESSAGES = "SELECT role, content, created_at FROM messages WHERE conversation_id = ? ORDER BY position"
 _MessageRow = tuple[str, str, float]  # role, content, created_at: what decides whether a row is rewritten
-
-
-class StoreError(RuntimeError):
-    """The store cannot be used; the message is one sentence for the user, shown as-is."""
-
-
-class StoreLockedError(StoreError):
-    """Another lfm-chat holds the data dir: two writers would overwrite each other's turns."""
-
-
-class StoreWriteError(StoreError):
-    """A write failed and was rolled back; what was saved before is intact, the write can be retried."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,14 +55,14 @@ class Store:
         self._last_id = 0  # ids are handed out here, see save()
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            _check_writable(path)
-            self._lock_fd = _lock(self._lock_path)
+            check_writable(path)
+            self._lock_fd = lock(self._lock_path)
         except OSError as exc:
-            raise StoreError(_open_failed(exc, path)) from None
+            raise StoreError(open_failed(exc, path)) from None
         try:
             self._db = self._open()
         except BaseException:
-            _unlock(self._lock_fd)
+            unlock(self._lock_fd)
             raise
 
     @property
@@ -128,10 +77,10 @@ class Store:
             except sqlite3.OperationalError:
                 raise  # locked, read-only, unopenable: the file may be fine, so never move it
             except sqlite3.DatabaseError:
-                self.recovered_from = _move_aside(self.path)
+                self.recovered_from = move_aside(self.path)
             return self._connect()
         except (sqlite3.Error, OSError) as exc:
-            raise StoreError(_open_failed(exc, self.path)) from None
+            raise StoreError(open_failed(exc, self.path)) from None
 
     def _connect(self) -> sqlite3.Connection:
         """A checked, upgraded connection; remembers which file it is so a vanished one is noticed."""
@@ -142,9 +91,9 @@ class Store:
             db.execute("PRAGMA foreign_keys = ON")
             if (check := db.execute("PRAGMA quick_check").fetchone()[0]) != "ok":
                 raise sqlite3.DatabaseError(f"quick_check: {check}")
-            _upgrade(db)
+            upgrade(db)
             db.create_function("folded_contains", 2, _folded_contains, deterministic=True)
-            self._identity = _identity(os.stat(self.path))
+            self._identity = identity(os.stat(self.path))
             (last,) = db.execute("SELECT COALESCE(MAX(id), 0) FROM conversations").fetchone()
             self._last_id = max(self._last_id, last)
         except BaseException:
@@ -171,14 +120,14 @@ class Store:
                     self._db.execute("ROLLBACK")
                 raise
         except (sqlite3.Error, OSError) as exc:
-            raise StoreWriteError(f"Cannot save to {self.path}: {_cause(exc, self.path)}.") from exc
+            raise StoreWriteError(f"Cannot save to {self.path}: {cause(exc, self.path)}.") from exc
         except StoreError as exc:  # from reattaching: another instance, a newer schema
             raise StoreWriteError(str(exc)) from exc
 
     def _follow_file(self) -> None:
         """Reattach if the file was deleted or replaced: SQLite would go on writing to the unlinked one."""
         try:
-            if _identity(os.stat(self.path)) == self._identity:
+            if identity(os.stat(self.path)) == self._identity:
                 return
         except FileNotFoundError:
             if not self.path.parent.is_dir():
@@ -191,7 +140,7 @@ class Store:
         The old connection is closed before the new one opens: closing a WAL database deletes
         `<path>-wal` by name, which by then would be the new file's.
         """
-        lock_fd = self._lock_fd if _holds(self._lock_fd, self._lock_path) else _lock(self._lock_path)
+        lock_fd = self._lock_fd if holds(self._lock_fd, self._lock_path) else lock(self._lock_path)
         try:
             if not self.path.exists():
                 self._db.execute("VACUUM INTO ?", (str(self.path),))
@@ -199,10 +148,10 @@ class Store:
             self._db = self._connect()
         except BaseException:
             if lock_fd != self._lock_fd:
-                _unlock(lock_fd)
+                unlock(lock_fd)
             raise
         if lock_fd != self._lock_fd:
-            _unlock(self._lock_fd)
+            unlock(self._lock_fd)
         self._lock_fd = lock_fd
         self._written.clear()
 
@@ -293,7 +242,7 @@ class Store:
         try:
             yield self._db
         except sqlite3.Error as exc:
-            raise StoreError(f"Cannot read {self.path}: {_cause(exc, self.path)}.") from exc
+            raise StoreError(f"Cannot read {self.path}: {cause(exc, self.path)}.") from exc
 
     def get_state(self, key: str) -> str | None:
         with self._read() as db:
@@ -347,122 +296,10 @@ class Store:
     def close(self) -> None:
         """Close the file, then let another lfm-chat have the data dir."""
         self._db.close()
-        _unlock(self._lock_fd)
+        unlock(self._lock_fd)
         self._lock_fd = None
-
-
-def _upgrade(db: sqlite3.Connection) -> None:
-    """Bring the file to SCHEMA_VERSION in one transaction. It always writes `user_version`, so a
-    read-only file or dir fails here, at launch, instead of at the end of the user's first turn."""
-    version = db.execute("PRAGMA user_version").fetchone()[0]
-    if version > SCHEMA_VERSION:
-        raise StoreError(
-            f"The conversation store was written by a newer lfm-chat (schema {version}, this one reads "
-            f"up to {SCHEMA_VERSION}): upgrade lfm-chat, or start it with --data-dir OTHER_DIR."
-        )
-    scripts = "".join(_UPGRADES[version:])
-    db.executescript(f"BEGIN IMMEDIATE; {scripts}; PRAGMA user_version = {SCHEMA_VERSION}; COMMIT;")
-
-
-def _check_writable(path: Path) -> None:
-    """Refuse a read-only dir or file before SQLite opens it: a read-only open leaves a read-only
-    -shm file behind, which would keep the store unwritable after the user fixed the permissions."""
-    for item in (path.parent, path, *_companions(path)):
-        if item.exists() and not os.access(item, os.W_OK):
-            raise PermissionError(errno.EACCES, "read-only", str(item))
-
-
-def _companions(path: Path) -> tuple[Path, Path]:
-    """The WAL and shared-memory files that belong with the database file."""
-    return path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")
 
 
 def _folded_contains(text: str, folded_query: str) -> bool:
     """SQLite's LIKE folds ASCII only; this is the Unicode-aware case-insensitive search."""
     return folded_query in text.casefold()
-
-
-def _identity(stat: os.stat_result) -> tuple[int, int]:
-    return stat.st_dev, stat.st_ino
-
-
-def _lock(path: Path) -> int | None:
-    """Hold an exclusive flock on `path` and write our pid in it. The OS drops the lock when the
-    process ends, however it ends (SIGKILL too), so a stale lock file never blocks a launch."""
-    if fcntl is None:
-        return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        os.ftruncate(fd, 0)
-        os.write(fd, f"{os.getpid()}\n".encode())
-    except BlockingIOError:
-        os.close(fd)
-        raise StoreLockedError(_locked(path)) from None
-    except BaseException:
-        os.close(fd)
-        raise
-    return fd
-
-
-def _holds(fd: int | None, path: Path) -> bool:
-    """Whether our lock fd is still the file at `path` (it is not once the dir was deleted)."""
-    try:
-        return fd is None or os.path.samestat(os.fstat(fd), os.stat(path))
-    except FileNotFoundError:
-        return False
-
-
-def _unlock(fd: int | None) -> None:
-    if fd is not None:
-        os.close(fd)
-
-
-def _locked(path: Path) -> str:
-    try:
-        pid = path.read_text(encoding="utf-8").strip()
-    except OSError:
-        pid = ""
-    who = f"Another lfm-chat (pid {pid})" if pid.isdigit() else "Another lfm-chat"
-    return f"{who} is using {path.parent}. Quit it first, or start this one with --data-dir OTHER_DIR."
-
-
-def _move_aside(path: Path) -> Path:
-    """Rename a corrupt file (and its -wal/-shm, which belong to it) to a free `.corrupt-TIME` name."""
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    target = path.with_name(f"{path.name}.corrupt-{stamp}")
-    number = 1
-    while target.exists():
-        number += 1
-        target = path.with_name(f"{path.name}.corrupt-{stamp}-{number}")
-    for side, moved in zip(_companions(path), _companions(target), strict=True):
-        if side.exists():
-            side.rename(moved)
-    path.rename(target)
-    return target
-
-
-def _open_failed(exc: BaseException, path: Path) -> str:
-    return (
-        f"Cannot open the conversation store {path}: {_cause(exc, path)}. "
-        f"To use another folder, start with --data-dir DIR or set {DATA_DIR_ENV}."
-    )
-
-
-def _cause(exc: BaseException, path: Path) -> str:
-    """What went wrong in the user's terms, with what to do about it."""
-    folder = path.parent
-    text = str(exc)
-    if isinstance(exc, (NotADirectoryError, FileExistsError)) or (folder.exists() and not folder.is_dir()):
-        return f"{folder} or a folder above it is a file, not a folder"
-    if not folder.exists():
-        return f"the folder {folder} no longer exists; create it again (mkdir -p {folder})"
-    if isinstance(exc, PermissionError) and exc.filename:
-        return f"{exc.filename} is read-only; make it writable"
-    if isinstance(exc, PermissionError) or "readonly" in text or "read-only" in text:
-        return f"{folder} or the files in it are read-only; make them writable"
-    if "disk is full" in text or "No space left" in text:
-        return "the disk is full; free some space"
-    if "locked" in text:
-        return "another program holds the database locked; close it"
-    return text

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
-from app.store import SCHEMA_VERSION, Store, StoreError
+from app.store import Store
+from app.store_errors import StoreError
+from app.store_schema import SCHEMA_VERSION
 
 
 def conversation(*texts: str, system: str = "") -> Conversation:

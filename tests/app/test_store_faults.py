@@ -23,7 +23,8 @@ import pytest
 
 from app.conversation import ChatMessage, Conversation
 from app.persistence import Saver
-from app.store import Store, StoreError, StoreLockedError, StoreWriteError
+from app.store import Store
+from app.store_errors import StoreError, StoreLockedError, StoreWriteError
 
 ROOT = os.geteuid() == 0
 needs_permissions = pytest.mark.skipif(ROOT, reason="root ignores file permissions")
