@@ -22,9 +22,10 @@ from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.keys import key, palette_commands
 from app.layout import plan_layout
 from app.options import MAX_PANES
+from app.pane_context import PaneContext
 from app.persistence import Saver
 from app.screens.history import HistoryScreen
-from app.widgets.chat_pane import ChatPane, PaneContext
+from app.widgets.chat_pane import ChatPane
 from app.widgets.dashboard import Dashboard
 from app.widgets.key_footer import KeyFooter
 from engine import Engine, EngineSnapshot, EngineWorker

@@ -12,9 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from pathlib import Path
+from dataclasses import replace
 from typing import ClassVar
 
 from textual.app import ComposeResult
@@ -28,46 +26,22 @@ from textual.widgets import TextArea
 from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.export import last_code_block
 from app.keys import key
+from app.pane_context import PaneContext
 from app.reply_parts import answer_text
 from app.sanitize import strip_control
 from app.screens.settings import SettingsScreen
 from app.share import copy_out, export_out
+from app.turn import Turn
 from app.widgets.pane_status import PaneStatus
 from app.widgets.prompt_input import PromptInput
-from app.widgets.reply import Reply
 from app.widgets.token_inbox import TokenInbox
 from app.widgets.transcript import Transcript, copy_text
-from engine import Engine, EngineWorker, RequestSnapshot, StreamHandle, TokenEvent
+from engine import RequestSnapshot, TokenEvent
 
 # Snapshot phases as the status line names them.
 PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill", "decode": "decoding"}
 PARTIAL_SAVE_SECONDS = 1.0
 DRAFT_SAVE_SECONDS = 1.0
-
-Persist = Callable[[Conversation, str], None]
-
-
-@dataclass(frozen=True, slots=True)
-class PaneContext:
-    """What all panes share: the engine (tokenizer and context length only), its worker, a files dir,
-    and `persist(conversation, partial_reply)`, which saves and never raises."""
-
-    engine: Engine
-    worker: EngineWorker
-    files_dir: Path
-    persist: Persist
-
-
-@dataclass(slots=True)
-class Turn:
-    """The request in flight: its prompt, what came back, and what of it is on screen."""
-
-    handle: StreamHandle
-    prompt: tuple[str, list[int]]
-    reply: Reply
-    raw: str = ""
-    ids: list[int] = field(default_factory=list)
-    saved_at: float = field(default_factory=time.monotonic)  # when the partial reply was last saved
 
 
 class ChatPane(Vertical):
@@ -230,14 +204,8 @@ class ChatPane(Vertical):
     async def apply(self, events: list[TokenEvent]) -> None:
         """Show the events of the current request, drawn once; events of older requests are ignored."""
         turn = self.turn
-        if turn is None:
+        if turn is None or not (mine := turn.take(events)):
             return
-        mine = [e for e in events if e.request_id == turn.handle.request_id]
-        if not mine:
-            return
-        turn.raw += "".join(e.text for e in mine)
-        for event in mine:
-            turn.ids.extend(event.token_ids)
         await turn.reply.update(turn.raw)
         self.context_used = len(turn.prompt[1]) + len(turn.ids)
         last = mine[-1]
@@ -268,17 +236,11 @@ class ChatPane(Vertical):
         if event.finish_reason == "error":
             await self._refuse_last(f"The engine refused this request: {event.error}")
             return
-        self._keep_reply(turn)
+        turn.keep(self.conversation, self.context.engine.tokenizer)
         if not turn.reply.source:
             await turn.reply.remove()
         self.status.show("stopped" if event.finish_reason == "abort" else "idle", event.metrics)
         self._persist()
-
-    def _keep_reply(self, turn: Turn) -> None:
-        if reply := turn.reply.source:
-            self.conversation.messages.append(ChatMessage("assistant", reply))
-            tokenizer = self.context.engine.tokenizer
-            self.conversation.prompt_cache.remember(tokenizer, turn.prompt, reply, turn.ids)
 
     async def settle(self) -> None:
         """For a pane going away or a quit: stop the request now, keep what it streamed and the
@@ -287,7 +249,7 @@ class ChatPane(Vertical):
         if turn is not None:
             turn.handle.cancel()
             await turn.reply.finish()
-            self._keep_reply(turn)
+            turn.keep(self.conversation, self.context.engine.tokenizer)
         self.conversation.draft = self.prompt_input.text
         self._persist()
 
