@@ -75,6 +75,30 @@ def build_parser() -> argparse.ArgumentParser:
         "Offline use: lfm-chat download --help",
     )
     parser.add_argument("--version", action="version", version=f"lfm-chat {__version__}")
+    add_engine_flags(parser)
+    chat = parser.add_argument_group("chat")
+    chat.add_argument(
+        "--panes",
+        type=whole_number(1, MAX_PANES),
+        default=2,
+        help=f"panes to open, 1-{MAX_PANES} (default: 2)",
+    )
+    chat.add_argument("--system", default="", metavar="TEXT", help="system prompt for new panes")
+    add_sampling_flags(parser)
+    chat.add_argument(
+        "--max-tokens", type=whole_number(1), default=defaults.max_tokens, help="new tokens per reply"
+    )
+    chat.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"where conversations are saved (default: ${DATA_DIR_ENV} or the user data dir)",
+    )
+    return parser
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """The model and engine groups; `lfm-chat serve` (server/cli.py) takes the same ones."""
     model = parser.add_argument_group("model")
     model.add_argument(
         "--model",
@@ -115,14 +139,10 @@ def build_parser() -> argparse.ArgumentParser:
         default=256,
         help="token budget per step, decode + prefill chunks (default: 256)",
     )
-    chat = parser.add_argument_group("chat")
-    chat.add_argument(
-        "--panes",
-        type=whole_number(1, MAX_PANES),
-        default=2,
-        help=f"panes to open, 1-{MAX_PANES} (default: 2)",
-    )
-    chat.add_argument("--system", default="", metavar="TEXT", help="system prompt for new panes")
+
+
+def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    """The sampling group: what a reply samples with unless a request says otherwise."""
     sampling = parser.add_argument_group(
         "sampling",
         "Each defaults to the model card's recommendation for the checkpoint (LFM2: temperature 0.3, "
@@ -135,16 +155,6 @@ def build_parser() -> argparse.ArgumentParser:
     add("--top-p", type=float, metavar="P", help="nucleus sampling (1 = off)")
     add("--min-p", type=float, metavar="P", help="drop tokens below P x the top token's chance (0 = off)")
     add("--repetition-penalty", type=float, metavar="R", help="penalise tokens already in the chat (1 = off)")
-    chat.add_argument(
-        "--max-tokens", type=whole_number(1), default=defaults.max_tokens, help="new tokens per reply"
-    )
-    chat.add_argument(
-        "--data-dir",
-        type=Path,
-        default=None,
-        help=f"where conversations are saved (default: ${DATA_DIR_ENV} or the user data dir)",
-    )
-    return parser
 
 
 def options_from_args(args: argparse.Namespace) -> AppOptions:
