@@ -18,8 +18,6 @@ from engine import Engine, EngineConfig, SamplingParams
 from model.errors import ChatTemplateError, CheckpointError
 from model.tokenizer import Tokenizer
 
-transformers = pytest.importorskip("transformers")
-
 FIXTURES = Path(__file__).parent / "fixtures"
 TEMPLATES = ["lfm2-350m.jinja", "lfm2.5-1.2b-instruct.jinja", "lfm2.5.jinja"]
 
@@ -79,6 +77,12 @@ def _with_template(tiny_ckpt: Path, tmp_path: Path, template: str) -> Path:
     return ckpt
 
 
+def _reference(ckpt: Path) -> Any:
+    """transformers' tokenizer for ``ckpt``: the reference (a test dependency; its tests skip without it)."""
+    transformers = pytest.importorskip("transformers")
+    return transformers.AutoTokenizer.from_pretrained(ckpt)
+
+
 def _reference_ids(reference: Any, messages: list[dict[str, Any]], **kwargs: Any) -> list[int]:
     ids = reference.apply_chat_template(messages, tokenize=True, **kwargs)
     return list(ids["input_ids"] if hasattr(ids, "keys") else ids)
@@ -95,7 +99,7 @@ def test_published_templates_match_transformers_token_for_token(
     published: Path, case: str, generation_prompt: bool
 ) -> None:
     messages, tools, variables = CASES[case]
-    reference = transformers.AutoTokenizer.from_pretrained(published)
+    reference = _reference(published)
     ours = Tokenizer.from_pretrained(published)
     kwargs = {"add_generation_prompt": generation_prompt, "tools": tools, **variables}
     text = reference.apply_chat_template(messages, tokenize=False, **kwargs)
@@ -109,8 +113,8 @@ def test_the_engine_loads_the_lfm25_template_and_prompts_with_transformers_ids(
 ) -> None:
     """The acceptance check: through Engine.from_pretrained (the real loader), prompt ids as transformers'."""
     ckpt = _with_template(tiny_ckpt, tmp_path, (FIXTURES / "lfm2.5.jinja").read_text(encoding="utf-8"))
+    reference = _reference(ckpt)
     engine = Engine.from_pretrained(ckpt, EngineConfig(dtype="float32", num_kv_blocks=64, block_size=16))
-    reference = transformers.AutoTokenizer.from_pretrained(ckpt)
     greedy = SamplingParams(temperature=0.0, max_tokens=1)
     for messages, tools in [(MULTI_TURN, None), (MULTI_TURN, TOOLS), (TOOL_TURNS, TOOLS)]:
         prompt = engine.tokenizer.render_chat(messages, tools=tools)
@@ -147,7 +151,7 @@ def test_helpers_render_as_in_transformers(name: str, tiny_ckpt: Path, tmp_path:
         {"role": "assistant", "content": "ok", "reasoning": "why"},
     ]
     data = {"b": "é 🙂 <tag>&", "a": [1, 2.5, None, True], "c": {}}
-    reference = transformers.AutoTokenizer.from_pretrained(ckpt)
+    reference = _reference(ckpt)
     expected = reference.apply_chat_template(messages, tokenize=False, data=data)
     assert Tokenizer.from_pretrained(ckpt).render_chat(messages, data=data) == expected
 
@@ -156,7 +160,7 @@ def test_a_named_tool_use_template_is_chosen_when_tools_are_given(tiny_ckpt: Pat
     ckpt = _with_template(tiny_ckpt, tmp_path, "plain {{ messages[0].content }}")
     (ckpt / "additional_chat_templates").mkdir()
     (ckpt / "additional_chat_templates" / "tool_use.jinja").write_text("tools {{ tools | length }}")
-    reference = transformers.AutoTokenizer.from_pretrained(ckpt)
+    reference = _reference(ckpt)
     ours = Tokenizer.from_pretrained(ckpt)
     for tools in (None, TOOLS):
         expected = reference.apply_chat_template(MULTI_TURN, tools=tools, tokenize=False)
