@@ -21,9 +21,9 @@ from app.screens.loading import LoadingScreen
 from app.store import Store
 from app.store_errors import StoreError
 
-if TYPE_CHECKING:  # both import torch: loaded after the loading screen is drawn, not with the app
+if TYPE_CHECKING:  # imports torch-based widgets: loaded after the loading screen is drawn
+    from app.backend.base import Backend
     from app.screens.chat import ChatScreen
-    from engine import EngineWorker
 
 
 THEME_KEY = "theme"
@@ -31,7 +31,7 @@ REPLACED_COMMANDS = frozenset({"Quit", "Maximize"})
 
 
 class LfmChatApp(App[None]):
-    """Owns the store and the engine worker; screens do the rest."""
+    """Owns the store and the backend; screens do the rest."""
 
     CSS_PATH = "lfm_chat.tcss"
     TITLE = "lfm-chat"
@@ -46,7 +46,7 @@ class LfmChatApp(App[None]):
         paste.install()
         self.options = options
         self.store = store
-        self.engine_worker: EngineWorker | None = None
+        self.backend: Backend | None = None
         self.chat_screen: ChatScreen | None = None
 
     def on_mount(self) -> None:
@@ -88,40 +88,26 @@ class LfmChatApp(App[None]):
         self.set_keymap(keymap)
 
     def on_loading_screen_loaded(self, message: LoadingScreen.Loaded) -> None:
-        from app.screens.chat import ChatScreen  # torch is loaded by now (see TYPE_CHECKING above)
-        from engine import EngineWorker
+        from app.screens.chat import ChatScreen  # imported by the loader thread (see TYPE_CHECKING above)
 
         assert self.store is not None
-        engine = message.engine
-        self.engine_worker = EngineWorker(engine).start()
+        backend = self.backend = message.backend
         conversations = self.store.open_conversations()[:MAX_PANES]
         missing = max(0, self.options.panes - len(conversations))
         conversations += [Conversation(settings=replace(self.options.chat)) for _ in range(missing)]
-        config = engine.config
-        weights = config.dtype if config.quantize == "none" else f"{config.dtype} {config.quantize}"
-        title = (
-            f"lfm-chat · {self.options.model_label} · {config.device} {weights} · "
-            f"context {engine.max_model_len} · batch {config.max_num_seqs}"
-        )
         self.chat_screen = ChatScreen(
-            engine,
-            self.engine_worker,
+            backend,
             Saver(self.store),
             conversations,
             self.options.chat,
             files_dir=self.options.data_dir,
-            title=title,
+            title=backend.title,
             demo=self.options.demo,
             snapshot_interval=self.options.snapshot_interval,
         )
         self.switch_screen(self.chat_screen)
-        if engine.kernel_fallback:
-            self.notify(
-                f"Native CPU kernels unavailable ({engine.kernel_fallback}): running on PyTorch's "
-                "kernels, about half the speed. README: Quick start.",
-                severity="warning",
-                timeout=20,
-            )
+        if backend.warning:
+            self.notify(backend.warning, severity="warning", timeout=20)
 
     def on_loading_screen_failed(self, message: LoadingScreen.Failed) -> None:
         self.switch_screen(ErrorScreen(message.reason, what_to_try(self.options)))
@@ -133,8 +119,8 @@ class LfmChatApp(App[None]):
         self.exit()
 
     def on_unmount(self) -> None:
-        if self.engine_worker is not None:
-            self.engine_worker.shutdown()
+        if self.backend is not None:
+            self.backend.close()
         if self.store is not None:
             self.store.close()
 

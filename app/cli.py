@@ -20,9 +20,7 @@ from app.conversation import ChatSettings
 from app.options import DATA_DIR_ENV, MAX_PANES, AppOptions
 from app.store import Store
 from app.store_errors import StoreError
-from engine import SamplingParams, SamplingParamsError
-from model.family import SAMPLING_OFF
-from model.hub import DEFAULT_MODEL, _is_repo_id
+from engine import DEFAULT_MODEL, SAMPLING_OFF, SamplingParams, SamplingParamsError, is_repo_id
 
 DEMO_KV_CACHE_MB = 64
 # engine.config's ENGINE_DTYPES and model.loader's QUANTIZATIONS, which import torch; a test keeps them equal
@@ -219,7 +217,7 @@ def check_model(model: str) -> None:
         raise SetupError(f"--model {model}: that directory has no config.json; {what_to_give}")
     if path.exists() and not path.is_dir():
         raise SetupError(f"--model {model}: that is a file, not a directory; {what_to_give}")
-    if not path.exists() and not _is_repo_id(model):
+    if not path.exists() and not is_repo_id(model):
         raise SetupError(f"--model {model}: no such directory; {what_to_give}")
 
 

@@ -175,5 +175,3 @@ class Conversation:
         chat = [{"role": m.role, "content": m.content} for m in self.messages]
         system = self.settings.system_prompt
         return [{"role": "system", "content": system}, *chat] if system else chat
-
-

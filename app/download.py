@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 from app.cli import Parser
-from model.errors import ModelNotAvailableError
-from model.hub import DEFAULT_MODEL, _is_repo_id, download_checkpoint
+from engine import DEFAULT_MODEL, ModelNotAvailableError, download_checkpoint, is_repo_id
 
 
 def build_parser() -> Parser:
@@ -53,7 +52,7 @@ def how_to_run(model: str, revision: str | None, folder: Path, local_dir: Path |
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if not _is_repo_id(args.model):
+    if not is_repo_id(args.model):
         parser.error(f"{args.model!r} is not a Hub repo id like {DEFAULT_MODEL}")
     try:
         folder = download_checkpoint(args.model, args.revision, local_dir=args.local_dir)

@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Any
 import platformdirs
 
 from app.conversation import ChatSettings
-from model.family import FamilySampling, checkpoint_sampling
-from model.hub import DEFAULT_MODEL
+from engine import DEFAULT_MODEL, checkpoint_sampling
 
 if TYPE_CHECKING:
-    from engine import EngineConfig
+    from engine import EngineConfig, FamilySampling
 
 APP_NAME = "lfm-chat"
 DATA_DIR_ENV = "LFM_CHAT_DATA_DIR"

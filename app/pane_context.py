@@ -1,4 +1,4 @@
-"""What every chat pane is given by the chat screen, which owns the engine, its worker and the saver."""
+"""What every chat pane is given by the chat screen: the backend, a files dir and the saver."""
 
 from __future__ import annotations
 
@@ -6,18 +6,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from app.backend.base import Backend
 from app.conversation import Conversation
-from engine import Engine, EngineWorker
 
 Persist = Callable[[Conversation, str], None]
 
 
 @dataclass(frozen=True, slots=True)
 class PaneContext:
-    """What all panes share: the engine (tokenizer and context length only), its worker, a files dir,
-    and `persist(conversation, partial_reply)`, which saves and never raises."""
+    """What all panes share: the backend that generates, a files dir, and
+    `persist(conversation, partial_reply)`, which saves and never raises."""
 
-    engine: Engine
-    worker: EngineWorker
+    backend: Backend
     files_dir: Path
     persist: Persist

@@ -1,4 +1,4 @@
-"""Getting an engine: the --demo checkpoint, the Hub download and the load, off the UI thread.
+"""Getting a backend: the --demo checkpoint, the Hub download and the engine load, off the UI thread.
 
 torch and the model code are imported here, on the loader thread, not where the app starts:
 importing them takes seconds, and the loading screen should be on screen meanwhile. The Hub
@@ -14,19 +14,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.backend.local import LocalBackend
 from app.options import AppOptions
-from model.hub import resolve_checkpoint
+from engine import CheckpointError, ModelNotAvailableError, resolve_checkpoint
 
 if TYPE_CHECKING:
+    from app.backend.base import Backend
     from engine import Engine
 
 DEMO_CHECKPOINT = "demo-checkpoint-v1"  # bump when the demo model's shape changes
 Progress = Callable[[str, "float | None"], None]
+STARTUP_ERRORS = (CheckpointError, ModelNotAvailableError)  # their message is the user's paragraph
 
 
 def demo_checkpoint(cache_dir: Path) -> Path:
     """The tiny random checkpoint for --demo, written once; a half-written one is never used."""
-    from model.tiny import write_tiny_checkpoint
+    from engine import write_tiny_checkpoint
 
     final = cache_dir / DEMO_CHECKPOINT
     if (final / "model.safetensors").is_file():
@@ -51,6 +54,11 @@ def locate_checkpoint(options: AppOptions, progress: Progress) -> Path:
             f"downloading {options.model_label}: {transfer}", transfer.fraction
         ),
     )
+
+
+def load_backend(options: AppOptions, progress: Progress) -> Backend:
+    """Blocking: run in a thread. Raises one of STARTUP_ERRORS for the user."""
+    return LocalBackend(load_engine(options, progress), options.model_label)
 
 
 def load_engine(options: AppOptions, progress: Progress) -> Engine:

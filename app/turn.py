@@ -6,23 +6,23 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from app.conversation import ChatMessage, ChatTokenizer, Conversation
+from app.backend.base import Backend, Prompt, Stream, StreamEvent
+from app.conversation import ChatMessage, Conversation
 from app.widgets.reply import Reply
-from engine import StreamHandle, TokenEvent
 
 
 @dataclass(slots=True)
 class Turn:
     """The request in flight: its prompt, what came back, and what of it is on screen."""
 
-    handle: StreamHandle
-    prompt: tuple[str, list[int]]
+    handle: Stream
+    prompt: Prompt
     reply: Reply
     raw: str = ""
     ids: list[int] = field(default_factory=list)
     saved_at: float = field(default_factory=time.monotonic)  # when the partial reply was last saved
 
-    def take(self, events: list[TokenEvent]) -> list[TokenEvent]:
+    def take(self, events: list[StreamEvent]) -> list[StreamEvent]:
         """Collect the text and ids of this request's events; those of older requests are dropped."""
         mine = [e for e in events if e.request_id == self.handle.request_id]
         self.raw += "".join(e.text for e in mine)
@@ -30,9 +30,17 @@ class Turn:
             self.ids.extend(event.token_ids)
         return mine
 
-    def keep(self, conversation: Conversation, tokenizer: ChatTokenizer) -> None:
-        """Add what was shown to the conversation, with the ids the engine made, so the next turn
-        reuses them instead of re-tokenizing the reply."""
+    def context_used(self, last: StreamEvent) -> int | None:
+        """Tokens the conversation fills with this reply so far: counted here when the prompt's ids
+        are known, else the server's usage figures (None until it sends them)."""
+        if self.prompt.ids is not None:
+            return len(self.prompt.ids) + len(self.ids)
+        m = last.metrics
+        return m.prompt_tokens + m.generated_tokens if m is not None and m.prompt_tokens else None
+
+    def keep(self, conversation: Conversation, backend: Backend) -> None:
+        """Add what was shown to the conversation; the backend keeps the ids the engine made, so the
+        next turn reuses them instead of re-tokenizing the reply."""
         if reply := self.reply.source:
             conversation.messages.append(ChatMessage("assistant", reply))
-            conversation.prompt_cache.remember(tokenizer, self.prompt, reply, self.ids)
+            backend.remember(conversation, self.prompt, reply, self.ids)

@@ -2,6 +2,9 @@
 
 The names are imported on first use (PEP 562): `from engine import SamplingParams` must not
 import torch, which takes seconds, so the app can draw its loading screen before paying for it.
+
+A few names come from model/ (checkpoints, the model card's sampling, the demo checkpoint): the app
+needs them and imports only `engine`, so the layers stay app -> engine -> model (tests/test_layers.py).
 """
 
 from __future__ import annotations
@@ -18,6 +21,11 @@ if TYPE_CHECKING:
     from engine.sampling_params import SamplingParams, SamplingParamsError
     from engine.snapshot import EngineSnapshot, RequestSnapshot
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
+    from model.errors import ChatTemplateError, CheckpointError, ModelNotAvailableError
+    from model.family import SAMPLING_OFF, FamilySampling, checkpoint_sampling
+    from model.hub import DEFAULT_MODEL, download_checkpoint, resolve_checkpoint
+    from model.hub import _is_repo_id as is_repo_id
+    from model.tiny import write_tiny_checkpoint
 
 _MODULES = {
     "Engine": "engine.engine",
@@ -32,13 +40,32 @@ _MODULES = {
     "SamplingParamsError": "engine.sampling_params",
     "StreamHandle": "engine.worker",
     "TokenEvent": "engine.worker",
+    # model/'s, for the app (all torch-free but write_tiny_checkpoint)
+    "ChatTemplateError": "model.errors",
+    "CheckpointError": "model.errors",
+    "DEFAULT_MODEL": "model.hub",
+    "FamilySampling": "model.family",
+    "ModelNotAvailableError": "model.errors",
+    "SAMPLING_OFF": "model.family",
+    "checkpoint_sampling": "model.family",
+    "download_checkpoint": "model.hub",
+    "is_repo_id": "model.hub",
+    "resolve_checkpoint": "model.hub",
+    "write_tiny_checkpoint": "model.tiny",
 }
+_RENAMED = {"is_repo_id": "_is_repo_id"}  # private in model.hub; public here
 
 __all__ = [
+    "DEFAULT_MODEL",
+    "SAMPLING_OFF",
+    "ChatTemplateError",
+    "CheckpointError",
     "Engine",
     "EngineConfig",
     "EngineSnapshot",
     "EngineWorker",
+    "FamilySampling",
+    "ModelNotAvailableError",
     "RequestError",
     "RequestMetrics",
     "RequestOutput",
@@ -47,6 +74,11 @@ __all__ = [
     "SamplingParamsError",
     "StreamHandle",
     "TokenEvent",
+    "checkpoint_sampling",
+    "download_checkpoint",
+    "is_repo_id",
+    "resolve_checkpoint",
+    "write_tiny_checkpoint",
 ]
 
 
@@ -55,6 +87,6 @@ def __getattr__(name: str) -> object:
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
     globals()[name] = value  # later lookups skip this function
     return value

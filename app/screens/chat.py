@@ -1,4 +1,4 @@
-"""The main screen: a grid of chat panes on one shared engine, the dashboard, and persistence."""
+"""The main screen: a grid of chat panes on one shared backend, the dashboard, and persistence."""
 
 from __future__ import annotations
 
@@ -18,6 +18,7 @@ from textual.screen import Screen
 from textual.widgets import Static
 from textual.worker import get_current_worker
 
+from app.backend.base import Backend
 from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.keys import key, palette_commands
 from app.layout import plan_layout
@@ -28,7 +29,6 @@ from app.screens.history import HistoryScreen
 from app.widgets.chat_pane import ChatPane
 from app.widgets.dashboard import Dashboard
 from app.widgets.key_footer import KeyFooter
-from engine import Engine, EngineSnapshot, EngineWorker
 
 DEMO_BANNER = "DEMO · random weights: replies are gibberish · --model PATH for a real LFM2"
 CONFIRM_SECONDS = 3.0
@@ -37,7 +37,7 @@ RETRY_SECONDS = 5.0
 
 
 class ChatScreen(Screen[None]):
-    """Owns the panes, feeds the dashboard from engine snapshots, and saves conversations."""
+    """Owns the panes, feeds the dashboard from the backend's snapshots, and saves conversations."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         key("ctrl+n", "new_pane", "New", "Open a new pane"),
@@ -49,18 +49,17 @@ class ChatScreen(Screen[None]):
     ]
 
     @dataclass
-    class EngineSnapshotted(Message):
-        """The latest engine snapshot; a newer one replaces it if the UI has not caught up."""
+    class Snapshotted(Message):
+        """The backend's latest snapshot; a newer one replaces it if the UI has not caught up."""
 
-        snapshot: EngineSnapshot
+        snapshot: object
 
         def can_replace(self, message: Message) -> bool:
-            return isinstance(message, ChatScreen.EngineSnapshotted)
+            return isinstance(message, ChatScreen.Snapshotted)
 
     def __init__(
         self,
-        engine: Engine,
-        worker: EngineWorker,
+        backend: Backend,
         saver: Saver,
         conversations: Sequence[Conversation],
         defaults: ChatSettings,
@@ -71,7 +70,7 @@ class ChatScreen(Screen[None]):
         snapshot_interval: float = 0.25,
     ) -> None:
         super().__init__()
-        self.context = PaneContext(engine, worker, files_dir, self.persist)
+        self.context = PaneContext(backend, files_dir, self.persist)
         self.saver = saver
         self.defaults = defaults
         self.title_text = title
@@ -142,27 +141,27 @@ class ChatScreen(Screen[None]):
         self.too_small.update(f"{layout.too_small}\nEnlarge the window, or close a pane (ctrl+w).")
         self.set_class(layout.too_small is not None, "-too-small")
 
-    # ------------------------------------------------------------------ engine -> panes
+    # ------------------------------------------------------------------ backend -> panes
     @work(thread=True, exclusive=True, group="monitor")
     def _monitor(self) -> None:
-        """Read the worker's published snapshot a few times a second; never touches the model.
+        """Read the backend's published snapshot a few times a second; never touches the model.
 
         Only a new snapshot is posted: an idle engine publishes none, so an idle app stays idle.
         """
         worker = get_current_worker()
         last = None
         while not worker.is_cancelled:
-            snapshot = self.context.worker.snapshot()
-            if snapshot is not last:
-                self.post_message(self.EngineSnapshotted(snapshot))
+            snapshot = self.context.backend.snapshot()
+            if snapshot is not None and snapshot is not last:
+                self.post_message(self.Snapshotted(snapshot))
                 last = snapshot
             time.sleep(self.snapshot_interval)
 
-    def on_chat_screen_engine_snapshotted(self, message: EngineSnapshotted) -> None:
+    def on_chat_screen_snapshotted(self, message: Snapshotted) -> None:
         snap = message.snapshot
         panes = {p.id: p for p in self.panes}
-        for request in snap.requests:
-            if (pane := panes.get(request.tag)) is not None:  # type: ignore[arg-type]
+        for request in getattr(snap, "requests", ()):
+            if (pane := panes.get(request.tag)) is not None:
                 pane.apply_snapshot(request)
         self.dashboard.show(snap, {pane_id: f"pane {p.label}" for pane_id, p in panes.items()})
 

@@ -1,4 +1,5 @@
-"""Shown at once on launch while torch is imported and the model downloads and loads, on a thread."""
+"""Shown at once on launch while the backend starts on a thread: torch is imported and the model
+downloads and loads, or the server is asked which models it serves."""
 
 from __future__ import annotations
 
@@ -14,15 +15,14 @@ from textual.screen import Screen
 from textual.widgets import Footer, Label, ProgressBar
 
 from app.options import AppOptions
-from app.startup import load_engine
-from model.errors import CheckpointError, ModelNotAvailableError
+from app.startup import STARTUP_ERRORS, load_backend
 
-if TYPE_CHECKING:  # the engine (torch) is imported by the loader thread, after this screen is drawn
-    from engine import Engine
+if TYPE_CHECKING:
+    from app.backend.base import Backend
 
 
 class LoadingScreen(Screen[None]):
-    """Runs `load_engine` on a thread and reports back with messages (never blocks the UI)."""
+    """Runs `load_backend` on a thread and reports back with messages (never blocks the UI)."""
 
     @dataclass
     class Progress(Message):
@@ -36,7 +36,7 @@ class LoadingScreen(Screen[None]):
 
     @dataclass
     class Loaded(Message):
-        engine: Engine
+        backend: Backend
 
     @dataclass
     class Failed(Message):
@@ -67,15 +67,15 @@ class LoadingScreen(Screen[None]):
             self.post_message(self.Progress(stage, fraction))
 
         try:
-            engine = load_engine(self.options, progress)
+            backend = load_backend(self.options, progress)
             # The next screen: its import (~0.5 s, torch-based widgets) here, so the UI does not freeze
             importlib.import_module("app.screens.chat")
-        except (CheckpointError, ModelNotAvailableError) as exc:
+        except STARTUP_ERRORS as exc:
             self.post_message(self.Failed(str(exc)))
         except Exception as exc:  # anything else is still shown as one line, not a traceback
             self.post_message(self.Failed(f"The engine could not start: {type(exc).__name__}: {exc}"))
         else:
-            self.post_message(self.Loaded(engine))
+            self.post_message(self.Loaded(backend))
 
     def on_loading_screen_progress(self, message: Progress) -> None:
         message.stop()

@@ -1,6 +1,6 @@
 """One conversation on screen: transcript, status line, input, and the request it has in flight.
 
-Tokens reach a pane by the pane object itself: the engine thread puts events in the pane's
+Tokens reach a pane by the pane object itself: the backend's thread puts events in the pane's
 inbox, which wakes the pane. Focus never decides where tokens go.
 
 What is saved when: the user's message before its request is submitted, the reply so far
@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import time
 from dataclasses import replace
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import BindingType
@@ -23,6 +23,7 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import TextArea
 
+from app.backend.base import Prompt, StreamEvent
 from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.export import last_code_block
 from app.keys import PANE_KEYS
@@ -36,7 +37,9 @@ from app.widgets.pane_status import PaneStatus
 from app.widgets.prompt_input import PromptInput
 from app.widgets.token_inbox import TokenInbox
 from app.widgets.transcript import Transcript, copy_text
-from engine import RequestSnapshot, TokenEvent
+
+if TYPE_CHECKING:
+    from engine import RequestSnapshot
 
 # Snapshot phases as the status line names them.
 PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill", "decode": "decoding"}
@@ -45,12 +48,12 @@ DRAFT_SAVE_SECONDS = 1.0
 
 
 class ChatPane(Vertical):
-    """A chat with the shared engine. Actions act on this pane only (Esc stops only this one)."""
+    """A chat with the shared backend. Actions act on this pane only (Esc stops only this one)."""
 
     BINDINGS: ClassVar[list[BindingType]] = PANE_KEYS
 
     class Woken(Message):
-        """Token events are waiting in the pane's inbox (posted from the engine thread)."""
+        """Token events are waiting in the pane's inbox (posted from the backend's thread)."""
 
     def __init__(self, conversation: Conversation, context: PaneContext, *, id: str) -> None:
         super().__init__(id=id)
@@ -62,7 +65,7 @@ class ChatPane(Vertical):
         self.context_used: int | None = 0
         self.inbox = TokenInbox(lambda: self.post_message(self.Woken()))
         self._draft_timer: Timer | None = None
-        # Kept as attributes, not queried: engine events may still arrive while the pane is torn down.
+        # Kept as attributes, not queried: backend events may still arrive while the pane is torn down.
         self.transcript = Transcript(conversation.messages)
         self.status = PaneStatus()
         self.prompt_input = PromptInput(self._sent_texts, self._refusal)
@@ -114,7 +117,7 @@ class ChatPane(Vertical):
         await self._start_turn()
 
     async def _start_turn(self) -> None:
-        engine = self.context.engine
+        backend = self.context.backend
         self._starting = True
         try:
             prompt = await self._build_prompt()
@@ -122,29 +125,26 @@ class ChatPane(Vertical):
             self._starting = False
         if prompt is None:
             return
-        room = engine.max_model_len - len(prompt[1])
+        settings, limit, used = self.conversation.settings, backend.max_model_len, prompt.tokens
+        room = settings.max_tokens if limit is None or used is None else limit - used
         if room < 1:
             await self._refuse_last(
-                f"This message would not fit: the conversation needs {len(prompt[1])} tokens and the "
-                f"model's context is {engine.max_model_len}. Shorten it, or clear the pane (ctrl+l)."
+                f"This message would not fit: the conversation needs {used} tokens and the "
+                f"model's context is {limit}. Shorten it, or clear the pane (ctrl+l)."
             )
             return
-        params = self.conversation.settings.sampling_params(min(self.conversation.settings.max_tokens, room))
         reply = await self.transcript.add_reply()
-        handle = self.context.worker.submit(prompt[1], params, tag=self.id, on_event=self.inbox.put)
+        handle = backend.submit(prompt, settings, min(settings.max_tokens, room), self.id, self.inbox.put)
         self.turn = Turn(handle, prompt, reply)
-        self.context_used = len(prompt[1])
+        self.context_used = used
         self.status.show("queued")
         self._update_title()
 
-    async def _build_prompt(self) -> tuple[str, list[int]] | None:
+    async def _build_prompt(self) -> Prompt | None:
         """Render and tokenize off the UI thread (a Hub template can be slow or raise); a template
         error takes the message back and says why."""
-        tokenizer, conversation = self.context.engine.tokenizer, self.conversation
         try:
-            return await asyncio.to_thread(
-                conversation.prompt_cache.build, tokenizer, conversation.chat_messages()
-            )
+            return await asyncio.to_thread(self.context.backend.prepare, self.conversation)
         except ValueError as exc:  # the tokenizer's ChatTemplateError: a raising or runaway template
             await self._refuse_last(f"The model's chat template refused this conversation: {exc}")
             return None
@@ -164,14 +164,16 @@ class ChatPane(Vertical):
         message.stop()
         await self.apply(self.inbox.take())
 
-    async def apply(self, events: list[TokenEvent]) -> None:
+    async def apply(self, events: list[StreamEvent]) -> None:
         """Show the events of the current request, drawn once; events of older requests are ignored."""
         turn = self.turn
         if turn is None or not (mine := turn.take(events)):
             return
+        for notice in (e.notice for e in mine if e.notice):
+            await self.transcript.add_notice(notice, before=turn.reply)
         await turn.reply.update(turn.raw)
-        self.context_used = len(turn.prompt[1]) + len(turn.ids)
         last = mine[-1]
+        self.context_used = turn.context_used(last)
         if last.finished:
             await self._finish(turn, last)
         else:
@@ -193,16 +195,19 @@ class ChatPane(Vertical):
                 prefill=(request.computed_prompt_tokens, request.prompt_tokens),
             )
 
-    async def _finish(self, turn: Turn, event: TokenEvent) -> None:
+    async def _finish(self, turn: Turn, event: StreamEvent) -> None:
         self.turn = None
         await turn.reply.finish()
-        if event.finish_reason == "error":
-            await self._refuse_last(f"The engine refused this request: {event.error}")
+        if event.finish_reason == "error" and not turn.reply.source:
+            await self._refuse_last(f"This request was refused: {event.error}")
             return
-        turn.keep(self.conversation, self.context.engine.tokenizer)
+        turn.keep(self.conversation, self.context.backend)
+        if event.finish_reason == "error":  # a connection lost mid-reply: what came is kept
+            await self.transcript.add_notice(f"The reply above is incomplete: {event.error}")
         if not turn.reply.source:
             await turn.reply.remove()
-        self.status.show("stopped" if event.finish_reason == "abort" else "idle", event.metrics)
+        state = {"abort": "stopped", "error": "error"}.get(event.finish_reason or "", "idle")
+        self.status.show(state, event.metrics)
         self._persist()
 
     async def settle(self) -> None:
@@ -212,7 +217,7 @@ class ChatPane(Vertical):
         if turn is not None:
             turn.handle.cancel()
             await turn.reply.finish()
-            turn.keep(self.conversation, self.context.engine.tokenizer)
+            turn.keep(self.conversation, self.context.backend)
         self.conversation.draft = self.prompt_input.text
         self._persist()
 
@@ -322,25 +327,22 @@ class ChatPane(Vertical):
     async def measure_context(self) -> None:
         """Tokens the conversation fills now (system prompt included), so the meter is right before
         the next send; '?' when the template cannot render it."""
-        chat, tokenizer = self.conversation, self.context.engine.tokenizer
+        chat = self.conversation
         if not chat.messages and not chat.settings.system_prompt:
             self.context_used = 0
         else:
             try:
-                ids = await asyncio.to_thread(
-                    lambda: chat.prompt_cache.build(tokenizer, chat.chat_messages())[1]
-                )
+                prompt = await asyncio.to_thread(self.context.backend.prepare, chat)
             except ValueError:
                 self.context_used = None
             else:
-                self.context_used = len(ids)
+                self.context_used = prompt.tokens
         self._update_title()
 
     def _update_title(self) -> None:
         """Plain text, never markup: the title is the user's own first message."""
         self.border_title = Content(f"{self.label} · {self.conversation.title or 'new chat'}")
         used = "?" if self.context_used is None else self.context_used
+        limit = self.context.backend.max_model_len or "?"
         preset = self.conversation.settings.preset
-        self.border_subtitle = Content(
-            f"ctx {used}/{self.context.engine.max_model_len}" + (f" · {preset}" if preset else "")
-        )
+        self.border_subtitle = Content(f"ctx {used}/{limit}" + (f" · {preset}" if preset else ""))

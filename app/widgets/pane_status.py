@@ -2,24 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Protocol
-
 from textual.widgets import Static
 
+from app.backend.base import Metrics
+
 STATES = ("idle", "queued", "preempted", "prefill", "decoding", "stopping", "stopped", "error")
-
-
-class Metrics(Protocol):
-    """The fields of `engine.RequestMetrics` the status line shows."""
-
-    prompt_tokens: int
-    cached_prompt_tokens: int
-    generated_tokens: int
-
-    @property
-    def ttft(self) -> float | None: ...
-    @property
-    def tokens_per_s(self) -> float | None: ...
 
 
 class PaneStatus(Static):

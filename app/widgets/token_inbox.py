@@ -1,4 +1,4 @@
-"""Token events from the engine thread, handed to the UI in batches.
+"""Token events from the backend's thread, handed to the UI in batches.
 
 One UI message per token floods Textual's queues when several panes stream: key presses and
 focus changes then wait behind hundreds of token messages, and the dashboard lags seconds
@@ -11,24 +11,24 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from engine import TokenEvent
+from app.backend.base import StreamEvent
 
 
 class TokenInbox:
     def __init__(self, wake: Callable[[], None]) -> None:
         self._lock = threading.Lock()
-        self._events: list[TokenEvent] = []
+        self._events: list[StreamEvent] = []
         self._wake = wake
 
-    def put(self, event: TokenEvent) -> None:
-        """Engine thread: never blocks on the UI."""
+    def put(self, event: StreamEvent) -> None:
+        """Backend thread: never blocks on the UI."""
         with self._lock:
             first = not self._events
             self._events.append(event)
         if first:
             self._wake()
 
-    def take(self) -> list[TokenEvent]:
+    def take(self) -> list[StreamEvent]:
         """UI thread: everything since the last take, oldest first (may be empty after a spare wake)."""
         with self._lock:
             events, self._events = self._events, []

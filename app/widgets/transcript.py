@@ -79,9 +79,10 @@ class Transcript(VerticalScroll, can_focus=False):
         self.anchor()
         return reply
 
-    async def add_notice(self, text: str) -> None:
-        """A one-off remark from the app (context full, request error), styled apart from the chat."""
-        await self.mount(Static(strip_control(text), classes="notice", markup=False))
+    async def add_notice(self, text: str, before: Widget | None = None) -> None:
+        """A one-off remark from the app (context full, request error), styled apart from the chat;
+        `before` a reply still streaming, so the remark is not pushed down by it."""
+        await self.mount(Static(strip_control(text), classes="notice", markup=False), before=before)
         self.anchor()
 
     @property

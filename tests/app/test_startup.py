@@ -11,6 +11,7 @@ from huggingface_hub import constants
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
+from app.backend.local import LocalBackend
 from app.cli import build_parser, open_store, options_from_args
 from app.screens.loading import LoadingScreen
 from app.widgets.chat_pane import ChatPane
@@ -74,7 +75,7 @@ async def test_the_options_and_store_the_cli_makes_run_the_app(tmp_path: Path) -
     async with app.run_test() as pilot:
         await chat_screen(app, pilot)
         assert app.store is store
-        assert app.engine_worker is not None and app.engine_worker.engine.config.max_num_seqs == 8
+        assert isinstance(app.backend, LocalBackend) and app.backend.engine.config.max_num_seqs == 8
 
 
 def test_the_loading_screen_needs_no_torch() -> None:
@@ -83,6 +84,7 @@ def test_the_loading_screen_needs_no_torch() -> None:
     code = """
 import sys, tempfile
 from app.app import LfmChatApp
+from app.backend.local import LocalBackend
 from app.cli import build_parser, open_store, options_from_args
 from app.screens.error import ErrorScreen, what_to_try
 from app.screens.loading import LoadingScreen

@@ -1,0 +1,98 @@
+"""What a backend is to the app: submit a conversation, stream events, cancel, snapshot, close.
+
+Events reach the app on the backend's own thread through `on_event`, exactly as the engine's
+worker delivers them, so a pane's inbox works unchanged for either backend.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from app.conversation import ChatSettings, Conversation
+
+
+class Metrics(Protocol):
+    """A request's figures as the status line shows them (engine.RequestMetrics has these)."""
+
+    prompt_tokens: int
+    cached_prompt_tokens: int
+    generated_tokens: int
+
+    @property
+    def ttft(self) -> float | None: ...
+    @property
+    def tokens_per_s(self) -> float | None: ...
+
+
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """A piece of a reply. `finish_reason`: "stop" | "length" | "abort" | "error"; `notice` is one
+    line for the pane that is not part of the reply (dropped sampling fields, a retry)."""
+
+    request_id: str
+    text: str = ""
+    token_ids: tuple[int, ...] = ()
+    finished: bool = False
+    finish_reason: str | None = None
+    error: str | None = None
+    metrics: Metrics | None = None
+    notice: str = ""
+
+
+OnEvent = Callable[[StreamEvent], None]
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """A conversation ready to submit: its messages, and where the backend tokenizes on our side
+    (local) the rendered text and the exact ids; `ids` is None when only the server can count."""
+
+    messages: list[dict[str, str]]
+    text: str = ""
+    ids: list[int] | None = field(default=None)
+
+    @property
+    def tokens(self) -> int | None:
+        return None if self.ids is None else len(self.ids)
+
+
+class Stream(Protocol):
+    """A submitted request: cancel ends it with a final "abort" event (or none, once finished)."""
+
+    @property
+    def request_id(self) -> str: ...
+    def cancel(self) -> None: ...
+
+
+class Backend(Protocol):
+    """What generates. `max_model_len` None: unknown (a server that does not say)."""
+
+    model_name: str
+    title: str  # the chat screen's title bar
+    max_model_len: int | None
+    warning: str | None  # shown once when the chat screen opens (e.g. slow kernels)
+
+    def prepare(self, conversation: Conversation) -> Prompt:
+        """Blocking (a Hub chat template can be slow): call off the UI thread. ValueError: the
+        template refused the conversation."""
+        ...
+
+    def submit(
+        self, prompt: Prompt, settings: ChatSettings, max_tokens: int, tag: str, on_event: OnEvent
+    ) -> Stream:
+        """Never blocks, never raises for a bad request: that is one final "error" event."""
+        ...
+
+    def remember(self, conversation: Conversation, prompt: Prompt, reply: str, ids: list[int]) -> None:
+        """A turn ended with `reply` shown: keep what lets the next prompt reuse this one's ids."""
+        ...
+
+    def snapshot(self) -> object | None:
+        """The latest dashboard figures (cheap, any thread): an EngineSnapshot or a ServerSnapshot."""
+        ...
+
+    def close(self) -> None:
+        """Stop everything in flight (each stream gets its final event) and release the backend."""
+        ...

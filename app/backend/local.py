@@ -1,0 +1,73 @@
+"""The in-process engine as a backend: today's EngineWorker and the checkpoint's tokenizer.
+
+Prompts are rendered and tokenized here, with the conversation's PromptCache, so turn N+1 sends
+the exact ids turn N ended with and the engine's prefix cache serves them.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from app.backend.base import OnEvent, Prompt, StreamEvent
+from app.conversation import ChatSettings, Conversation
+
+if TYPE_CHECKING:
+    from engine import Engine, EngineSnapshot, StreamHandle, TokenEvent
+
+
+class LocalBackend:
+    """Owns the engine's worker thread; the engine itself is touched only by that thread."""
+
+    def __init__(self, engine: Engine, model_name: str) -> None:
+        from engine import EngineWorker
+
+        self.engine = engine
+        self.worker = EngineWorker(engine).start()
+        self.model_name = model_name
+        self.max_model_len: int | None = engine.max_model_len
+        config = engine.config
+        weights = config.dtype if config.quantize == "none" else f"{config.dtype} {config.quantize}"
+        self.title = (
+            f"lfm-chat · {model_name} · {config.device} {weights} · "
+            f"context {engine.max_model_len} · batch {config.max_num_seqs}"
+        )
+        self.warning = (
+            f"Native CPU kernels unavailable ({engine.kernel_fallback}): running on PyTorch's "
+            "kernels, about half the speed. README: Quick start."
+            if engine.kernel_fallback
+            else None
+        )
+
+    def prepare(self, conversation: Conversation) -> Prompt:
+        messages = conversation.chat_messages()
+        text, ids = conversation.prompt_cache.build(self.engine.tokenizer, messages)
+        return Prompt(messages, text, ids)
+
+    def submit(
+        self, prompt: Prompt, settings: ChatSettings, max_tokens: int, tag: str, on_event: OnEvent
+    ) -> StreamHandle:
+        def forward(event: TokenEvent) -> None:
+            on_event(
+                StreamEvent(
+                    event.request_id,
+                    event.text,
+                    event.token_ids,
+                    event.finished,
+                    event.finish_reason,
+                    event.error,
+                    event.metrics,
+                )
+            )
+
+        params = settings.sampling_params(max_tokens)  # the settings screen has validated them
+        return self.worker.submit(prompt.ids or prompt.text, params, tag=tag, on_event=forward)
+
+    def remember(self, conversation: Conversation, prompt: Prompt, reply: str, ids: list[int]) -> None:
+        if prompt.ids is not None:
+            conversation.prompt_cache.remember(self.engine.tokenizer, (prompt.text, prompt.ids), reply, ids)
+
+    def snapshot(self) -> EngineSnapshot:
+        return self.worker.snapshot()
+
+    def close(self) -> None:
+        self.worker.shutdown()

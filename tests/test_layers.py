@@ -1,0 +1,64 @@
+"""The layers point one way, app -> engine -> model, read from the source with ast (DESIGN.md).
+
+The app sees `engine`'s public API only (`from engine import ...`, the names docs/ENGINE_API.md
+lists), never its modules nor model/; the engine knows nothing of the app or the server; the model
+knows nothing above it. server/ uses the engine's public API as the app does.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def imports(package: str) -> Iterator[tuple[str, str]]:
+    """(file, module) for every import in the package, nested ones (lazy, TYPE_CHECKING) included."""
+    for path in sorted((ROOT / package).rglob("*.py")):
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        where = str(path.relative_to(ROOT))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                yield from ((where, alias.name) for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                yield where, node.module
+                if node.module in ("engine", "model"):  # `from engine import worker` is a module too
+                    yield from (
+                        (where, f"{node.module}.{a.name}")
+                        for a in node.names
+                        if is_module(node.module, a.name)
+                    )
+
+
+def is_module(package: str, name: str) -> bool:
+    return (ROOT / package / f"{name}.py").is_file() or (ROOT / package / name).is_dir()
+
+
+def top(module: str) -> str:
+    return module.partition(".")[0]
+
+
+RULES = {
+    # package: (top-level packages it must not import, whether engine.<submodule> is allowed)
+    "app": ({"model"}, False),
+    "engine": ({"app", "server"}, True),
+    "model": ({"engine", "app", "server"}, True),
+    "server": ({"model"}, False),
+}
+
+
+@pytest.mark.parametrize("package", sorted(RULES))
+def test_imports_point_down_the_layers(package: str) -> None:
+    if not (ROOT / package).is_dir():
+        pytest.skip(f"no {package}/ in this checkout")
+    forbidden, submodules_ok = RULES[package]
+    wrong = [
+        f"{where}: {module}"
+        for where, module in imports(package)
+        if top(module) in forbidden or (not submodules_ok and module.startswith("engine."))
+    ]
+    assert not wrong, "imports against the layers (app -> engine -> model):\n" + "\n".join(wrong)
