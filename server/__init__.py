@@ -1,0 +1,15 @@
+"""`lfm-chat serve`: the engine behind an OpenAI-compatible HTTP API, with vLLM's Prometheus metrics.
+
+    cli.py          the command line: flags (shared with app/cli.py), safe-bind check, load, run uvicorn
+    app.py          the Starlette app: routes, the worker's lifetime, the API key, errors as JSON
+    completions.py  the two generation endpoints: parse, render the prompt, stream or collect, cancel
+    protocol.py     request bodies -> messages / prompt + SamplingParams, every mistake a 400
+    responses.py    OpenAI's response and stream-chunk shapes
+    bridge.py       worker thread -> event loop (a queue per request), admission (503 when full)
+    metrics.py      /metrics text: vLLM's names from engine snapshots and token events
+    errors.py       ApiError and OpenAI's error object
+    config.py       ServerConfig
+
+It uses the engine through its public API only (`from engine import ...`). Starlette and uvicorn
+are the optional `serve` extra; nothing else in lfm-chat imports this package.
+"""

@@ -1,0 +1,164 @@
+"""`lfm-chat serve`: the engine behind an OpenAI-compatible HTTP API (`pip install 'lfm-chat[serve]'`).
+
+The model, engine and sampling flags are the app's own (app/cli.py), checked by the same code;
+the sampling flags set what a request gets for the fields it leaves out. Safe by default: it
+binds 127.0.0.1, and binding any other address without --api-key is refused before anything loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import os
+import sys
+import time
+from collections.abc import Callable
+
+from app.cli import (
+    Parser,
+    SetupError,
+    UsageError,
+    add_engine_flags,
+    add_sampling_flags,
+    check_device,
+    check_model,
+    options_from_args,
+    whole_number,
+)
+from app.options import AppOptions
+from engine import CheckpointError, ModelNotAvailableError
+
+API_KEY_ENV = "LFM_CHAT_API_KEY"
+DEMO_MODEL_NAME = "lfm-chat-demo"
+SERVE_EXTRA = ("starlette", "uvicorn", "anyio", "h11", "click")  # the serve extra and what it pulls in
+GRACEFUL_SHUTDOWN_S = 5  # then open streams are cut and their requests aborted
+
+
+def build_parser() -> Parser:
+    parser = Parser(
+        prog="lfm-chat serve",
+        description="Serve the LFM2 engine over an OpenAI-compatible HTTP API: /v1/chat/completions, "
+        "/v1/completions, /v1/models, /health and Prometheus /metrics with vLLM's metric names.",
+        epilog="Point the TUI at it with lfm-chat --server http://HOST:PORT (docs/SCALE_OUT.md).",
+    )
+    net = parser.add_argument_group("server")
+    net.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="address to listen on (default: 127.0.0.1, this machine only; any other needs --api-key)",
+    )
+    net.add_argument("--port", type=whole_number(0, 65535), default=8000, help="TCP port (default: 8000)")
+    net.add_argument(
+        "--api-key",
+        dest="key",  # args.api_key is the app's --server key, which options_from_args reads
+        default=os.environ.get(API_KEY_ENV),
+        metavar="KEY",
+        help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}, else none)",
+    )
+    net.add_argument(
+        "--served-model-name",
+        metavar="NAME",
+        help="the model's name in the API (default: the --model value)",
+    )
+    net.add_argument(
+        "--max-tokens",
+        type=whole_number(1),
+        default=4096,
+        help="the most new tokens a request may ask for, and what it gets if it names none (default: 4096)",
+    )
+    net.add_argument(
+        "--max-waiting",
+        type=whole_number(0),
+        default=64,
+        help="requests queued beyond the running batch before new ones get 503 (default: 64)",
+    )
+    add_engine_flags(parser)
+    add_sampling_flags(parser)
+    # The app's chat and --server flags, which options_from_args reads; serve has none of them.
+    parser.set_defaults(panes=1, system="", data_dir=None, server=None, api_key=None)
+    return parser
+
+
+def is_loopback(host: str) -> bool:
+    """Only this machine can reach the address (a name other than localhost may resolve anywhere)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host: str, api_key: str | None) -> None:
+    """Refuse to open the engine to the network without a key (UsageError: exit code 2)."""
+    if api_key == "":
+        raise UsageError("--api-key is empty; give a key, or leave the flag out on 127.0.0.1")
+    if api_key is None and not is_loopback(host):
+        raise UsageError(
+            f"--host {host} lets other machines use the engine, so it needs --api-key KEY "
+            f"(or ${API_KEY_ENV}); or keep the default --host 127.0.0.1"
+        )
+
+
+def main(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        check_exposure(args.host, args.key)
+        options = options_from_args(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    try:
+        if not options.demo:
+            check_model(options.model)
+        check_device(args.device)
+        import uvicorn
+
+        from server.app import create_app
+        from server.config import ServerConfig
+    except SetupError as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
+    except ModuleNotFoundError as exc:
+        if (exc.name or "").partition(".")[0] not in SERVE_EXTRA:
+            raise
+        hint = "pip install 'lfm-chat[serve]'"
+        parser.exit(1, f"{parser.prog}: error: {exc.name} is missing; install the serve extra: {hint}\n")
+    from app.startup import load_engine
+
+    try:
+        engine = load_engine(options, _progress(parser.prog))
+    except (CheckpointError, ModelNotAvailableError) as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
+    config = ServerConfig(
+        model_name=args.served_model_name or _default_name(options),
+        api_key=args.key,
+        max_tokens=args.max_tokens,
+        max_waiting=args.max_waiting,
+        sampling=dict(options.sampling_defaults().values),
+    )
+    print(f"{parser.prog}: {config.model_name} on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    app = create_app(engine, config)
+    with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the Ctrl-C again once it has shut down
+        uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+    return 0
+
+
+def _default_name(options: AppOptions) -> str:
+    return DEMO_MODEL_NAME if options.demo else options.model
+
+
+def _progress(prog: str) -> Callable[[str, float | None], None]:
+    """Loading stages on stderr: each new one, and a download's progress at most once a second."""
+    last = {"stage": "", "time": 0.0}
+
+    def report(stage: str, fraction: float | None) -> None:
+        now = time.monotonic()
+        if stage != last["stage"] and (fraction is None or now - last["time"] >= 1.0):
+            print(f"{prog}: {stage}", file=sys.stderr)
+            last.update(stage=stage, time=now)
+
+    return report
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

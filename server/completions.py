@@ -1,0 +1,166 @@
+"""POST /v1/chat/completions and /v1/completions: parse, render the prompt, submit, stream or collect.
+
+The two endpoints differ only in how the prompt is made (the checkpoint's chat template, or the
+text as given) and in the response shapes; the rest is shared. Whichever way the client leaves
+(closing a stream, or hanging up while a non-streamed reply is generated), the request is
+cancelled: the engine aborts it before its next step and frees its blocks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from engine import Engine, TokenEvent
+from server.bridge import EngineBridge, Overloaded, RequestStream
+from server.config import ServerConfig
+from server.errors import ApiError, bad_request, error_body
+from server.protocol import Generation, parse_chat, parse_completion, parse_json
+from server.responses import SSE_DONE, Shapes, sse
+
+CLIENT_CLOSED = 499  # nginx's status for a request whose client left first: logged, never received
+
+
+@dataclass(slots=True)
+class Service:
+    """What the handlers share; `bridge` exists while the server runs (the app's lifespan)."""
+
+    engine: Engine
+    config: ServerConfig
+    bridge: EngineBridge | None = None
+
+
+async def chat_completions(request: Request) -> Response:
+    service: Service = request.app.state.service
+    chat = parse_chat(await read_json(request, service.config.max_body_bytes), service.config.limits)
+    ids = await run_in_threadpool(_render_chat, service.engine, chat.messages)
+    return await _generate(request, service, chat, ids, chat=True)
+
+
+async def completions(request: Request) -> Response:
+    service: Service = request.app.state.service
+    job = parse_completion(await read_json(request, service.config.max_body_bytes), service.config.limits)
+    prompt = job.prompt
+    if isinstance(prompt, str):
+        prompt = await run_in_threadpool(service.engine.tokenizer.encode, prompt)
+    return await _generate(request, service, job, prompt, chat=False)
+
+
+async def read_json(request: Request, limit: int) -> dict[str, Any]:
+    """The body, read no further than `limit` bytes (413 past it), as a JSON object."""
+    too_large = ApiError(413, f"the request body is larger than {limit} bytes")
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise too_large
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise too_large
+    return parse_json(bytes(body))
+
+
+def _render_chat(engine: Engine, messages: list[dict[str, str]]) -> list[int]:
+    """The conversation as the checkpoint's template renders it (runs in a thread: templates are code)."""
+    try:
+        return engine.tokenizer.encode_chat(messages)
+    except ValueError as exc:  # model.errors.ChatTemplateError: the template's own message
+        raise bad_request(f"the chat template refused the messages: {exc}", "messages") from None
+
+
+def _check_prompt(engine: Engine, ids: list[int], param: str) -> None:
+    """The engine's prompt rules, checked before a response starts: a stream never begins with an error."""
+    vocab = engine.model_config.vocab_size
+    if not ids:
+        raise bad_request("the prompt is empty", param)
+    bad = next((t for t in ids if not 0 <= t < vocab), None)
+    if bad is not None:
+        raise bad_request(f"token id {bad} is outside the vocabulary [0, {vocab})", param)
+    if len(ids) + 1 > engine.max_model_len:
+        raise ApiError(
+            400,
+            f"this model's context is {engine.max_model_len} tokens and the prompt has {len(ids)} "
+            "(at least one token must be generated)",
+            param,
+            "context_length_exceeded",
+        )
+
+
+async def _generate(
+    request: Request, service: Service, job: Generation, ids: list[int], chat: bool
+) -> Response:
+    config = service.config
+    if job.model is not None and job.model != config.model_name:
+        message = f"the model `{job.model}` does not exist; this server has `{config.model_name}`"
+        raise ApiError(404, message, "model", "model_not_found")
+    _check_prompt(service.engine, ids, "messages" if chat else "prompt")
+    assert service.bridge is not None, "the app's lifespan starts the bridge"
+    try:
+        stream = service.bridge.submit(ids, job.params)
+    except Overloaded:
+        message = "the server is overloaded: too many requests are waiting; retry shortly"
+        raise ApiError(503, message, headers={"Retry-After": "1"}) from None
+    shapes = Shapes(config.model_name, chat, include_usage=job.stream and job.include_usage)
+    if job.stream:
+        headers = {"Cache-Control": "no-cache"}
+        return StreamingResponse(_events(stream, shapes), media_type="text/event-stream", headers=headers)
+    try:
+        collected = await _collect_unless_disconnected(request, stream)
+    finally:
+        stream.cancel()
+    if collected is None:
+        return Response(status_code=CLIENT_CLOSED)
+    text, last = collected
+    if last.finish_reason == "error":
+        raise ApiError(500, f"generation failed: {last.error}")
+    return JSONResponse(shapes.completion(text, last.finish_reason, last.metrics))
+
+
+async def _events(stream: RequestStream, shapes: Shapes) -> AsyncIterator[bytes]:
+    """The SSE stream. Starlette cancels it when the client disconnects; `finally` then aborts the request."""
+    try:
+        if shapes.chat:
+            yield sse(shapes.chunk("", role=True))
+        async for event in stream:
+            if event.finish_reason == "error":
+                yield sse(error_body(500, f"generation failed: {event.error}"))
+                break
+            if event.text:
+                yield sse(shapes.chunk(event.text))
+            if event.finished:
+                yield sse(shapes.chunk("", event.finish_reason))
+                if shapes.include_usage:
+                    yield sse(shapes.usage_chunk(event.metrics))
+        yield SSE_DONE
+    finally:
+        stream.cancel()
+
+
+async def _collect_unless_disconnected(
+    request: Request, stream: RequestStream
+) -> tuple[str, TokenEvent] | None:
+    """The whole reply and its final event; None if the client hung up first."""
+    collected = None
+    async with anyio.create_task_group() as group:
+        group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
+        parts, last = [], None
+        async for event in stream:
+            parts.append(event.text)
+            last = event
+        assert last is not None, "every request ends with a final event"
+        collected = "".join(parts), last
+        group.cancel_scope.cancel()
+    return collected
+
+
+async def _cancel_on_disconnect(request: Request, scope: anyio.CancelScope) -> None:
+    """Waits for the client to hang up (the body is read by now, so nothing else arrives), then cancels."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+    scope.cancel()

@@ -1,0 +1,24 @@
+"""What `lfm-chat serve` was started with, beside the engine's own EngineConfig."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from server.protocol import Limits
+
+MAX_BODY_BYTES = 4 * 2**20  # a full 32k-token context is ~130 KB of text; JSON escaping can triple it
+
+
+@dataclass(frozen=True, slots=True)
+class ServerConfig:
+    model_name: str  # what /v1/models lists and requests may name
+    api_key: str | None = None  # None: no Authorization needed (the CLI allows that on loopback only)
+    max_tokens: int = 4096  # the most new tokens one request may ask for, and what it gets by default
+    max_waiting: int = 64  # requests queued beyond the running batch before new ones get 503
+    max_body_bytes: int = MAX_BODY_BYTES
+    sampling: Mapping[str, float | int] = field(default_factory=dict)  # defaults for fields a request omits
+
+    @property
+    def limits(self) -> Limits:
+        return Limits(max_tokens=self.max_tokens, sampling=self.sampling)

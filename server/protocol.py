@@ -1,0 +1,207 @@
+"""OpenAI request bodies -> what the engine takes: chat messages or a prompt, and SamplingParams.
+
+Everything a client can get wrong is an ApiError (400) naming the field, raised here before the
+engine sees the request. Unknown fields are ignored, as vLLM ignores them; fields that would
+change the answer in a way this server cannot honour (n > 1, logprobs, tools...) are refused
+rather than silently dropped. A JSON null counts as "not given" (several clients send them).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from engine import SamplingParams, SamplingParamsError
+from server.errors import bad_request
+
+# OpenAI's and vLLM's names for what SamplingParams calls the same (max_tokens is handled apart).
+SAMPLING_FIELDS = (
+    "temperature",
+    "top_p",
+    "top_k",
+    "min_p",
+    "repetition_penalty",
+    "presence_penalty",
+    "frequency_penalty",
+    "seed",
+    "stop_token_ids",
+    "ignore_eos",
+)
+ROLES = ("system", "developer", "user", "assistant", "tool")
+
+
+def _off(value: Any) -> bool:
+    return value is None or value is False or value == 0 or value in ([], {}, "")
+
+
+# Fields that would change the reply in a way the engine cannot: refused unless left at their default.
+_UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
+    "logprobs": _off,
+    "top_logprobs": _off,
+    "logit_bias": _off,
+    "tools": _off,
+    "functions": _off,
+    "echo": _off,
+    "suffix": _off,
+    "best_of": lambda v: v is None or v == 1,
+    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """What a request may ask for here and what it gets when it asks nothing."""
+
+    max_tokens: int  # the most new tokens one request may ask for; also the default
+    sampling: Mapping[str, float | int] = field(default_factory=dict)  # the model card's defaults
+
+
+@dataclass(slots=True)
+class Generation:
+    """The parts common to both endpoints."""
+
+    model: str | None
+    params: SamplingParams
+    stream: bool
+    include_usage: bool
+
+
+@dataclass(slots=True)
+class ChatRequest(Generation):
+    messages: list[dict[str, str]]
+
+
+@dataclass(slots=True)
+class CompletionRequest(Generation):
+    prompt: str | list[int]
+
+
+def parse_json(raw: bytes) -> dict[str, Any]:
+    """The body as a JSON object, or a 400 that says what is wrong with it."""
+    try:
+        body = json.loads(raw)
+    except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        reason = str(exc).splitlines()[0][:200] if isinstance(exc, ValueError) else "nested too deeply"
+        raise bad_request(f"the request body is not valid JSON ({reason})") from None
+    if not isinstance(body, dict):
+        raise bad_request("the request body must be a JSON object")
+    return body
+
+
+def parse_chat(body: Mapping[str, Any], limits: Limits) -> ChatRequest:
+    messages = _messages(body.get("messages"))
+    max_tokens = _given(body, "max_completion_tokens", _given(body, "max_tokens"))
+    return ChatRequest(messages=messages, **_generation(body, limits, max_tokens))
+
+
+def parse_completion(body: Mapping[str, Any], limits: Limits) -> CompletionRequest:
+    prompt = _prompt(body.get("prompt"))
+    return CompletionRequest(prompt=prompt, **_generation(body, limits, _given(body, "max_tokens")))
+
+
+def _given(body: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    value = body.get(name)
+    return default if value is None else value
+
+
+def _generation(body: Mapping[str, Any], limits: Limits, max_tokens: Any) -> dict[str, Any]:
+    for name, is_default in _UNSUPPORTED.items():
+        if not is_default(body.get(name)):
+            raise bad_request(f"{name} is not supported by lfm-chat serve", name)
+    if _given(body, "n", 1) != 1:
+        raise bad_request("n must be 1: lfm-chat serve returns one choice per request", "n")
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise bad_request("model must be a string", "model")
+    stream = _given(body, "stream", False)
+    if not isinstance(stream, bool):
+        raise bad_request("stream must be true or false", "stream")
+    options = _given(body, "stream_options", {})
+    include_usage = options.get("include_usage") if isinstance(options, dict) else None
+    if not isinstance(include_usage, bool | None):
+        raise bad_request('stream_options must be an object like {"include_usage": true}', "stream_options")
+    return {
+        "model": model,
+        "params": _sampling(body, limits, max_tokens),
+        "stream": stream,
+        "include_usage": bool(include_usage),
+    }
+
+
+def _sampling(body: Mapping[str, Any], limits: Limits, max_tokens: Any) -> SamplingParams:
+    if max_tokens is None:
+        max_tokens = limits.max_tokens
+    elif isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > limits.max_tokens:
+        raise bad_request(f"max_tokens must be at most {limits.max_tokens} on this server", "max_tokens")
+    stop = _given(body, "stop", [])
+    given = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
+    try:
+        return SamplingParams(
+            **{**limits.sampling, **given},
+            max_tokens=max_tokens,
+            stop=[stop] if isinstance(stop, str) else stop,
+        )
+    except SamplingParamsError as exc:
+        name = re.search(r"SamplingParams\.(\w+)", str(exc))
+        raise bad_request(str(exc).replace("SamplingParams.", ""), name[1] if name else None) from None
+
+
+def _messages(value: Any) -> list[dict[str, str]]:
+    """Role and text of each message; the chat template renders them as the engine's tokenizer does."""
+    if not isinstance(value, list) or not value:
+        raise bad_request("messages must be a non-empty list of {role, content} objects", "messages")
+    messages = []
+    for index, message in enumerate(value):
+        where = f"messages[{index}]"
+        if not isinstance(message, dict):
+            raise bad_request(f"{where} must be an object with a role and a content", "messages")
+        role = message.get("role")
+        if role not in ROLES:
+            raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}, not {role!r}", "messages")
+        content = _text(message.get("content"), where)
+        messages.append({"role": "system" if role == "developer" else role, "content": content})
+    return messages
+
+
+def _unicode(text: str, param: str) -> str:
+    """JSON may spell an unpaired surrogate ("\\ud800"); no tokenizer can encode that."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise bad_request(f"{param} has an unpaired surrogate at character {exc.start}", param) from None
+    return text
+
+
+def _text(content: Any, where: str) -> str:
+    """A message's content: a string, null, or a list of text parts (joined by newlines, as vLLM does)."""
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return _unicode(content, "messages")
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise bad_request(f"{where}.content: only text parts are supported, not {kind!r}", "messages")
+            parts.append(part["text"])
+        return _unicode("\n".join(parts), "messages")
+    raise bad_request(f"{where}.content must be a string or a list of text parts", "messages")
+
+
+def _prompt(value: Any) -> str | list[int]:
+    """One prompt: text, or token ids. A list of several prompts would be several choices: refused."""
+    if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
+        value = value[0]
+    if isinstance(value, str):
+        return _unicode(value, "prompt")
+    if isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
+        return value
+    raise bad_request("prompt must be one string or one list of token ids", "prompt")

@@ -1,0 +1,146 @@
+"""Bad requests get the right status and an OpenAI error object, and the server goes on serving."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.server.conftest import MODEL
+from tests.server.helpers import idle, wait_for
+
+CHAT = "/v1/chat/completions"
+HELLO = [{"role": "user", "content": "hello"}]
+
+
+def assert_still_serving(url: str) -> None:
+    reply = httpx.post(f"{url}{CHAT}", json={"messages": HELLO, "max_tokens": 2, "temperature": 0})
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["choices"][0]["message"]["role"] == "assistant"
+
+
+def assert_error(response: httpx.Response, status: int, param: str | None = None) -> dict[str, Any]:
+    assert response.status_code == status, response.text
+    assert response.headers["content-type"] == "application/json"
+    error = response.json()["error"]
+    assert set(error) == {"message", "type", "param", "code"}
+    assert error["message"] and "Traceback" not in error["message"]
+    if param is not None:
+        assert error["param"] == param
+    return error
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"messages": HELLO, "temperature": -1}, "temperature"),
+        ({"messages": HELLO, "temperature": "hot"}, "temperature"),
+        ({"messages": HELLO, "top_p": 0}, "top_p"),
+        ({"messages": HELLO, "top_k": -2}, "top_k"),
+        ({"messages": HELLO, "presence_penalty": 3}, "presence_penalty"),
+        ({"messages": HELLO, "seed": -1}, "seed"),
+        ({"messages": HELLO, "stop": ["x"] * 17}, "stop"),
+        ({"messages": HELLO, "stop": 5}, "stop"),
+        ({"messages": HELLO, "max_tokens": 0}, "max_tokens"),
+        ({"messages": HELLO, "max_tokens": 10**6}, "max_tokens"),
+        ({"messages": HELLO, "max_completion_tokens": 1.5}, "max_tokens"),
+        ({"messages": HELLO, "n": 2}, "n"),
+        ({"messages": HELLO, "logprobs": True}, "logprobs"),
+        ({"messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
+        ({"messages": HELLO, "stream": "yes"}, "stream"),
+        ({}, "messages"),
+        ({"messages": []}, "messages"),
+        ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
+        ({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]}, "messages"),
+        ({"messages": [{"role": "user", "content": "\ud800"}]}, "messages"),
+        ({"messages": [{"role": "user", "content": "x " * 9000}]}, "messages"),
+    ],
+)
+def test_invalid_chat_requests_are_400_naming_the_field(
+    server: str, body: dict[str, Any], param: str
+) -> None:
+    content = json.dumps(body)  # ASCII with escapes: an unpaired surrogate goes as "\\ud800", as JSON allows
+    assert_error(httpx.post(f"{server}{CHAT}", content=content), 400, param)
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({}, "prompt"),
+        ({"prompt": ["one", "two"]}, "prompt"),
+        ({"prompt": [1, 10**9]}, "prompt"),
+        ({"prompt": ""}, "prompt"),
+        ({"prompt": "hi", "echo": True}, "echo"),
+    ],
+)
+def test_invalid_completion_requests_are_400(server: str, body: dict[str, Any], param: str) -> None:
+    assert_error(httpx.post(f"{server}/v1/completions", json=body), 400, param)
+
+
+@pytest.mark.parametrize(
+    "content", [b"{not json", b"[1, 2]", b"\xff\xfe", b"[" * 100_000 + b"]" * 100_000, b""]
+)
+def test_a_body_that_is_no_json_object_is_400(server: str, content: bytes) -> None:
+    response = httpx.post(f"{server}{CHAT}", content=content, headers={"content-type": "application/json"})
+    assert_error(response, 400)
+    assert_still_serving(server)
+
+
+def test_an_unknown_model_is_404_and_the_served_one_is_named(server: str) -> None:
+    error = assert_error(
+        httpx.post(f"{server}{CHAT}", json={"model": "gpt-4", "messages": HELLO}), 404, "model"
+    )
+    assert error["code"] == "model_not_found" and MODEL in error["message"]
+
+
+def test_unknown_routes_and_methods_are_json_errors(server: str) -> None:
+    assert_error(httpx.get(f"{server}/v1/embeddings"), 404)
+    assert_error(httpx.get(f"{server}{CHAT}"), 405)
+
+
+def test_a_body_over_the_limit_is_413_without_reading_it_all(serve: Callable[..., Any]) -> None:
+    with serve(max_body_bytes=1000) as url:
+        big = {"messages": [{"role": "user", "content": "x" * 2000}]}
+        assert_error(httpx.post(f"{url}{CHAT}", json=big), 413)
+
+        def chunked():  # no Content-Length: the limit must hold while reading
+            yield b'{"messages": [{"role": "user", "content": "'
+            for _ in range(100):
+                yield b"x" * 100
+            yield b'"}]}'
+
+        assert_error(httpx.post(f"{url}{CHAT}", content=chunked()), 413)
+        assert_still_serving(url)
+
+
+def test_an_api_key_guards_the_api_but_not_health_or_metrics(serve: Callable[..., Any]) -> None:
+    with serve(api_key="sesame") as url:
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sesame"}):
+            response = httpx.post(f"{url}{CHAT}", json={"messages": HELLO, "max_tokens": 2}, headers=headers)
+            assert_error(response, 401)
+        assert_error(httpx.get(f"{url}/v1/models"), 401)
+        good = {"Authorization": "Bearer sesame"}
+        assert httpx.get(f"{url}/v1/models", headers=good).status_code == 200
+        reply = httpx.post(f"{url}{CHAT}", json={"messages": HELLO, "max_tokens": 2}, headers=good)
+        assert reply.status_code == 200
+        assert httpx.get(f"{url}/health").status_code == 200
+        assert httpx.get(f"{url}/metrics").status_code == 200
+
+
+def test_a_full_queue_is_503_and_clears(serve: Callable[..., Any], make_engine: Callable[..., Any]) -> None:
+    engine = make_engine(max_num_seqs=1)
+    with serve(engine=engine, max_waiting=1) as url, contextlib.ExitStack() as open_streams:
+        long = {"messages": HELLO, "max_tokens": 4000, "ignore_eos": True, "stream": True}
+        for _ in range(2):  # one running, one waiting: the engine is full
+            response = open_streams.enter_context(httpx.stream("POST", f"{url}{CHAT}", json=long))
+            assert response.status_code == 200
+        refused = httpx.post(f"{url}{CHAT}", json={"messages": HELLO, "max_tokens": 2})
+        assert_error(refused, 503)
+        assert refused.headers["retry-after"] == "1"
+        open_streams.close()  # both clients leave: their requests are cancelled
+        wait_for(lambda: idle(url))
+        assert_still_serving(url)
