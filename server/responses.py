@@ -18,8 +18,9 @@ SSE_DONE = b"data: [DONE]\n\n"
 
 
 def sse(payload: dict[str, Any]) -> bytes:
-    """One server-sent event carrying a JSON object."""
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    """One server-sent event carrying a JSON object, in ASCII: raw U+2028 or U+0085 in model text would
+    end the line for clients that split with str.splitlines (httpx's aiter_lines does)."""
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 def usage(metrics: RequestMetrics) -> dict[str, Any]:
