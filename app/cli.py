@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     chat.add_argument("--system", default="", metavar="TEXT", help="system prompt for new panes")
     add_sampling_flags(parser)
+    add_server_flags(parser)
     chat.add_argument(
         "--max-tokens", type=whole_number(1), default=defaults.max_tokens, help="new tokens per reply"
     )
@@ -155,6 +156,28 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     add("--repetition-penalty", type=float, metavar="R", help="penalise tokens already in the chat (1 = off)")
 
 
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """--server: the panes talk to an OpenAI-compatible server instead of a local engine."""
+    server = parser.add_argument_group(
+        "server",
+        "Chat with a model served elsewhere (vLLM, SGLang, llama-server, lfm-chat serve): no local model "
+        "is loaded; --model then names one of the server's models (default: the first it lists).",
+    )
+    server.add_argument(
+        "--server", metavar="URL", help="an OpenAI-compatible server, e.g. http://gpu-box:8000"
+    )
+    server.add_argument("--api-key", metavar="KEY", help="the server's API key (sent as a bearer token)")
+
+
+def server_url(url: str) -> str:
+    """The base URL, without a trailing / or /v1 (the client adds /v1/... itself)."""
+    if not re.match(r"https?://[^/\s]+", url):
+        raise UsageError(
+            f"--server must be an http:// or https:// URL, like http://127.0.0.1:8000, not {url!r}"
+        )
+    return re.sub(r"/(v1/?)?$", "", url.rstrip("/") + "/")
+
+
 def options_from_args(args: argparse.Namespace) -> AppOptions:
     """Validated options; UsageError names the bad flag.
 
@@ -198,6 +221,14 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
     options.chat = ChatSettings.from_dict(chat)  # the fields ChatSettings has; all are in sampling_defaults()
     if args.data_dir is not None:
         options.data_dir = args.data_dir
+    if args.server is not None:
+        if args.demo or args.revision is not None:
+            raise UsageError(
+                f"--{'demo' if args.demo else 'revision'} is for a local model; --server uses the server's"
+            )
+        options.server, options.api_key = server_url(args.server), args.api_key
+    elif args.api_key is not None:
+        raise UsageError("--api-key goes with --server URL")
     return options
 
 
@@ -284,9 +315,10 @@ def main(argv: list[str] | None = None) -> int:
     except UsageError as exc:
         parser.error(str(exc))
     try:
-        if not options.demo:
-            check_model(options.model)
-        check_device(args.device)
+        if options.server is None:
+            if not options.demo:
+                check_model(options.model)
+            check_device(args.device)
         store = open_store(options)
     except SetupError as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")

@@ -47,12 +47,16 @@ class AppOptions:
     data_dir: Path = field(default_factory=default_data_dir)
     cache_dir: Path = field(default_factory=default_cache_dir)
     snapshot_interval: float = 0.25  # seconds between dashboard refreshes
+    server: str | None = None  # an OpenAI-compatible server's base URL: no local model at all
+    api_key: str | None = None  # the server's bearer token
 
     @property
     def model_label(self) -> str:
         """The model as the header names it: a repo id, or a local directory's name."""
         if self.demo:
             return "demo (random weights)"
+        if self.server is not None:
+            return f"{self.model} on {self.server}" if self.model != DEFAULT_MODEL else self.server
         if Path(self.model).expanduser().is_dir():
             return Path(self.model).name
         return self.model if self.revision is None else f"{self.model}@{self.revision}"

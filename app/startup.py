@@ -14,9 +14,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from app.backend.http_errors import ServerError
 from app.backend.local import LocalBackend
 from app.options import AppOptions
-from engine import CheckpointError, ModelNotAvailableError, resolve_checkpoint
+from engine import DEFAULT_MODEL, CheckpointError, ModelNotAvailableError, resolve_checkpoint
 
 if TYPE_CHECKING:
     from app.backend.base import Backend
@@ -24,7 +25,11 @@ if TYPE_CHECKING:
 
 DEMO_CHECKPOINT = "demo-checkpoint-v1"  # bump when the demo model's shape changes
 Progress = Callable[[str, "float | None"], None]
-STARTUP_ERRORS = (CheckpointError, ModelNotAvailableError)  # their message is the user's paragraph
+STARTUP_ERRORS = (
+    CheckpointError,
+    ModelNotAvailableError,
+    ServerError,
+)  # their message is the user's paragraph
 
 
 def demo_checkpoint(cache_dir: Path) -> Path:
@@ -58,7 +63,13 @@ def locate_checkpoint(options: AppOptions, progress: Progress) -> Path:
 
 def load_backend(options: AppOptions, progress: Progress) -> Backend:
     """Blocking: run in a thread. Raises one of STARTUP_ERRORS for the user."""
-    return LocalBackend(load_engine(options, progress), options.model_label)
+    if options.server is None:
+        return LocalBackend(load_engine(options, progress), options.model_label)
+    from app.backend.remote import RemoteBackend
+
+    progress(f"asking {options.server} for its models", None)
+    named = options.model if options.model != DEFAULT_MODEL else None  # else: whichever it serves
+    return RemoteBackend.connect(options.server, options.api_key, named, options.snapshot_interval)
 
 
 def load_engine(options: AppOptions, progress: Progress) -> Engine:

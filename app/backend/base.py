@@ -8,9 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from app.conversation import ChatSettings, Conversation
+
+if TYPE_CHECKING:
+    from app.backend.server_metrics import ServerSnapshot
+    from engine import EngineSnapshot
 
 
 class Metrics(Protocol):
@@ -89,7 +93,7 @@ class Backend(Protocol):
         """A turn ended with `reply` shown: keep what lets the next prompt reuse this one's ids."""
         ...
 
-    def snapshot(self) -> object | None:
+    def snapshot(self) -> EngineSnapshot | ServerSnapshot | None:
         """The latest dashboard figures (cheap, any thread): an EngineSnapshot or a ServerSnapshot."""
         ...
 

@@ -6,7 +6,7 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import ComposeResult, SystemCommand
@@ -19,6 +19,7 @@ from textual.widgets import Static
 from textual.worker import get_current_worker
 
 from app.backend.base import Backend
+from app.backend.server_metrics import ServerSnapshot
 from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.keys import key, palette_commands
 from app.layout import plan_layout
@@ -29,6 +30,9 @@ from app.screens.history import HistoryScreen
 from app.widgets.chat_pane import ChatPane
 from app.widgets.dashboard import Dashboard
 from app.widgets.key_footer import KeyFooter
+
+if TYPE_CHECKING:
+    from engine import EngineSnapshot
 
 DEMO_BANNER = "DEMO · random weights: replies are gibberish · --model PATH for a real LFM2"
 CONFIRM_SECONDS = 3.0
@@ -52,7 +56,7 @@ class ChatScreen(Screen[None]):
     class Snapshotted(Message):
         """The backend's latest snapshot; a newer one replaces it if the UI has not caught up."""
 
-        snapshot: object
+        snapshot: EngineSnapshot | ServerSnapshot
 
         def can_replace(self, message: Message) -> bool:
             return isinstance(message, ChatScreen.Snapshotted)
@@ -160,7 +164,7 @@ class ChatScreen(Screen[None]):
     def on_chat_screen_snapshotted(self, message: Snapshotted) -> None:
         snap = message.snapshot
         panes = {p.id: p for p in self.panes}
-        for request in getattr(snap, "requests", ()):
+        for request in snap.requests:
             if (pane := panes.get(request.tag)) is not None:
                 pane.apply_snapshot(request)
         self.dashboard.show(snap, {pane_id: f"pane {p.label}" for pane_id, p in panes.items()})

@@ -24,6 +24,11 @@ def what_to_try(options: AppOptions) -> str:
             f"conversations in {options.data_dir}, so both must be writable and have some free space "
             "(`lfm-chat --data-dir DIR` keeps conversations elsewhere)."
         )
+    if options.server is not None:
+        return (
+            f"Check that the server at {options.server} is running and reachable (curl "
+            f"{options.server}/v1/models), or leave out --server to run the model on this machine."
+        )
     return (
         "Try `lfm-chat --demo` to run on a tiny random model that needs no download, "
         "or `lfm-chat --model PATH` to use an LFM2 checkpoint directory on this machine."

@@ -51,7 +51,8 @@ class LoadingScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="loading"):
             yield Label("lfm-chat", id="loading-title")
-            yield Label(f"model: {self.options.model_label}", id="loading-model", markup=False)
+            what = "server" if self.options.server else "model"
+            yield Label(f"{what}: {self.options.model_label}", id="loading-model", markup=False)
             yield Label("starting…", id="loading-stage", markup=False)
             with Center():
                 yield ProgressBar(total=None, show_eta=False, id="loading-bar")

@@ -3,25 +3,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.widgets import DataTable, Label, Static
 
+from app.backend.server_metrics import ServerSnapshot
+from app.widgets.meter import meter
+from app.widgets.server_dashboard import pane_rows, server_line, server_lines
 from app.widgets.throughput import Throughput
-from engine import EngineSnapshot, RequestSnapshot
 
-BAR_WIDTH = 8
-
-
-def meter(used: int, total: int, width: int = BAR_WIDTH) -> Text:
-    """A bar of `width` cells, filled in proportion; a partly used resource shows at least one cell."""
-    filled = 0 if total <= 0 else min(width, round(width * used / total))
-    if used and not filled:
-        filled = 1
-    return Text.assemble(("█" * filled, "bold green"), ("░" * (width - filled), "dim"))
-
+if TYPE_CHECKING:  # engine.snapshot imports torch, which a server backend never needs
+    from engine import EngineSnapshot, RequestSnapshot
 
 PHASE_ORDER = {"decode": 0, "prefill": 1, "preempted": 2, "waiting": 3}
 TABLE_ROWS = 4  # the full dashboard's table: a header and this many rows
@@ -69,7 +64,7 @@ class Dashboard(Vertical):
         self.table: DataTable[str] = DataTable(id="dash-requests", cursor_type="none", zebra_stripes=True)
         self.line = Static("engine · idle", id="dash-line", markup=False)
         self.mode = "full"
-        self._last: tuple[EngineSnapshot, Mapping[object, str]] | None = None
+        self._last: tuple[EngineSnapshot | ServerSnapshot, Mapping[object, str]] | None = None
 
     def compose(self) -> ComposeResult:
         yield self.line
@@ -96,10 +91,13 @@ class Dashboard(Vertical):
         if self._last is not None:
             self.show(*self._last)
 
-    def show(self, snap: EngineSnapshot, labels: Mapping[object, str]) -> None:
+    def show(self, snap: EngineSnapshot | ServerSnapshot, labels: Mapping[object, str]) -> None:
         """Render `snap`; `labels` names each request by its tag (the pane it belongs to)."""
-        self.peak_running = max(self.peak_running, snap.running)
         self._last = (snap, labels)
+        if isinstance(snap, ServerSnapshot):
+            self._show_server(snap, labels)
+            return
+        self.peak_running = max(self.peak_running, snap.running)
         if self.mode == "line":
             self.line.update(one_line(snap))
         elif self.mode == "full":
@@ -136,3 +134,18 @@ class Dashboard(Vertical):
         hidden = max(len(requests), snap.running + snap.waiting) - len(shown)
         if hidden > 0:
             table.add_row(f"+{hidden}", "more", "", "")
+
+    def _show_server(self, snap: ServerSnapshot, labels: Mapping[object, str]) -> None:
+        self.peak_running = max(self.peak_running, snap.running or 0, snap.streams_open)
+        self.border_title = "server"
+        if self.mode == "line":
+            self.line.update(server_line(snap))
+        elif self.mode == "full":
+            self.meters.update(server_lines(snap))
+            self.throughput.values = snap.throughput_history
+            busy = snap.streams_open or snap.running
+            self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle")
+            self.border_subtitle = snap.source or "client-side"
+            self.table.clear()
+            for row in pane_rows(snap, labels):
+                self.table.add_row(*row)

@@ -1,0 +1,156 @@
+"""One streamed chat completion from an OpenAI-compatible server, turned into the pane's events.
+
+Why by hand over httpx rather than the `openai` SDK: the SDK retries on its own (hiding 429/503
+from the pane), raises on fields a server rejects instead of letting us drop them, and brings
+pydantic models per chunk; the SSE here is ~20 lines.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, replace
+from typing import Any
+
+import httpx
+
+from app.backend.base import OnEvent, StreamEvent
+from app.backend.http_errors import status_problem
+
+# Fields vLLM, SGLang and llama-server take beyond the OpenAI API; others may refuse them.
+EXTENSIONS = ("top_k", "min_p", "repetition_penalty")
+RETRIES = 5  # 429/503 are retried this many times, 1, 2, 4... seconds apart
+BACKOFF_CAP = 8.0
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteMetrics:
+    """What the status line shows, from the client's clock and the server's usage figures."""
+
+    prompt_tokens: int = 0
+    cached_prompt_tokens: int = 0
+    generated_tokens: int = 0
+    ttft: float | None = None
+    tokens_per_s: float | None = None
+
+
+class Dropped(Exception):
+    """The connection ended mid-reply (the server went away, or a proxy cut it)."""
+
+
+class Refused(Exception):
+    """The server answered with an error status; the message is in the user's terms."""
+
+
+def chat_body(model: str, messages: list[dict[str, str]], sampling: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "model": model,
+        "messages": messages,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        **sampling,
+    }
+
+
+def rejected(body: str, sent: dict[str, Any]) -> list[str]:
+    """The extension fields a 400's message names (e.g. "Extra inputs are not permitted: top_k")."""
+    return [name for name in EXTENSIONS if name in sent and name in body]
+
+
+class ChatStream:
+    """Runs one request on the backend's event loop: retries, field drops, SSE, final event."""
+
+    def __init__(self, client: httpx.AsyncClient, request_id: str, body: dict[str, Any], on_event: OnEvent):
+        self.client = client
+        self.request_id = request_id
+        self.body = body
+        self.on_event = on_event
+        self.start = time.monotonic()
+        self.first: float | None = None
+        self.metrics = RemoteMetrics()
+
+    def emit(self, **fields: Any) -> None:
+        self.on_event(StreamEvent(self.request_id, metrics=self.metrics, **fields))
+
+    async def run(self) -> None:
+        """Never raises: every ending is one final event ("abort" when cancelled)."""
+        try:
+            reason = await self._attempts()
+        except asyncio.CancelledError:
+            self.emit(finished=True, finish_reason="abort")
+            raise
+        except Dropped as exc:
+            self.emit(finished=True, finish_reason="error", error=f"the connection dropped mid-reply ({exc})")
+        except Refused as exc:
+            self.emit(finished=True, finish_reason="error", error=str(exc))
+        except httpx.HTTPError as exc:
+            where = self.client.base_url
+            self.emit(
+                finished=True, finish_reason="error", error=f"cannot reach the server at {where} ({exc})"
+            )
+        else:
+            self.emit(finished=True, finish_reason=reason)
+
+    async def _attempts(self) -> str:
+        for attempt in range(RETRIES + 1):
+            async with self.client.stream("POST", "/v1/chat/completions", json=self.body) as response:
+                if response.status_code == 200:
+                    return await self._read(response.aiter_lines())
+                text = (await response.aread()).decode("utf-8", "replace")
+                if response.status_code in (400, 422) and (names := rejected(text, self.body)):
+                    self.body = {k: v for k, v in self.body.items() if k not in names}
+                    self.emit(notice=f"The server does not take {', '.join(names)}: sent without.")
+                    continue
+                if response.status_code in (429, 503) and attempt < RETRIES:
+                    wait = min(BACKOFF_CAP, 2.0**attempt)
+                    self.emit(
+                        notice=f"The server is busy ({response.status_code}): retrying in {wait:.0f} s."
+                    )
+                    await asyncio.sleep(wait)
+                    continue
+                raise Refused(status_problem(response.status_code, text, str(self.client.base_url)))
+        raise Refused("the server kept refusing this request")
+
+    async def _read(self, lines: AsyncIterator[str]) -> str:
+        """The SSE lines: text deltas as they come, usage from the last chunk, then the finish reason."""
+        reason = None
+        try:
+            async for line in lines:
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    return reason or "stop"
+                chunk = json.loads(data)
+                if "error" in chunk:
+                    raise Refused(str(chunk["error"].get("message", chunk["error"])))
+                reason = self._take(chunk) or reason
+        except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout) as exc:
+            raise Dropped(type(exc).__name__) from None
+        if reason is None:
+            raise Dropped("the stream ended without a finish reason")
+        return reason
+
+    def _take(self, chunk: dict[str, Any]) -> str | None:
+        now = time.monotonic()
+        if usage := chunk.get("usage"):
+            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            self.metrics = replace(
+                self.metrics,
+                prompt_tokens=usage.get("prompt_tokens", 0),
+                cached_prompt_tokens=cached,
+                generated_tokens=usage.get("completion_tokens", self.metrics.generated_tokens),
+            )
+        choices = chunk.get("choices") or [{}]
+        text = (choices[0].get("delta") or {}).get("content") or ""
+        if text:
+            self.first = self.first or now
+            generated = self.metrics.generated_tokens + 1  # a chunk is a token on the servers we know
+            rate = (generated - 1) / (now - self.first) if now > self.first else None
+            self.metrics = replace(
+                self.metrics, generated_tokens=generated, ttft=self.first - self.start, tokens_per_s=rate
+            )
+            self.emit(text=text)
+        return choices[0].get("finish_reason")

@@ -1,0 +1,183 @@
+"""An OpenAI-compatible server as a backend (vLLM, SGLang, llama-server, lfm-chat serve).
+
+Requests run on one asyncio loop on a thread of the backend's own, so the UI thread never
+waits on the network and a cancel is a task cancel (the stream is closed, the server sees the
+disconnect and frees the request). Nothing is tokenized here: the server renders the chat
+template, and token counts come from its usage figures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import uuid
+from concurrent.futures import Future
+from dataclasses import replace
+from typing import Any
+
+import httpx
+
+from app.backend.base import OnEvent, Prompt
+from app.backend.chat_stream import EXTENSIONS, ChatStream, chat_body
+from app.backend.http_errors import ServerError, server_message
+from app.backend.server_metrics import HISTORY, MetricsPoller, ServerSnapshot
+from app.conversation import ChatSettings, Conversation
+
+TIMEOUT = httpx.Timeout(10.0, read=300.0)  # a long prefill on a busy server sends nothing for a while
+
+
+class RemoteStream:
+    """A request in flight on the loop; cancel closes its connection."""
+
+    def __init__(self, request_id: str, future: Future[None]) -> None:
+        self.request_id = request_id
+        self._future = future
+
+    def cancel(self) -> None:
+        self._future.cancel()  # thread-safe: cancels the task on the loop
+
+
+def sampling_fields(settings: ChatSettings, max_tokens: int) -> dict[str, Any]:
+    """OpenAI's fields always; the extensions only when they do something (fewer to be refused)."""
+    off = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
+    fields = {"temperature": settings.temperature, "top_p": settings.top_p, "max_tokens": max_tokens}
+    fields |= {name: getattr(settings, name) for name in EXTENSIONS if getattr(settings, name) != off[name]}
+    return fields
+
+
+def pick_model(listing: dict[str, Any], wanted: str | None, url: str) -> dict[str, Any]:
+    """The entry of GET /v1/models for `wanted`, or the first one when no name was asked for."""
+    models = [m for m in listing.get("data", []) if isinstance(m, dict) and "id" in m]
+    if not models:
+        raise ServerError(f"The server at {url} serves no models (GET /v1/models listed none).")
+    if wanted is None:
+        return models[0]
+    for entry in models:
+        if entry["id"] == wanted:
+            return entry
+    names = ", ".join(m["id"] for m in models)
+    raise ServerError(
+        f"The server at {url} does not serve {wanted}; it serves: {names}. Pick one with --model."
+    )
+
+
+def fetch_models(url: str, api_key: str | None) -> dict[str, Any]:
+    """GET /v1/models, with every failure said as what to check."""
+    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    try:
+        response = httpx.get(f"{url}/v1/models", headers=headers, timeout=10.0)
+    except httpx.HTTPError as exc:
+        raise ServerError(
+            f"Cannot reach the server at {url} ({exc}). Is it running, and is --server right?"
+        ) from None
+    if response.status_code in (401, 403):
+        raise ServerError(
+            f"The server at {url} refused {'the API key' if api_key else 'to answer without an API key'} "
+            f"({response.status_code}): pass the right one with --api-key."
+        )
+    if response.status_code != 200:
+        raise ServerError(
+            f"{url} does not answer as an OpenAI-compatible server: GET /v1/models gave "
+            f"{response.status_code} ({server_message(response.text)})."
+        )
+    try:
+        return response.json()
+    except ValueError:
+        raise ServerError(
+            f"{url} does not answer as an OpenAI-compatible server: /v1/models is not JSON."
+        ) from None
+
+
+class RemoteBackend:
+    """Streams chat completions from `url`; polls its metrics for the dashboard."""
+
+    def __init__(self, url: str, api_key: str | None, model: dict[str, Any], poll_interval: float = 0.25):
+        self.url = url.rstrip("/")
+        self.model_name = str(model["id"])
+        length = model.get("max_model_len") or (model.get("meta") or {}).get("n_ctx_train")
+        self.max_model_len: int | None = int(length) if length else None
+        context = f"context {self.max_model_len}" if self.max_model_len else "context ?"
+        self.title = f"lfm-chat · {self.model_name} · server {self.url} · {context}"
+        self.warning: str | None = None
+        self.poll_interval = poll_interval
+        self._loop = asyncio.new_event_loop()
+        threading.Thread(target=self._loop.run_forever, name="lfm-remote", daemon=True).start()
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._client = self._call(self._make_client(headers))
+        self._streams: dict[str, tuple[str, ChatStream]] = {}  # request id -> (tag, stream): client figures
+        self._snapshot: ServerSnapshot | None = None
+        self._history: list[float] = []
+        self._poller = asyncio.run_coroutine_threadsafe(self._poll(), self._loop)
+
+    @classmethod
+    def connect(
+        cls, url: str, api_key: str | None, model: str | None, poll_interval: float = 0.25
+    ) -> RemoteBackend:
+        """Blocking: asks the server which models it serves. ServerError says what to fix."""
+        url = url.rstrip("/")
+        return cls(url, api_key, pick_model(fetch_models(url, api_key), model, url), poll_interval)
+
+    async def _make_client(self, headers: dict[str, str]) -> httpx.AsyncClient:
+        return httpx.AsyncClient(base_url=self.url, headers=headers, timeout=TIMEOUT)
+
+    def _call(self, coroutine: Any) -> Any:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def prepare(self, conversation: Conversation) -> Prompt:
+        return Prompt(conversation.chat_messages())
+
+    def submit(
+        self, prompt: Prompt, settings: ChatSettings, max_tokens: int, tag: str, on_event: OnEvent
+    ) -> RemoteStream:
+        request_id = f"chat-{uuid.uuid4().hex[:12]}"
+        body = chat_body(self.model_name, prompt.messages, sampling_fields(settings, max_tokens))
+        stream = ChatStream(self._client, request_id, body, on_event)
+
+        async def run() -> None:
+            self._streams[request_id] = (tag, stream)
+            try:
+                await stream.run()
+            finally:
+                del self._streams[request_id]
+
+        return RemoteStream(request_id, asyncio.run_coroutine_threadsafe(run(), self._loop))
+
+    def remember(self, conversation: Conversation, prompt: Prompt, reply: str, ids: list[int]) -> None:
+        """Nothing to keep: the server's own prefix cache matches on the text it renders."""
+
+    def snapshot(self) -> ServerSnapshot | None:
+        return self._snapshot
+
+    async def _poll(self) -> None:
+        """The server's figures (or none) plus this client's, every `poll_interval` seconds."""
+        poller = MetricsPoller(self._client)
+        while True:
+            snap = await poller.poll() or ServerSnapshot("")
+            rates = {tag: s.metrics.tokens_per_s or 0.0 for tag, s in self._streams.values() if s.first}
+            if not poller.counts_tokens:
+                snap = replace(snap, tokens_per_s=sum(rates.values()))
+            self._history = [*self._history, snap.tokens_per_s][-HISTORY:]
+            self._snapshot = replace(
+                snap,
+                streams_open=len(self._streams),
+                pane_rates=rates,
+                throughput_history=tuple(self._history),
+            )
+            await asyncio.sleep(self.poll_interval)
+
+    def close(self) -> None:
+        """Cancel every stream (each gets its "abort" event), close the client, stop the loop."""
+
+        async def shut() -> None:
+            self._poller.cancel()
+            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            await self._client.aclose()
+            await self._loop.shutdown_asyncgens()
+
+        try:
+            asyncio.run_coroutine_threadsafe(shut(), self._loop).result(timeout=5.0)
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)

@@ -1,0 +1,69 @@
+"""The TUI with --server: the same panes, status lines and dashboard, fed over real HTTP."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from app.app import LfmChatApp
+from app.options import AppOptions
+from app.widgets.dashboard import Dashboard
+from engine import DEFAULT_MODEL
+from tests.app.fake_openai import FakeServer
+from tests.app.pilot_helpers import chat_screen, submit, wait_replied, wait_until
+
+MakeOptions = Callable[..., AppOptions]
+
+
+async def test_two_panes_stream_from_a_server_and_the_dashboard_reads_its_metrics(
+    make_options: MakeOptions,
+) -> None:
+    with FakeServer() as server:
+        server.delay = 0.3
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=2))
+        async with app.run_test(size=(120, 40)) as pilot:
+            screen = await chat_screen(app, pilot)
+            first, second = screen.panes
+            await submit(pilot, first, "Hi")
+            await submit(pilot, second, "Hello")
+            dashboard = screen.query_one(Dashboard)
+            await wait_until(pilot, lambda: dashboard.peak_running >= 2, "two streams at once")
+            await wait_replied(pilot, first, second)
+            await wait_until(
+                pilot, lambda: "vLLM metrics" in str(dashboard.meters.render()), "server metrics"
+            )
+            for pane in (first, second):
+                assert pane.conversation.messages[-1].content == "Hello from the server."
+                status = pane.status.describe()
+                assert "11+5 tok" in status and "ttft" in status
+                assert str(pane.border_subtitle).startswith("ctx 16/4096")
+            assert "fake" in screen.title_text and server.url in screen.title_text
+
+
+async def test_a_dropped_connection_keeps_the_partial_reply_and_says_so(make_options: MakeOptions) -> None:
+    with FakeServer() as server:
+        server.drop_after = 2
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=1))
+        async with app.run_test() as pilot:
+            screen = await chat_screen(app, pilot)
+            pane = screen.panes[0]
+            await submit(pilot, pane, "Hi")
+            await wait_replied(pilot, pane)
+            notices: list[Any] = list(pane.transcript.query(".notice"))
+            assert pane.conversation.messages[-1].content == "Hello from"
+            assert any("incomplete" in str(n.render()) for n in notices)
+            assert pane.status.state == "error"
+
+
+async def test_an_unreachable_server_is_an_error_screen_that_says_what_to_check(
+    make_options: MakeOptions,
+) -> None:
+    with FakeServer() as server:
+        url = server.url
+    app = LfmChatApp(make_options(server=url, model=DEFAULT_MODEL))
+    async with app.run_test() as pilot:
+        from tests.app.pilot_helpers import error_screen
+
+        screen = await error_screen(app, pilot)
+        text = " ".join(str(w.render()) for w in screen.query("Static, Label"))
+        assert "Cannot reach the server" in text and "Traceback" not in text
