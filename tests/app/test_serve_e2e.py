@@ -1,0 +1,96 @@
+"""End to end over real HTTP: the TUI with --server -> `lfm-chat serve` -> the engine on the tiny
+checkpoint. Nothing of ours is mocked; the server runs in this process on an ephemeral port."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from app.app import LfmChatApp
+from app.backend import prometheus
+from app.conversation import ChatSettings
+from app.options import AppOptions
+from app.sanitize import strip_control
+from engine import DEFAULT_MODEL, Engine, EngineConfig, RequestOutput
+from tests.app.pilot_helpers import ENGINE, chat_screen, submit, user, wait_replied, wait_until
+
+uvicorn = pytest.importorskip("uvicorn")
+server_app = pytest.importorskip("server.app")
+server_config = pytest.importorskip("server.config")
+
+MakeOptions = Callable[..., AppOptions]
+Reference = Callable[[list[dict[str, str]], ChatSettings], RequestOutput]
+PROMPTS = ["Tell me a story about the sea.", "def fibonacci(n: int) -> int:"]
+
+
+@pytest.fixture
+def served(tiny_ckpt: Path) -> Iterator[str]:
+    """`lfm-chat serve`'s app on the tiny checkpoint (the app tests' engine config) -> its base URL."""
+    engine = Engine.from_pretrained(tiny_ckpt, EngineConfig(**ENGINE), progress=lambda stage, fraction: None)
+    app = server_app.create_app(engine, server_config.ServerConfig(model_name="tiny"))
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started and time.monotonic() < deadline:
+        time.sleep(0.01)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        sock.close()
+
+
+def server_figures(url: str) -> dict[str, float]:
+    return prometheus.parse(httpx.get(f"{url}/metrics", timeout=5).text)
+
+
+async def test_two_panes_stream_from_lfm_chat_serve_with_the_local_backends_greedy_text(
+    served: str, make_options: MakeOptions, reference: Reference
+) -> None:
+    settings = ChatSettings(temperature=0.0, max_tokens=160)
+    wants = [strip_control(reference(user(p), settings).text) for p in PROMPTS]
+    app = LfmChatApp(make_options(server=served, model=DEFAULT_MODEL, panes=2, chat=settings))
+    async with app.run_test(size=(150, 40)) as pilot:
+        screen = await chat_screen(app, pilot)
+        panes = screen.panes
+        for pane, prompt in zip(panes, PROMPTS, strict=True):
+            await submit(pilot, pane, prompt)
+        await wait_until(pilot, lambda: screen.dashboard.peak_running >= 2, "both panes streaming at once")
+        await wait_replied(pilot, *panes)
+        for pane, want in zip(panes, wants, strict=True):
+            assert pane.conversation.messages[-1].content == want
+            assert pane.status.state == "idle" and "tok/s" in pane.status.describe()
+        assert "vLLM metrics" in str(screen.dashboard.meters.render())
+
+
+async def test_escape_cancels_and_the_server_frees_the_blocks(
+    served: str, make_options: MakeOptions, reference: Reference
+) -> None:
+    settings = ChatSettings(temperature=0.0, max_tokens=160)
+    want = strip_control(reference(user(PROMPTS[0]), settings).text)
+    assert len(want) > 40, "precondition: a reply long enough to stop midway"
+    app = LfmChatApp(make_options(server=served, model=DEFAULT_MODEL, panes=1, chat=settings))
+    async with app.run_test(size=(120, 40)) as pilot:
+        screen = await chat_screen(app, pilot)
+        pane = screen.panes[0]
+        await submit(pilot, pane, PROMPTS[0])
+        await wait_until(pilot, lambda: pane.turn is not None and pane.turn.reply.source, "first tokens")
+        pane.focus_input()
+        await pilot.press("escape")
+        await wait_replied(pilot, pane)
+        reply = pane.conversation.messages[-1].content
+        assert pane.status.state == "stopped" and want.startswith(reply) and len(reply) < len(want)
+        deadline = time.monotonic() + 10
+        while (figures := server_figures(served))["vllm:kv_cache_usage_perc"] and time.monotonic() < deadline:
+            await pilot.pause(0.05)
+        assert figures["vllm:num_requests_running"] == 0 and figures["vllm:kv_cache_usage_perc"] == 0
