@@ -1,4 +1,4 @@
-"""`lfm-chat`: parse the command line, check it against this machine, run the app (or `bench`, `download`).
+"""`lfm-chat`: parse the command line, check it against this machine, run the app (or bench, download, serve).
 
 Every mistake is one line that names the flag and says what to do, before the UI starts: exit
 code 2 for a value that is wrong anywhere, 1 for one this machine cannot honour (a missing
@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Several chat panes streaming at once from one LFM2 engine with continuous batching.",
         epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "f2"}; '
         "the ids are listed in the command palette (ctrl+p). Benchmarks: lfm-chat bench --help. "
-        "Offline use: lfm-chat download --help",
+        "Offline use: lfm-chat download --help. An OpenAI-compatible server: lfm-chat serve --help",
     )
     parser.add_argument("--version", action="version", version=f"lfm-chat {__version__}")
     add_engine_flags(parser)
@@ -308,6 +308,10 @@ def main(argv: list[str] | None = None) -> int:
         from app.download import main as download_main
 
         return download_main(argv[1:])
+    if argv[:1] == ["serve"]:
+        from server.cli import main as serve_main
+
+        return serve_main(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
