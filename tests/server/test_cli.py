@@ -81,7 +81,11 @@ def test_serve_starts_answers_and_stops_on_ctrl_c(tiny_ckpt: Path) -> None:
     argv += ["--served-model-name", "tiny-cli", "--temperature", "0"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "server.cli", *argv], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True
+        [sys.executable, "-m", "app.cli", "serve", *argv],
+        cwd=ROOT,
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
     )
     url = f"http://127.0.0.1:{port}"
     try:
