@@ -62,12 +62,14 @@ def build_parser() -> Parser:
     )
     net.add_argument(
         "--max-tokens",
+        metavar="N",
         type=whole_number(1),
         default=4096,
         help="the most new tokens a request may ask for, and what it gets if it names none (default: 4096)",
     )
     net.add_argument(
         "--max-waiting",
+        metavar="N",
         type=whole_number(0),
         default=64,
         help="requests queued beyond the running batch before new ones get 503 (default: 64)",
