@@ -48,6 +48,8 @@ def sampling_fields(settings: ChatSettings, max_tokens: int) -> dict[str, Any]:
 def pick_model(listing: dict[str, Any], wanted: str | None, url: str) -> dict[str, Any]:
     """The entry of GET /v1/models for `wanted`, or the first one when no name was asked for."""
     models = [m for m in listing.get("data", []) if isinstance(m, dict) and "id" in m]
+    if not models and wanted is not None:  # e.g. transformers serve lists only its Hub cache
+        return {"id": wanted}
     if not models:
         raise ServerError(f"The server at {url} serves no models (GET /v1/models listed none).")
     if wanted is None:

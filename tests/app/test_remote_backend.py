@@ -10,7 +10,7 @@ import pytest
 
 from app.backend.base import Prompt, StreamEvent
 from app.backend.http_errors import ServerError
-from app.backend.remote import RemoteBackend
+from app.backend.remote import RemoteBackend, pick_model
 from app.backend.server_metrics import ServerSnapshot
 from app.conversation import ChatSettings
 from tests.app.fake_openai import FakeServer
@@ -145,3 +145,10 @@ def test_connect_errors_say_what_to_fix() -> None:
         url = fake.url
     with pytest.raises(ServerError, match="Cannot reach the server"):
         RemoteBackend.connect(url, None, None)
+
+
+def test_a_named_model_is_used_when_the_server_lists_none() -> None:
+    """transformers serve lists only its Hub cache, not the model it was started with."""
+    assert pick_model({"object": "list", "data": []}, "/models/tiny", "http://x") == {"id": "/models/tiny"}
+    with pytest.raises(ServerError, match="serves no models"):
+        pick_model({"data": []}, None, "http://x")
