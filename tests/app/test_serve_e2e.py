@@ -3,8 +3,6 @@ checkpoint. Nothing of ours is mocked; the server runs in this process on an eph
 
 from __future__ import annotations
 
-import socket
-import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -20,7 +18,7 @@ from app.sanitize import strip_control
 from engine import DEFAULT_MODEL, Engine, EngineConfig, RequestOutput
 from tests.app.pilot_helpers import ENGINE, chat_screen, submit, user, wait_replied, wait_until
 
-uvicorn = pytest.importorskip("uvicorn")
+serving = pytest.importorskip("tests.asgi_server").serving  # needs the serve extra
 server_app = pytest.importorskip("server.app")
 server_config = pytest.importorskip("server.config")
 
@@ -34,20 +32,8 @@ def served(tiny_ckpt: Path) -> Iterator[str]:
     """`lfm-chat serve`'s app on the tiny checkpoint (the app tests' engine config) -> its base URL."""
     engine = Engine.from_pretrained(tiny_ckpt, EngineConfig(**ENGINE), progress=lambda stage, fraction: None)
     app = server_app.create_app(engine, server_config.ServerConfig(model_name="tiny"))
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started and time.monotonic() < deadline:
-        time.sleep(0.01)
-    try:
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(30)
-        sock.close()
+    with serving(app) as url:
+        yield url
 
 
 def server_figures(url: str) -> dict[str, float]:

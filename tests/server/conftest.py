@@ -12,19 +12,16 @@ checks goes through HTTP, as a client would see it.
 from __future__ import annotations
 
 import contextlib
-import socket
-import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import uvicorn
 
 from engine import Engine, EngineConfig
 from server.app import create_app
 from server.config import ServerConfig
+from tests.asgi_server import serving
 
 ENGINE = {
     "dtype": "float32",
@@ -51,21 +48,8 @@ def serve(make_engine: Callable[..., Engine]) -> Callable[..., contextlib.Abstra
     @contextlib.contextmanager
     def run(engine: Engine | None = None, **config: Any) -> Iterator[str]:
         app = create_app(engine or make_engine(), ServerConfig(**{"model_name": MODEL, **config}))
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
-        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-        thread.start()
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.01)
-        try:
-            yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-        finally:
-            server.should_exit = True
-            thread.join(30)
-            sock.close()
+        with serving(app) as url:
+            yield url
 
     return run
 
