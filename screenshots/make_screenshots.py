@@ -2,19 +2,25 @@
 
 Runs the real app headless (Textual's `App.run_test`) on the --demo checkpoint, or on
 `--model PATH`, with a throwaway data directory: three panes streaming at once beside the
-dashboard, then the history screen. Random weights make the replies gibberish, but the
-scheduler on screen is real.
+dashboard, then the history screen; then the same three panes with `--server` on a
+`lfm-chat serve` of the same model, the dashboard fed by the server's /metrics. Random weights
+make the replies gibberish, but the scheduler on screen is real.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import socket
+import subprocess
+import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import httpx
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
@@ -22,7 +28,7 @@ from app.conversation import ChatSettings
 from app.options import AppOptions
 from app.screens.chat import ChatScreen
 from app.screens.history import HistoryScreen
-from engine import EngineConfig
+from engine import DEFAULT_MODEL, EngineConfig
 
 HERE = Path(__file__).resolve().parent
 SIZE = (150, 42)
@@ -41,7 +47,7 @@ async def until(pilot: Pilot, predicate: Callable[[], object], limit: float = 30
         await pilot.pause(0.05)
 
 
-async def shoot(options: AppOptions) -> None:
+async def shoot(options: AppOptions, name: str = "streaming.svg", history: bool = True) -> None:
     app = LfmChatApp(options)
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.is_mounted)
@@ -50,10 +56,14 @@ async def shoot(options: AppOptions) -> None:
         for pane, prompt in zip(screen.panes, PROMPTS, strict=True):
             pane.prompt_input.text = prompt
             await pane.send(prompt)
-        await until(pilot, lambda: all(p.turn is not None and len(p.turn.ids) >= 40 for p in screen.panes))
+        await until(pilot, lambda: all(p.turn is not None and len(p.turn.raw) >= 120 for p in screen.panes))
+        await pilot.pause(1.0)  # a few metrics polls, so the dashboard has figures
         for pane in screen.panes:
             pane.prompt_input.cursor_blink = False
-        app.save_screenshot("streaming.svg", str(HERE))
+        app.save_screenshot(name, str(HERE))
+        if not history:
+            await pilot.press("ctrl+q")
+            return
         await until(pilot, lambda: not any(p.busy for p in screen.panes))
         await pilot.press("ctrl+g")
         await until(pilot, lambda: isinstance(app.screen, HistoryScreen) and app.screen.is_mounted)
@@ -77,7 +87,46 @@ def main() -> None:
             cache_dir=Path(tmp) / "cache",
         )
         asyncio.run(shoot(options))
-    print(f"wrote {HERE / 'streaming.svg'} and {HERE / 'history.svg'}")
+        with lfm_chat_serve(args.model) as url:
+            remote = AppOptions(
+                model=DEFAULT_MODEL,
+                server=url,
+                panes=len(PROMPTS),
+                chat=options.chat,
+                data_dir=Path(tmp) / "server-data",
+                cache_dir=Path(tmp) / "cache",
+            )
+            asyncio.run(shoot(remote, "server.svg", history=False))
+    print(f"wrote {HERE / 'streaming.svg'}, {HERE / 'history.svg'} and {HERE / 'server.svg'}")
+
+
+@contextlib.contextmanager
+def lfm_chat_serve(model: str | None) -> Iterator[str]:
+    """`lfm-chat serve` of the same model on a free local port, as a user would start it; its URL."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    which = ["--model", model] if model else ["--demo"]
+    command = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--max-num-seqs", "8", *which]
+    process = subprocess.Popen(command)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 300
+        while not _answers(f"{url}/health"):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("lfm-chat serve did not start")
+            time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(30)
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=1).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 if __name__ == "__main__":
