@@ -52,12 +52,12 @@ class KeyFooter(Footer):
 
     def __init__(self) -> None:
         super().__init__(compact=True, show_command_palette=False)
-        self._laid_out_width = 0
+        self.laid_out_width = 0  # the width the shown keys were chosen for
 
     def compose(self) -> ComposeResult:
         if not self._bindings_ready:
             return
-        self._laid_out_width = self.size.width
+        self.laid_out_width = self.size.width
         first: dict[str, tuple[Binding, bool, str]] = {}
         for _node, binding, enabled, tooltip in self.screen.active_bindings.values():
             if binding.show or _pinned(binding):
@@ -78,7 +78,7 @@ class KeyFooter(Footer):
             yield from pinned
 
     def on_resize(self) -> None:
-        if self.size.width != self._laid_out_width:
+        if self.size.width != self.laid_out_width:
             self.call_after_refresh(self.recompose)
 
     def _key(self, binding: Binding, enabled: bool, tooltip: str, classes: str = "") -> FooterKey:

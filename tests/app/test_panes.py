@@ -63,6 +63,14 @@ def footer_labels(app: LfmChatApp) -> list[str]:
     return [f"{k.key_display} {k.description}" for k in keys if k.region.width and k.region.right <= right]
 
 
+PINNED = ["^p All keys", "^q Quit"]
+
+
+def laid_out(app: LfmChatApp, width: int) -> bool:
+    """The footer chose its keys for `width` columns, and quit and the palette are in view."""
+    return app.screen.query_one(KeyFooter).laid_out_width == width and footer_labels(app)[-2:] == PINNED
+
+
 def fits(labels: list[str], width: int) -> bool:
     return sum(len(label) + 1 for label in labels) <= width
 
@@ -71,21 +79,20 @@ async def test_the_footer_keeps_quit_in_view_at_every_width(make_options: MakeOp
     app = LfmChatApp(make_options(panes=1))
     async with app.run_test(size=(200, 30)) as pilot:
         await chat_screen(app, pilot)
-        await wait_until(pilot, lambda: "^q Quit" in footer_labels(app), "the footer")
+        await wait_until(pilot, lambda: laid_out(app, 200), "the footer laid out for 200 columns")
         wide = footer_labels(app)
         bindings = [b for b in [*ChatScreen.BINDINGS, *ChatPane.BINDINGS] if isinstance(b, Binding)]
         shown = {b.description for b in bindings if b.show}
         assert {"Next pane", "Edit", "Clear", "Dashboard", "Copy code", "Export"} <= shown
         assert shown <= {label.split(" ", 1)[1] for label in wide}
         assert wide[0] == "esc Stop"
-        assert wide[-2:] == ["^p All keys", "^q Quit"]
+        assert wide[-2:] == PINNED
 
         for width in (80, 60, 45):
             await pilot.resize_terminal(width, 20)
-            # A footer that does not fit never settles: the wait fails after its limit.
-            await wait_until(pilot, lambda w=width: fits(footer_labels(app), w), f"the footer to fit {width}")
+            await wait_until(pilot, lambda w=width: laid_out(app, w), f"the footer at {width} columns")
             narrow = footer_labels(app)
-            assert narrow[-2:] == ["^p All keys", "^q Quit"]
+            assert fits(narrow, width)
             assert 2 < len(narrow) < len(wide)
             assert narrow[:-2] == wide[: len(narrow) - 2]  # the most needed keys stay
 
