@@ -40,6 +40,13 @@ def _single_thread() -> None:
     torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _kernels_built() -> None:
+    """Compile this machine's native kernels before the first test: in a fresh checkout the build
+    takes a minute or more, which must not fall inside an app test's wait for its chat screen."""
+    kernels.load()
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt_factory(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpointFactory:
     made: dict[str, Path] = {}
