@@ -103,7 +103,7 @@ def logits_into(head: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Te
     """``head(x).float()`` for 2-D ``x``, written into ``out``: the engine's logits buffer, reused each step.
 
     A fresh fp32 logits tensor per step (2 MB at 8 rows) is a fresh mmap under model/memory.py's
-    threshold, so writing it page-faulted: ~0.8 ms a step at 8 streams. The native layers
+    threshold, so writing it page-faulted every step (measured in docs/ARCHITECTURE.md). The native layers
     (``fill_float``) store fp32 straight from their sums, with the values ``head(x)`` rounds
     to; any other head computes in its dtype and copies.
     """

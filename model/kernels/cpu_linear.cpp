@@ -122,8 +122,8 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
 
 // Where a product's [M, N] outputs go: a new bf16 tensor or, for the head's logits, an fp32
 // tensor the caller reuses every step, holding the same bf16-rounded values. (A fresh 2 MB
-// fp32 copy per step is a fresh mmap under model/memory.py's threshold: ~0.8 ms of page
-// faults at 8 rows.)
+// fp32 copy per step is a fresh mmap under model/memory.py's threshold, page-faulted every step:
+// docs/ARCHITECTURE.md has the measurement.)
 class Output {
  public:
   Output(const at::Tensor& x, int64_t N, const std::optional<at::Tensor>& into) : N_(N) {
