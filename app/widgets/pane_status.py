@@ -47,7 +47,9 @@ class PaneStatus(Static):
         m = self.metrics
         if m is not None and self.state not in ("queued", "prefill"):
             cached = f" ({m.cached_prompt_tokens} cached)" if m.cached_prompt_tokens else ""
-            parts.append(f"{m.prompt_tokens}+{m.generated_tokens} tok{cached}")
+            # a server's prompt count comes with its last chunk; until then only the reply's is known
+            prompt = f"{m.prompt_tokens}+" if m.prompt_tokens else ""
+            parts.append(f"{prompt}{m.generated_tokens} tok{cached}")
             if m.ttft is not None:
                 parts.append(f"ttft {m.ttft:.2f}s")
             if m.tokens_per_s:
