@@ -21,6 +21,7 @@ class ServerSnapshot:
     """None for a figure the server does not expose. `source` says where the figures came from."""
 
     source: str  # "vLLM metrics" | "llama-server metrics" | "llama-server /slots" | "" (none)
+    answering: bool = True  # False: the last poll got no answer at all (the server is down or away)
     running: int | None = None
     waiting: int | None = None
     kv_usage: float | None = None  # 0..1 of the server's KV cache
@@ -84,12 +85,13 @@ class MetricsPoller:
         self.counts_tokens = False  # the server counts generated tokens: its rate is the throughput
 
     async def poll(self) -> ServerSnapshot | None:
-        """The server's figures, or None when it exposes none (tokens/s etc. filled in by the caller)."""
+        """The server's figures, None when it exposes none, or `answering=False` when it does not answer
+        (tokens/s etc. filled in by the caller)."""
         for path in list(self.endpoints):
             try:
                 response = await self.client.get(path, timeout=2.0)
             except httpx.HTTPError:
-                return None  # the server is away; the chat streams report that themselves
+                return ServerSnapshot("", answering=False)  # the chat streams say what it cost them
             snap = self._read(path, response) if response.status_code == 200 else None
             if snap is not None:
                 self.endpoints = [path]

@@ -11,6 +11,7 @@ from app.backend.server_metrics import ServerSnapshot
 from app.widgets.meter import meter
 
 NO_METRICS = "no metrics endpoint: client-side figures"
+NOT_ANSWERING = "not answering: client-side figures"
 
 
 def _known(value: object, form: str = "{}") -> str:
@@ -19,7 +20,8 @@ def _known(value: object, form: str = "{}") -> str:
 
 def server_lines(snap: ServerSnapshot) -> Text:
     """The meters block: the server's queue, KV cache and prefix cache, and this client's streams."""
-    lines = [Text(f"server · {snap.source or NO_METRICS}", style="bold" if snap.source else "dim")]
+    source = snap.source or (NO_METRICS if snap.answering else NOT_ANSWERING)
+    lines = [Text(f"server · {source}", style="bold" if snap.source else "dim")]
     if snap.source:
         lines.append(Text(f"batch  {_known(snap.running)} running · {_known(snap.waiting)} queued"))
         if snap.kv_usage is not None:

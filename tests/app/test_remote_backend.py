@@ -136,6 +136,18 @@ def test_without_metrics_the_snapshot_says_so() -> None:
     assert snap is not None and snap.source == "" and snap.streams_open == 0
 
 
+def test_a_server_that_stops_answering_is_told_apart_from_one_without_metrics() -> None:
+    with FakeServer() as fake:
+        backend = RemoteBackend.connect(fake.url, None, None, poll_interval=0.02)
+    try:  # the server is gone now
+        deadline = time.monotonic() + 5
+        while ((snap := backend.snapshot()) is None or snap.answering) and time.monotonic() < deadline:
+            time.sleep(0.02)
+    finally:
+        backend.close()
+    assert snap is not None and not snap.answering and snap.source == ""
+
+
 def test_connect_errors_say_what_to_fix() -> None:
     with FakeServer(api_key="secret") as fake:
         with pytest.raises(ServerError, match="--api-key"):
