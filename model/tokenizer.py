@@ -10,6 +10,7 @@ never shows half a character.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -160,16 +161,16 @@ class Tokenizer:
         """Text of ``ids``; skipping special tokens still keeps REPLY_MARKUP (decoded run by run around it,
         which is exact for LFM2's byte-level BPE)."""
         ids = list(ids)
-        if not skip_special_tokens or not self._markup.keys() & set(ids):
+        if not skip_special_tokens or self._markup.keys().isdisjoint(ids):
             return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
+        plain = partial(self._backend.decode, skip_special_tokens=True)
         parts: list[str] = []
         start = 0
         for index, token_id in enumerate(ids):
             if token_id in self._markup:
-                parts += [self._backend.decode(ids[start:index], skip_special_tokens=True)]
-                parts.append(self._markup[token_id])
+                parts += [plain(ids[start:index]), self._markup[token_id]]
                 start = index + 1
-        parts.append(self._backend.decode(ids[start:], skip_special_tokens=True))
+        parts.append(plain(ids[start:]))
         return "".join(parts)
 
     # ------------------------------------------------------------------ chat
