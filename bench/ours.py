@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.scenario import RequestTrace, Scenario, Traces, full_prompt, trigger_time
 from engine import Engine, EngineConfig, SamplingParams
-from model.config import Lfm2Config
+from model.architectures import load_config
 from model.loader import load_model
 from model.tokenizer import Tokenizer
 
@@ -32,7 +32,7 @@ class OursBackend:
     name = "ours"
 
     def __init__(self, checkpoint: Path, dtype: str, quantize: str = "none") -> None:
-        config = Lfm2Config.from_pretrained(checkpoint)
+        config = load_config(checkpoint)
         self.model = load_model(checkpoint, dtype, quantize=quantize)
         self.tokenizer = Tokenizer.from_pretrained(checkpoint, extra_stop_ids=config.eos_token_id)
         self.dtype = dtype

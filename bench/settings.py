@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.workloads import BuildContext, Workload
-from model.config import Lfm2Config
+from model.architectures import load_config
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,5 +27,5 @@ class RunSettings:
     def build_context(self, workload: Workload, repetition: int) -> BuildContext:
         """Identical prompts for both engines within a repetition, fresh ones in the next."""
         rng = random.Random(f"{self.seed}:{workload.name}:{repetition}")
-        vocab_size = Lfm2Config.from_pretrained(self.checkpoint).vocab_size
+        vocab_size = load_config(self.checkpoint).vocab_size
         return BuildContext(rng, self.quick, vocab_size, self.poisson_rate or 1.0)

@@ -22,8 +22,8 @@ from engine.pacing import PrefillPacer
 from engine.runner import ModelRunner
 from engine.scheduler import Scheduler
 from model import kernels as native_kernels
+from model.architectures import load_config
 from model.cache import HybridCache
-from model.config import Lfm2Config
 from model.hub import resolve_checkpoint
 from model.lfm2 import Lfm2ForCausalLM
 from model.loader import load_model
@@ -43,7 +43,7 @@ def load_checkpoint(
     report = progress or (lambda stage, fraction: None)
     report("locating checkpoint", None)
     path = resolve_checkpoint(str(name_or_path), progress=progress is None)
-    model_config = Lfm2Config.from_pretrained(path)
+    model_config = load_config(path)
     if config.device == "cpu" and config.dtype != "float32" and native_kernels.runnable_isas():
         # built here, before "auto" asks whether bf16 runs fast on this CPU
         report("preparing CPU kernels (built once: about a minute the first time)", None)

@@ -11,13 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from model.errors import CheckpointError
 
 ATTENTION = "full_attention"
 CONV = "conv"
-SUPPORTED_MODEL_TYPES = ("lfm2",)
 
 # Bounds far beyond any real LFM2 (350M: vocab 65536, hidden 1024, 16 layers of 16 heads) yet small
 # enough that nothing sized from them (a list per layer, a table per position) exhausts memory.
@@ -85,6 +84,9 @@ def read_json_object(path: Path) -> dict[str, Any]:
 class Lfm2Config:
     """Normalised LFM2 hyper-parameters (names follow transformers' ``Lfm2Config``)."""
 
+    MODEL_TYPE: ClassVar[str] = "lfm2"
+    ARCHITECTURE: ClassVar[str] = "Lfm2ForCausalLM"  # transformers' class, written to config.json
+
     vocab_size: int = 65536
     hidden_size: int = 1024
     intermediate_size: int = 6656
@@ -141,13 +143,75 @@ class Lfm2Config:
         """Columns of past conv input a sequence must carry between steps."""
         return self.conv_L_cache - 1
 
+    # ------------------------------------------------------------------ checkpoint
+    def expected_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every tensor a checkpoint of this architecture must hold (Hugging Face names), with its shape.
+
+        Built from one method per sublayer, so an architecture that changes one (an MoE feed-forward,
+        another attention) overrides only that.
+        """
+        h = self.hidden_size
+        shapes: dict[str, tuple[int, ...]] = {
+            "model.embed_tokens.weight": (self.vocab_size, h),
+            "model.embedding_norm.weight": (h,),
+        }
+        if not self.tie_word_embeddings:
+            shapes["lm_head.weight"] = (self.vocab_size, h)
+        for i, kind in enumerate(self.layer_types):
+            p = f"model.layers.{i}."
+            shapes[p + "operator_norm.weight"] = (h,)
+            shapes[p + "ffn_norm.weight"] = (h,)
+            shapes |= self.feed_forward_shapes(i, p + "feed_forward.")
+            if kind == CONV:
+                shapes |= self.conv_shapes(p + "conv.")
+            else:
+                shapes |= self.attention_shapes(p + "self_attn.")
+        return shapes
+
+    def feed_forward_shapes(self, layer: int, prefix: str) -> dict[str, tuple[int, ...]]:
+        """Layer ``layer``'s SwiGLU (w1 and w3 in, w2 out)."""
+        h, ffn = self.hidden_size, self.ffn_dim
+        return {
+            prefix + "w1.weight": (ffn, h),
+            prefix + "w3.weight": (ffn, h),
+            prefix + "w2.weight": (h, ffn),
+        }
+
+    def attention_shapes(self, prefix: str) -> dict[str, tuple[int, ...]]:
+        """GQA projections and the per-head q/k norms."""
+        h, hd = self.hidden_size, self.head_dim
+        q_dim, kv_dim = self.num_attention_heads * hd, self.num_key_value_heads * hd
+        return {
+            prefix + "q_proj.weight": (q_dim, h),
+            prefix + "k_proj.weight": (kv_dim, h),
+            prefix + "v_proj.weight": (kv_dim, h),
+            prefix + "out_proj.weight": (h, q_dim),
+            prefix + "q_layernorm.weight": (hd,),
+            prefix + "k_layernorm.weight": (hd,),
+        }
+
+    def conv_shapes(self, prefix: str) -> dict[str, tuple[int, ...]]:
+        """The short conv's projections and depthwise taps (biases where ``conv_bias``)."""
+        h = self.hidden_size
+        shapes = {
+            prefix + "in_proj.weight": (3 * h, h),
+            prefix + "out_proj.weight": (h, h),
+            prefix + "conv.weight": (h, 1, self.conv_L_cache),
+        }
+        if self.conv_bias:
+            shapes |= {
+                prefix + "in_proj.bias": (3 * h,),
+                prefix + "out_proj.bias": (h,),
+                prefix + "conv.bias": (h,),
+            }
+        return shapes
+
     # ------------------------------------------------------------------ checks
     def validate(self) -> None:
         """CheckpointError naming every bad field; the numbers first, since the other checks use them."""
-        if self.model_type not in SUPPORTED_MODEL_TYPES:
+        if self.model_type != self.MODEL_TYPE:
             raise CheckpointError(
-                f"model_type {self.model_type!r} is not supported: lfm-chat runs LFM2 checkpoints "
-                f"(model_type 'lfm2')."
+                f"{type(self).__name__} reads model_type {self.MODEL_TYPE!r}, not {self.model_type!r}"
             )
         problems = self._value_problems() or self._shape_problems()
         if problems:
@@ -190,13 +254,20 @@ class Lfm2Config:
     # ------------------------------------------------------------------ (de)serialise
     @classmethod
     def from_dict(cls, raw: dict[str, Any]) -> Lfm2Config:
-        """Build from a config.json dict, accepting every historical LFM2 field name."""
-        model_type = raw.get("model_type")
-        if model_type not in SUPPORTED_MODEL_TYPES:
+        """Build from a config.json dict of this class's ``model_type`` (architectures.py picks the class)."""
+        if raw.get("model_type") != cls.MODEL_TYPE:
             raise CheckpointError(
-                f"config.json has model_type {model_type!r}; "
-                "lfm-chat runs LFM2 checkpoints (model_type 'lfm2')."
+                f"config.json has model_type {raw.get('model_type')!r}, not {cls.MODEL_TYPE!r}"
             )
+        # Values are passed on as they are: __post_init__ checks each one's type and range.
+        return cls(**cls.fields_from_dict(raw))
+
+    @classmethod
+    def fields_from_dict(cls, raw: dict[str, Any]) -> dict[str, Any]:
+        """The dataclass fields from a config.json dict, accepting every historical LFM2 field name.
+
+        Other architectures extend this with their own fields (model/architectures.py).
+        """
         n_layers = raw.get("num_hidden_layers", 16)
         layer_types = raw.get("layer_types")
         if layer_types is None:
@@ -209,48 +280,47 @@ class Lfm2Config:
             raise CheckpointError(f"rope type {rope_type!r} is not supported (only default RoPE)")
         eos = raw.get("eos_token_id", 2)
         eos_ids = [] if eos is None else (eos if isinstance(eos, list) else [eos])
-        # Values are passed on as they are: __post_init__ checks each one's type and range.
-        return cls(
-            vocab_size=raw.get("vocab_size", 65536),
-            hidden_size=raw.get("hidden_size", raw.get("block_dim", 1024)),
-            intermediate_size=raw.get("block_ff_dim", raw.get("intermediate_size", 6656)),
-            num_hidden_layers=n_layers,
-            num_attention_heads=raw.get("num_attention_heads", raw.get("num_heads", 16)),
-            num_key_value_heads=raw.get("num_key_value_heads", 8),
-            layer_types=layer_types,
-            max_position_embeddings=raw.get("max_position_embeddings", 128_000),
-            norm_eps=raw.get("norm_eps", raw.get("block_norm_eps", 1e-5)),
-            rope_theta=rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0)),
-            conv_L_cache=raw.get("conv_L_cache", 3),
-            conv_bias=raw.get("conv_bias", False),
-            block_auto_adjust_ff_dim=raw.get("block_auto_adjust_ff_dim", True),
-            block_multiple_of=raw.get("block_multiple_of", 256),
-            block_ffn_dim_multiplier=raw.get("block_ffn_dim_multiplier", 1.0),
-            tie_word_embeddings=raw.get("tie_embedding", raw.get("tie_word_embeddings", True)),
-            pad_token_id=raw.get("pad_token_id", 0),
-            bos_token_id=raw.get("bos_token_id", 1),
-            eos_token_id=eos_ids,
-            model_type=model_type,
-        )
-
-    @classmethod
-    def from_pretrained(cls, checkpoint_dir: str | Path) -> Lfm2Config:
-        """Read ``config.json`` from a local checkpoint directory."""
-        path = Path(checkpoint_dir) / "config.json"
-        if not Path(checkpoint_dir).is_dir():
-            raise CheckpointError(f"checkpoint directory {str(checkpoint_dir)!r} does not exist")
-        if not path.is_file():
-            raise CheckpointError(f"{path} is missing: not an LFM2 checkpoint directory")
-        return cls.from_dict(read_json_object(path))
+        return {
+            "vocab_size": raw.get("vocab_size", 65536),
+            "hidden_size": raw.get("hidden_size", raw.get("block_dim", 1024)),
+            "intermediate_size": raw.get("block_ff_dim", raw.get("intermediate_size", 6656)),
+            "num_hidden_layers": n_layers,
+            "num_attention_heads": raw.get("num_attention_heads", raw.get("num_heads", 16)),
+            "num_key_value_heads": raw.get("num_key_value_heads", 8),
+            "layer_types": layer_types,
+            "max_position_embeddings": raw.get("max_position_embeddings", 128_000),
+            "norm_eps": raw.get("norm_eps", raw.get("block_norm_eps", 1e-5)),
+            "rope_theta": rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0)),
+            "conv_L_cache": raw.get("conv_L_cache", 3),
+            "conv_bias": raw.get("conv_bias", False),
+            "block_auto_adjust_ff_dim": raw.get("block_auto_adjust_ff_dim", True),
+            "block_multiple_of": raw.get("block_multiple_of", 256),
+            "block_ffn_dim_multiplier": raw.get("block_ffn_dim_multiplier", 1.0),
+            "tie_word_embeddings": raw.get("tie_embedding", raw.get("tie_word_embeddings", True)),
+            "pad_token_id": raw.get("pad_token_id", 0),
+            "bos_token_id": raw.get("bos_token_id", 1),
+            "eos_token_id": eos_ids,
+            "model_type": cls.MODEL_TYPE,
+        }
 
     def to_dict(self) -> dict[str, Any]:
         """A config.json dict that both this loader and transformers' Lfm2Config read back."""
         out = asdict(self)
-        out["architectures"] = ["Lfm2ForCausalLM"]
+        out["architectures"] = [self.ARCHITECTURE]
         out["eos_token_id"] = self.eos_token_id[0] if len(self.eos_token_id) == 1 else self.eos_token_id
         out["block_ff_dim"] = self.intermediate_size
         out["rope_parameters"] = {"rope_type": "default", "rope_theta": self.rope_theta}
         return out
+
+
+def read_config_json(checkpoint_dir: str | Path) -> dict[str, Any]:
+    """A local checkpoint's config.json as a dict, or a one-line CheckpointError saying what is missing."""
+    path = Path(checkpoint_dir) / "config.json"
+    if not Path(checkpoint_dir).is_dir():
+        raise CheckpointError(f"checkpoint directory {str(checkpoint_dir)!r} does not exist")
+    if not path.is_file():
+        raise CheckpointError(f"{path} is missing: not an LFM2 checkpoint directory")
+    return read_json_object(path)
 
 
 def _layer_types_from_indices(n_layers: object, attention_indices: object) -> list[str]:

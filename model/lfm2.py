@@ -15,7 +15,7 @@ from torch import nn
 
 from model.batch import ForwardBatch
 from model.cache import HybridCache
-from model.config import Lfm2Config
+from model.config import CONV, Lfm2Config
 from model.layers import DecoderLayer, RMSNorm, RotaryTable
 from model.linears import logits_into
 from model.native_layers import use_native_layers
@@ -68,6 +68,22 @@ class Lfm2ForCausalLM(nn.Module):
             (config.attention_layers if kind == "full_attention" else config.conv_layers).index(i)
             for i, kind in enumerate(config.layer_types)
         ]
+
+    @classmethod
+    def fuse_checkpoint(cls, tensors: dict[str, torch.Tensor], config: Lfm2Config) -> dict[str, torch.Tensor]:
+        """Checkpoint layout -> module layout: q/k/v and w1/w3 concatenated, so each is one matmul.
+
+        Consumes ``tensors`` layer by layer, so at most one layer exists in both layouts at once
+        (keeping the unfused dict alive would double peak memory for most of the weights).
+        """
+        for i, kind in enumerate(config.layer_types):
+            p = f"model.layers.{i}."
+            w1, w3 = (tensors.pop(f"{p}feed_forward.{w}.weight") for w in ("w1", "w3"))
+            tensors[p + "feed_forward.w13.weight"] = torch.cat((w1, w3))
+            if kind != CONV:
+                q, k, v = (tensors.pop(f"{p}self_attn.{n}_proj.weight") for n in "qkv")
+                tensors[p + "self_attn.qkv_proj.weight"] = torch.cat((q, k, v))
+        return tensors
 
     @property
     def dtype(self) -> torch.dtype:

@@ -8,7 +8,8 @@ from pathlib import Path
 import torch
 
 from model import kernels as native_kernels
-from model.config import ATTENTION, Lfm2Config
+from model.architectures import architecture, load_config
+from model.config import Lfm2Config
 from model.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
 from model.kernels.layout import native_attention
 from model.lfm2 import Lfm2ForCausalLM
@@ -29,32 +30,16 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     return DTYPES[name]
 
 
-def fuse_projections(tensors: dict[str, torch.Tensor], config: Lfm2Config) -> dict[str, torch.Tensor]:
-    """Checkpoint layout -> module layout: q/k/v and w1/w3 concatenated, so each is one matmul.
-
-    Consumes ``tensors`` layer by layer, so at most one layer exists in both layouts at once
-    (keeping the unfused dict alive would double peak memory for most of the weights).
-    """
-    fused = tensors
-    for i, kind in enumerate(config.layer_types):
-        p = f"model.layers.{i}."
-        w1, w3 = (fused.pop(f"{p}feed_forward.{w}.weight") for w in ("w1", "w3"))
-        fused[p + "feed_forward.w13.weight"] = torch.cat((w1, w3))
-        if kind == ATTENTION:
-            q, k, v = (fused.pop(f"{p}self_attn.{n}_proj.weight") for n in "qkv")
-            fused[p + "self_attn.qkv_proj.weight"] = torch.cat((q, k, v))
-    return fused
-
-
 def build_model(
     config: Lfm2Config,
     state_dict: dict[str, torch.Tensor],
     device: torch.device | str = "cpu",
 ) -> Lfm2ForCausalLM:
     """Wrap validated checkpoint tensors (consumed) in the module, without a random init (meta device)."""
+    causal_lm = architecture(config.model_type).causal_lm
     with torch.device("meta"):
-        model = Lfm2ForCausalLM(config)
-    tensors = fuse_projections(state_dict, config)  # consumes state_dict
+        model = causal_lm(config)
+    tensors = causal_lm.fuse_checkpoint(state_dict, config)  # consumes state_dict
     if config.tie_word_embeddings:
         tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
     model.load_state_dict(tensors, strict=True, assign=True)
@@ -86,7 +71,7 @@ def load_model(
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize {quantize!r} is not supported; use one of {', '.join(QUANTIZATIONS)}")
     checkpoint_dir = Path(checkpoint_dir)
-    config = Lfm2Config.from_pretrained(checkpoint_dir)
+    config = load_config(checkpoint_dir)
     torch_dtype = parse_dtype(dtype)
     on_cpu = torch.device(device).type == "cpu"
     wants_kernels = native_kernels.wanted_for(torch_dtype, device)

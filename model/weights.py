@@ -19,48 +19,11 @@ from typing import Any, BinaryIO
 import torch
 from safetensors.torch import save_file
 
-from model.config import ATTENTION, Lfm2Config
+from model.config import Lfm2Config
 from model.errors import CheckpointError
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
-
-
-def expected_shapes(config: Lfm2Config) -> dict[str, tuple[int, ...]]:
-    """Every tensor an LFM2 checkpoint must hold, with its shape."""
-    h, ffn, hd = config.hidden_size, config.ffn_dim, config.head_dim
-    q_dim, kv_dim = config.num_attention_heads * hd, config.num_key_value_heads * hd
-    shapes: dict[str, tuple[int, ...]] = {
-        "model.embed_tokens.weight": (config.vocab_size, h),
-        "model.embedding_norm.weight": (h,),
-    }
-    if not config.tie_word_embeddings:
-        shapes["lm_head.weight"] = (config.vocab_size, h)
-    for i, kind in enumerate(config.layer_types):
-        p = f"model.layers.{i}."
-        shapes[p + "operator_norm.weight"] = (h,)
-        shapes[p + "ffn_norm.weight"] = (h,)
-        shapes[p + "feed_forward.w1.weight"] = (ffn, h)
-        shapes[p + "feed_forward.w3.weight"] = (ffn, h)
-        shapes[p + "feed_forward.w2.weight"] = (h, ffn)
-        if kind == ATTENTION:
-            a = p + "self_attn."
-            shapes[a + "q_proj.weight"] = (q_dim, h)
-            shapes[a + "k_proj.weight"] = (kv_dim, h)
-            shapes[a + "v_proj.weight"] = (kv_dim, h)
-            shapes[a + "out_proj.weight"] = (h, q_dim)
-            shapes[a + "q_layernorm.weight"] = (hd,)
-            shapes[a + "k_layernorm.weight"] = (hd,)
-        else:
-            c = p + "conv."
-            shapes[c + "in_proj.weight"] = (3 * h, h)
-            shapes[c + "out_proj.weight"] = (h, h)
-            shapes[c + "conv.weight"] = (h, 1, config.conv_L_cache)
-            if config.conv_bias:
-                shapes[c + "in_proj.bias"] = (3 * h,)
-                shapes[c + "out_proj.bias"] = (h,)
-                shapes[c + "conv.bias"] = (h,)
-    return shapes
 
 
 def safetensors_files(checkpoint_dir: Path) -> list[Path]:
@@ -179,7 +142,7 @@ def _read_tensor(file: BinaryIO, location: TensorLocation, name: str) -> torch.T
 
 def _check_against_config(found: dict[str, TensorLocation], config: Lfm2Config, checkpoint_dir: Path) -> None:
     """Names, shapes and dtypes from the headers against config.json, before a byte is allocated."""
-    shapes = expected_shapes(config)
+    shapes = config.expected_shapes()
     for name, shape in shapes.items():
         location = found.get(name)
         if location is not None and location.shape != shape:
@@ -215,7 +178,7 @@ def load_state_dict(
     """
     found = checkpoint_tensors(checkpoint_dir)
     _check_against_config(found, config, checkpoint_dir)
-    wanted = expected_shapes(config)
+    wanted = config.expected_shapes()
     tensors: dict[str, torch.Tensor] = {}
     for path in dict.fromkeys(found[name].path for name in wanted):
         with path.open("rb") as file:
@@ -234,7 +197,7 @@ def random_state_dict(config: Lfm2Config, seed: int = 0, std: float = 0.02) -> d
     """
     gen = torch.Generator().manual_seed(seed)
     out = {}
-    for name, shape in expected_shapes(config).items():
+    for name, shape in config.expected_shapes().items():
         if "norm" in name:
             out[name] = 1.0 + 0.1 * torch.randn(shape, generator=gen)
         elif name.endswith(".bias"):

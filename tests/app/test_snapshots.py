@@ -59,9 +59,7 @@ def app_with_saved_chat(
     return LfmChatApp(options)
 
 
-def steady(
-    then: Callable[[Pilot], object] | None = None, reply: str = REPLY
-) -> Callable[[Pilot], object]:
+def steady(then: Callable[[Pilot], object] | None = None, reply: str = REPLY) -> Callable[[Pilot], object]:
     """run_before: wait for the chat screen, optionally act, then stop every cursor blinking."""
 
     async def run(pilot: Pilot) -> None:

@@ -64,12 +64,11 @@ def test_peak_rss_reads_the_kernel_high_water_mark(tmp_path):
 def test_the_kernel_benchmark_covers_every_linear_of_a_step():
     """bench.kernels times exactly the weights one 350M forward step multiplies by."""
     from bench.kernels import lfm2_350m_config, step_shapes
-    from model.weights import expected_shapes
 
     config = lfm2_350m_config()
     linear_suffixes = ("proj.weight", ".w1.weight", ".w2.weight", ".w3.weight")
     in_checkpoint = [
-        shape for name, shape in expected_shapes(config).items() if name.endswith(linear_suffixes)
+        shape for name, shape in config.expected_shapes().items() if name.endswith(linear_suffixes)
     ]
     head = (config.vocab_size, config.hidden_size)  # tied: the embedding table
     covered = sum(n * k for n, k in step_shapes(config))

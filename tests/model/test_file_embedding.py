@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.config import Lfm2Config
+from model.architectures import load_config
 from model.errors import CheckpointError
 from model.file_embedding import FileEmbedding
 from model.weights import load_state_dict, locate_tensor
@@ -17,7 +17,7 @@ NAME = "model.embed_tokens.weight"
 @pytest.mark.parametrize("stored_as", [torch.float32, torch.bfloat16])
 def test_rows_equal_the_loaded_table(tiny_ckpt_factory, stored_as):
     path = tiny_ckpt_factory("default", dtype=stored_as)
-    table = load_state_dict(path, Lfm2Config.from_pretrained(path), stored_as)[NAME]
+    table = load_state_dict(path, load_config(path), stored_as)[NAME]
     embedding = FileEmbedding(locate_tensor(path, NAME))
     ids = torch.tensor([[0, 5, 5], [table.shape[0] - 1, 17, 0]])
     assert torch.equal(embedding(ids), F.embedding(ids, table))

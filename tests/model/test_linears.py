@@ -15,9 +15,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from model import kernels
+from model.architectures import load_config
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.config import Lfm2Config
 from model.file_embedding import FileEmbedding
 from model.linears import NativeLinear, PackedLinear, logits_into, onednn_bf16_supported
 from model.loader import build_model, load_model
@@ -127,7 +127,7 @@ def test_bf16_model_on_native_kernels_is_as_exact_as_torch(
     native_models, tiny_ckpt_factory, preset, stored_as
 ):
     path = tiny_ckpt_factory(preset, dtype=stored_as)
-    config = Lfm2Config.from_pretrained(path)
+    config = load_config(path)
     model = load_model(path, dtype="bfloat16")
     assert isinstance(model.model.layers[0].feed_forward.w13, NativeLinear)
     assert model.model.layers[0].feed_forward.w13.kernels is native_models
@@ -152,7 +152,7 @@ def test_bf16_model_on_native_kernels_is_as_exact_as_torch(
 def test_without_native_kernels_onednn_packs_bit_for_bit(tiny_ckpt_factory, preset, stored_as):
     path = tiny_ckpt_factory(preset, dtype=stored_as)
     packed = load_model(path, dtype="bfloat16")
-    config = Lfm2Config.from_pretrained(path)
+    config = load_config(path)
     plain = build_model(config, load_state_dict(path, config, torch.bfloat16))
     assert any(isinstance(m, PackedLinear) for m in packed.modules())
     assert not any(isinstance(m, NativeLinear) for m in packed.modules())

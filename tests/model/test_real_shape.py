@@ -13,7 +13,7 @@ from model.config import Lfm2Config
 from model.file_embedding import FileEmbedding
 from model.linears import NativeLinear, PackedLinear, onednn_bf16_supported
 from model.loader import load_model
-from model.weights import expected_shapes, random_state_dict
+from model.weights import random_state_dict
 
 # config.json of LiquidAI/LFM2-350M, as published (legacy field names included on purpose)
 LFM2_350M = {
@@ -66,7 +66,7 @@ def test_350m_config_and_parameter_count():
     config = Lfm2Config.from_dict(LFM2_350M)
     assert config.ffn_dim == 4608 and config.head_dim == 64
     assert len(config.attention_layers) == 6 and len(config.conv_layers) == 10
-    assert sum(torch.Size(s).numel() for s in expected_shapes(config).values()) == 354_483_968
+    assert sum(torch.Size(s).numel() for s in config.expected_shapes().values()) == 354_483_968
 
 
 def test_legacy_full_attn_idxs_is_folded_into_layer_types():

@@ -10,6 +10,7 @@ import pytest
 import torch
 from safetensors import safe_open
 
+from model.architectures import load_config
 from model.config import ATTENTION, CONV, Lfm2Config
 from model.tiny import TINY_CONFIGS, main, tiny_tokenizer_json, write_tiny_checkpoint
 from model.tokenizer import LFM2_SPECIAL_TOKENS, Tokenizer
@@ -39,7 +40,7 @@ def test_preset_loads_in_lfm_chat_and_transformers(
 ) -> None:
     transformers = pytest.importorskip("transformers")
     ckpt = tiny_ckpt_factory(preset)
-    config = Lfm2Config.from_pretrained(ckpt)
+    config = load_config(ckpt)
     ours = load_state_dict(ckpt, config, torch.float32)
     reference, info = transformers.Lfm2ForCausalLM.from_pretrained(ckpt, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"] and not info["mismatched_keys"]
@@ -51,9 +52,7 @@ def test_preset_loads_in_lfm_chat_and_transformers(
 
 
 def test_tokenizer_layout_matches_lfm2(tiny_ckpt: Path) -> None:
-    tok = Tokenizer.from_pretrained(
-        tiny_ckpt, extra_stop_ids=Lfm2Config.from_pretrained(tiny_ckpt).eos_token_id
-    )
+    tok = Tokenizer.from_pretrained(tiny_ckpt, extra_stop_ids=load_config(tiny_ckpt).eos_token_id)
     assert [tok.token_to_id(t) for t in LFM2_SPECIAL_TOKENS] == list(range(len(LFM2_SPECIAL_TOKENS)))
     assert all(tok.is_special(i) for i in range(len(LFM2_SPECIAL_TOKENS)))
     assert tok.stop_token_ids == {tok.token_to_id("<|im_end|>")}
@@ -64,7 +63,7 @@ def test_tokenizer_layout_matches_lfm2(tiny_ckpt: Path) -> None:
 def test_any_vocab_size_is_exact(tmp_path: Path, vocab_size: int) -> None:
     ckpt = write_tiny_checkpoint(tmp_path, vocab_size=vocab_size, hidden_size=16, num_hidden_layers=2)
     tok = Tokenizer.from_pretrained(ckpt)
-    assert tok.vocab_size == Lfm2Config.from_pretrained(ckpt).vocab_size == vocab_size
+    assert tok.vocab_size == load_config(ckpt).vocab_size == vocab_size
     assert tok.decode(tok.encode("round trip ✓ 🙂")) == "round trip ✓ 🙂"
 
 
@@ -92,6 +91,6 @@ def test_dtype_is_written_and_declared(tmp_path: Path) -> None:
 
 def test_cli_writes_a_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main([str(tmp_path / "demo"), "--preset", "lfm2_like", "--seed", "1"])
-    config = Lfm2Config.from_pretrained(tmp_path / "demo")
+    config = load_config(tmp_path / "demo")
     assert config.layer_types == TINY_CONFIGS["lfm2_like"]["layer_types"]
     assert str(tmp_path / "demo") in capsys.readouterr().out
