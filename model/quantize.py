@@ -29,6 +29,7 @@ from torch import nn
 
 from model.kernels.layout import PAIR, QUAD, native_width, pack_panels, pad_outputs
 from model.linears import replace_linears
+from model.quantize_int4 import Int4Linear
 from model.quantized_linear import QuantizedLinear
 
 # aten._weight_int8pack_mm crashes (SIGSEGV) on CPU when the input width is not a multiple of 16.
@@ -112,7 +113,11 @@ class W8A8Linear(_Int8Rows):
         return (sums * (row_scales[:, None] * self.scales)).to(flat.dtype)
 
 
-QUANTIZED_LINEARS: dict[str, Callable[..., nn.Module]] = {"int8": Int8Linear, "w8a8": W8A8Linear}
+QUANTIZED_LINEARS: dict[str, Callable[..., nn.Module]] = {
+    "int8": Int8Linear,
+    "w8a8": W8A8Linear,
+    "int4": Int4Linear,
+}
 
 
 def quantize_linears(model: nn.Module, scheme: str, kernels: ModuleType | None = None) -> nn.Module:
