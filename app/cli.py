@@ -25,7 +25,7 @@ from engine import DEFAULT_MODEL, SAMPLING_OFF, SamplingParams, SamplingParamsEr
 DEMO_KV_CACHE_MB = 64
 # engine.config's ENGINE_DTYPES and model.loader's QUANTIZATIONS, which import torch; a test keeps them equal
 DTYPES = ("auto", "float32", "bfloat16")
-QUANTIZATIONS = ("none", "int8", "w8a8")
+QUANTIZATIONS = ("none", "int8", "w8a8", "int4")
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
@@ -126,7 +126,8 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         "--quantize",
         default="none",
         choices=QUANTIZATIONS,
-        help="int8 weights: int8 = weight-only (closest to bf16); w8a8 = int8 activations too (fastest)",
+        help="CPU linears: int8 = int8 weights (closest to bf16); w8a8 = int8 activations too; "
+        "int4 = 4-bit weights (fastest decode, least exact)",
     )
     engine = parser.add_argument_group("engine")
     engine.add_argument(

@@ -95,7 +95,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--quantize",
         choices=QUANTIZATIONS,
         default="none",
-        help="our engine's linears (int8 = weight-only, w8a8 = int8 activations too); transformers: --dtype",
+        help="our engine's linears (int8 = weight-only, w8a8 = int8 activations too, int4 = 4-bit weights); "
+        "transformers: --dtype",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="short lengths, for a smoke run")

@@ -3,6 +3,7 @@
 Each figure is the time to multiply M activation rows through every linear of one LFM2-350M
 step (16 layers and the head, ~354M weights, so the weights stream from memory as in decode),
 through the same layer classes the model uses: model/kernels' loops vs the torch fallbacks.
+GB/s is the native layers' stored bytes (weights, scales) read per step over its time.
 """
 
 from __future__ import annotations
@@ -22,12 +23,14 @@ from model import kernels
 from model.config import ATTENTION, Lfm2Config
 from model.linears import NativeLinear, torch_bf16_linear
 from model.quantize import Int8Linear, W8A8Linear
+from model.quantize_int4 import Int4Linear
 
 SCHEMES: dict[str, tuple[Callable[..., nn.Module], Callable[..., nn.Module]]] = {
     # scheme: (native layer, PyTorch layer)
     "bf16": (NativeLinear, lambda linear, _: torch_bf16_linear(linear)),
     "int8": (Int8Linear, lambda linear, _: Int8Linear(linear)),
     "w8a8": (W8A8Linear, lambda linear, _: W8A8Linear(linear)),
+    "int4": (Int4Linear, lambda linear, _: Int4Linear(linear)),
 }
 
 
@@ -63,7 +66,7 @@ def time_step(layers: list[nn.Module], rows: int, repeats: int) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,8,32,256", help="comma-separated batch sizes")
-    parser.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated: bf16,int8,w8a8")
+    parser.add_argument("--schemes", default=",".join(SCHEMES), help="comma-separated: " + ",".join(SCHEMES))
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument(
@@ -81,20 +84,23 @@ def main(argv: list[str] | None = None) -> int:
     shapes = step_shapes(lfm2_350m_config())
     progress = Progress(len(schemes) * len(rows) * 2)
     print(f"native kernels: {native.ISA}")
-    print(f"{'scheme':6} {'rows':>5} {'native ms':>10} {'torch ms':>10} {'torch/native':>13}")
+    print(f"{'scheme':6} {'rows':>5} {'native ms':>10} {'GB/s':>6} {'torch ms':>10} {'torch/native':>13}")
     for scheme in schemes:
         make_native, make_torch = SCHEMES[scheme]
         results = {}
         for label, make in (("native", make_native), ("torch", make_torch)):
             progress.note(f"building {scheme} {label} layers")
             layers = [make(nn.Linear(k, n, bias=False, dtype=torch.bfloat16), native) for n, k in shapes]
+            if label == "native":
+                stored = sum(b.numel() * b.element_size() for layer in layers for b in layer.buffers())
             for m in rows:
                 with progress.run(f"{scheme} {label} {m} rows"):
                     results[label, m] = time_step(layers, m, args.repeats)
             del layers
         for m in rows:
             a, b = results["native", m], results["torch", m]
-            print(f"{scheme:6} {m:>5} {a * 1e3:>10.1f} {b * 1e3:>10.1f} {b / a:>12.2f}x")
+            rate = stored / a / 1e9
+            print(f"{scheme:6} {m:>5} {a * 1e3:>10.1f} {rate:>6.1f} {b * 1e3:>10.1f} {b / a:>12.2f}x")
     return 0
 
 

@@ -18,7 +18,7 @@ class RunSettings:
     quick: bool
     seed: int = 0
     poisson_rate: float | None = None  # requests/s; None until calibrated on the first engine's warm-up
-    quantize: str = "none"  # our engine's linears: "none", "int8" (weight-only) or "w8a8"
+    quantize: str = "none"  # our engine's linears: "none", "int8" (weight-only), "w8a8" or "int4"
     hf_dtype: str | None = None  # transformers' dtype where it differs (its fastest on this CPU)
 
     def dtype_of(self, engine: str) -> str:

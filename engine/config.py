@@ -36,7 +36,7 @@ class EngineConfig:
     num_kv_blocks: int | None = None
     kv_cache_memory_mb: int = 1024
     enable_prefix_caching: bool = True
-    quantize: str = "none"  # "int8" (weight-only int8 linears) or "w8a8" (int8 activations too)
+    quantize: str = "none"  # "int8" (weight-only int8 linears), "w8a8" (int8 activations too) or "int4"
     num_threads: int | None = None
     seed: int = 0
 

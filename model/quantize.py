@@ -29,6 +29,8 @@ from torch import nn
 
 from model.kernels.layout import PAIR, QUAD, native_width, pack_panels, pad_outputs
 from model.linears import replace_linears
+from model.quantize_int4 import Int4Linear
+from model.quantized_linear import QuantizedLinear
 
 # aten._weight_int8pack_mm crashes (SIGSEGV) on CPU when the input width is not a multiple of 16.
 _INT8PACK_K_MULTIPLE = 16
@@ -52,8 +54,8 @@ def _quantize_weight(weight: torch.Tensor, rows_per_chunk: int = 4096) -> tuple[
     return quantized, scales
 
 
-class _QuantizedLinear(nn.Module):
-    """A bias-optional linear layer whose weight is stored as int8 rows times a per-row scale.
+class _Int8Rows(QuantizedLinear):
+    """int8 rows times a per-row scale (symmetric), the storage Int8Linear and W8A8Linear share.
 
     With ``kernels`` the int8 weight is kept only in the native kernels' panel layout (``group``
     k values per panel row), with fp32 scales padded to whole panels; otherwise row-major for
@@ -63,39 +65,17 @@ class _QuantizedLinear(nn.Module):
     group = PAIR
 
     def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
-        super().__init__()
+        super().__init__(linear, kernels if native_width(linear.in_features) else None)
         quantized, scales = _quantize_weight(linear.weight.detach())
-        self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.bias = None if linear.bias is None else nn.Parameter(linear.bias.detach(), requires_grad=False)
         self.register_buffer("scales", scales.to(linear.weight.dtype))
-        self.kernels = kernels if native_width(self.in_features) else None
         if self.kernels is None:
             self.register_buffer("weight_int8", quantized)
         else:
             self.register_buffer("packed_int8", pack_panels(quantized, self.group, kernels.PANEL))
             self.register_buffer("padded_scales", pad_outputs(self.scales.float(), kernels.PANEL))
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        flat = x.reshape(-1, self.in_features)
-        out = self.torch_matmul(flat) if self.kernels is None else self.native_matmul(flat.contiguous())
-        if self.bias is not None:
-            out = out + self.bias
-        return out.view(*x.shape[:-1], self.out_features)
 
-    def fill_float(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """``self(x)`` as float32, written into ``out``; see model/linears.py's `logits_into`."""
-        if self.kernels is None or self.bias is not None:
-            return out.copy_(self(x))
-        return self.native_matmul(x.contiguous(), out)
-
-    def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        raise NotImplementedError
-
-    def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
-        raise NotImplementedError
-
-
-class Int8Linear(_QuantizedLinear):
+class Int8Linear(_Int8Rows):
     """Weight-only int8: ``x @ dequant(W).T`` with activations kept in the model dtype."""
 
     def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -108,7 +88,7 @@ class Int8Linear(_QuantizedLinear):
         return F.linear(flat, (self.weight_int8.float() * self.scales[:, None]).to(flat.dtype))
 
 
-class W8A8Linear(_QuantizedLinear):
+class W8A8Linear(_Int8Rows):
     """int8 weights times per-token int8 activations, accumulated exactly in int32."""
 
     group = QUAD
@@ -133,7 +113,11 @@ class W8A8Linear(_QuantizedLinear):
         return (sums * (row_scales[:, None] * self.scales)).to(flat.dtype)
 
 
-QUANTIZED_LINEARS: dict[str, Callable[..., nn.Module]] = {"int8": Int8Linear, "w8a8": W8A8Linear}
+QUANTIZED_LINEARS: dict[str, Callable[..., nn.Module]] = {
+    "int8": Int8Linear,
+    "w8a8": W8A8Linear,
+    "int4": Int4Linear,
+}
 
 
 def quantize_linears(model: nn.Module, scheme: str, kernels: ModuleType | None = None) -> nn.Module:

@@ -1,5 +1,5 @@
 // The Python module of model/kernels: one binding per entry point of cpu_linear.cpp,
-// cpu_attention.cpp and cpu_layer_ops.cpp (kept apart so each source file holds one kind of kernel).
+// cpu_linear_int4.cpp, cpu_attention.cpp and cpu_layer_ops.cpp (kept apart so each source file holds one kind of kernel).
 
 #include <torch/extension.h>
 
@@ -15,6 +15,8 @@ torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const 
                           const std::optional<torch::Tensor>& out);
 torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& row_sums,
                           const torch::Tensor& scales, int64_t N, const std::optional<torch::Tensor>& out);
+torch::Tensor linear_int4(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& codes,
+                          const torch::Tensor& steps, int64_t N, const std::optional<torch::Tensor>& out);
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                                const torch::Tensor& block_tables, const torch::Tensor& context_lens,
                                int64_t block_size, double scale);
@@ -41,6 +43,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("w"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none());
   m.def("linear_w8a8", &lfm_kernels::linear_w8a8, "per-row int8 x times int8 W in quad panels, exact int32 sums",
         py::arg("x"), py::arg("w"), py::arg("row_sums"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none());
+  m.def("linear_int4", &lfm_kernels::linear_int4, "x quantized per row and 32 k to int8, times int4 W in int4 panels",
+        py::arg("x"), py::arg("q"), py::arg("codes"), py::arg("steps"), py::arg("N"), py::arg("out") = py::none());
   m.def("decode_attention", &lfm_kernels::decode_attention, "one query per sequence over the paged KV pool");
   m.def("add_rms_norm", &lfm_kernels::add_rms_norm, "hidden += delta (in place, if given), then RMSNorm");
   m.def("swiglu", &lfm_kernels::swiglu, "silu(gate) * up from w13's [gate | up] output");

@@ -17,7 +17,13 @@ from types import ModuleType
 
 logger = logging.getLogger(__name__)
 
-_SOURCE_FILES = ("cpu_linear.cpp", "cpu_attention.cpp", "cpu_layer_ops.cpp", "bindings.cpp")
+_SOURCE_FILES = (
+    "cpu_linear.cpp",
+    "cpu_linear_int4.cpp",
+    "cpu_attention.cpp",
+    "cpu_layer_ops.cpp",
+    "bindings.cpp",
+)
 SOURCES = tuple(Path(__file__).with_name(name) for name in _SOURCE_FILES)
 
 # Instruction set -> the /proc/cpuinfo flags it needs, widest first.

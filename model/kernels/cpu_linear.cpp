@@ -33,19 +33,12 @@
 #include <optional>
 #include <vector>
 
-#include "cpu_vec.h"
+#include "cpu_panels.h"
 
 namespace lfm_kernels {
 namespace {
 
 using namespace vec;
-
-constexpr int VECS = 4;                     // vectors of outputs per panel
-constexpr int64_t PANEL = VECS * LANES;     // outputs per panel
-constexpr int MR = LANES == 16 ? 4 : 2;     // activation rows per register tile: 4 x 4 accumulators
-                                            // fill half of AVX-512's 32 registers, 2 x 4 half of AVX2's 16
-
-#define UNROLL _Pragma("GCC unroll 8")
 
 // ---------------------------------------------------------------- weight groups as bf16 pairs
 
@@ -94,72 +87,6 @@ inline void tile_quads(const uint8_t* x, int64_t K, const int8_t* panel, Store&&
     }
   }
   UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
-}
-
-// The last rows < MR of a panel, as one tile of exactly that many rows.
-template <int R, typename Tile>
-inline void remainder_tile(int64_t rows, int64_t m, int64_t p, Tile&& tile) {
-  if constexpr (R > 0) {
-    if (rows == R)
-      tile(std::integral_constant<int, R>{}, m, p);
-    else
-      remainder_tile<R - 1>(rows, m, p, tile);
-  }
-}
-
-// Every panel (split between threads) against all M rows, MR at a time.
-// tile(R, m0, panel_index) runs one register tile; R is passed as a compile-time constant.
-template <typename Tile>
-void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
-  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      int64_t m = 0;
-      for (; m + MR <= M; m += MR) tile(std::integral_constant<int, MR>{}, m, p);
-      remainder_tile<MR - 1>(M - m, m, p, tile);
-    }
-  });
-}
-
-// Where a product's [M, N] outputs go: a new bf16 tensor or, for the head's logits, an fp32
-// tensor the caller reuses every step, holding the same bf16-rounded values. (A fresh 2 MB
-// fp32 copy per step is a fresh mmap under model/memory.py's threshold, page-faulted every step:
-// docs/ARCHITECTURE.md has the measurement.)
-class Output {
- public:
-  Output(const at::Tensor& x, int64_t N, const std::optional<at::Tensor>& into) : N_(N) {
-    const int64_t M = x.size(0);
-    if (into) {
-      TORCH_CHECK(into->scalar_type() == at::kFloat && into->is_contiguous() && into->dim() == 2 &&
-                      into->size(0) == M && into->size(1) == N,
-                  "out must be a contiguous float32 [M, N]");
-      tensor_ = *into;
-      f32_ = tensor_.data_ptr<float>();
-    } else {
-      tensor_ = at::empty({M, N}, x.options());
-      bf16_ = tensor_.data_ptr<bf16>();
-    }
-  }
-  // LANES outputs of row `row` from output n0, clipped at N
-  inline void store(int64_t row, int64_t n0, vf values) const {
-    if (n0 >= N_) return;
-    if (f32_ != nullptr)
-      vec::store(f32_ + row * N_ + n0, round_bf16(values), N_ - n0);
-    else
-      store_bf16(bf16_ + row * N_ + n0, values, N_ - n0);
-  }
-  at::Tensor tensor() const { return tensor_; }
-
- private:
-  int64_t N_;
-  at::Tensor tensor_;
-  bf16* bf16_ = nullptr;
-  float* f32_ = nullptr;
-};
-
-void check_x(const at::Tensor& x, int64_t K) {
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16,
-              "x must be a contiguous bfloat16 [M, K]");
-  TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " columns, the weight ", K);
 }
 
 void check_panels(const at::Tensor& w, at::ScalarType dtype, int64_t N, int64_t K, int64_t group) {

@@ -26,6 +26,10 @@
 //     multiplies weights by (exact powers of two; the caller divides it back out)
 //   Quads: LANES groups of 4 int8 -- quad activations are stored + QUAD_OFFSET (as u8 where
 //     the instruction multiplies unsigned by signed); broadcast_quad, dot_quads (exact int32)
+//   Nibbles (int4 weights): load_nibbles splits 4 * LANES bytes into two Quads of u8 in [0, 15]
+//     (low and high nibbles); dot_u4 multiplies them by s8 activation quads into U4Sums, exact,
+//     and u4_total gives the int32 sums -- after at most U4_DOTS dot_u4 calls (AVX2 sums in int16)
+//   For quantizing activations: reduce_max, store_i8 (whole-number lanes -> int8), load_u8
 
 #pragma once
 
@@ -141,6 +145,26 @@ inline vf dot_pairs(vf acc, Pairs a, Pairs b) { return _mm512_dpbf16_ps(acc, a, 
 inline Quads load_quads(const int8_t* p) { return _mm512_loadu_si512(p); }
 inline Quads broadcast_quad(const uint8_t* p) { return _mm512_set1_epi32(load_u32(p)); }
 inline vi dot_quads(vi acc, Quads x, Quads w) { return _mm512_dpbusd_epi32(acc, x, w); }
+
+// ---- int4 nibbles: u8 weights x s8 activations by vpdpbusd, straight into int32
+using U4Sums = __m512i;
+constexpr int U4_DOTS = 1 << 20;  // int32 sums: no limit the kernels reach
+inline void load_nibbles(const uint8_t* p, Quads& lo, Quads& hi) {
+  const __m512i bytes = _mm512_loadu_si512(p), mask = _mm512_set1_epi8(0x0F);
+  lo = _mm512_and_si512(bytes, mask);
+  hi = _mm512_and_si512(_mm512_srli_epi16(bytes, 4), mask);
+}
+inline U4Sums dot_u4(U4Sums acc, Quads w, Quads x) { return _mm512_dpbusd_epi32(acc, w, x); }
+inline vi u4_total(U4Sums acc) { return acc; }
+
+// ---- quantizing activations
+inline float reduce_max(vf v) { return _mm512_reduce_max_ps(v); }
+inline void store_i8(int8_t* p, vf v) {
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(v)));
+}
+inline vf load_u8(const uint8_t* p) {
+  return _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
 
 #elif defined(__AVX2__) && defined(__FMA__)
 // ================================================================ AVX2 + FMA (+ AVX-VNNI)
@@ -284,6 +308,43 @@ inline vi dot_quads(vi acc, Quads x, Quads w) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
 }
 #endif
+
+// ---- int4 nibbles: u8 weights x s8 activations
+using U4Sums = __m256i;
+inline void load_nibbles(const uint8_t* p, Quads& lo, Quads& hi) {
+  const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)), mask = _mm256_set1_epi8(0x0F);
+  lo = _mm256_and_si256(bytes, mask);
+  hi = _mm256_and_si256(_mm256_srli_epi16(bytes, 4), mask);
+}
+#if defined(__AVXVNNI__)
+constexpr int U4_DOTS = 1 << 20;  // int32 sums: no limit the kernels reach
+inline U4Sums dot_u4(U4Sums acc, Quads w, Quads x) { return _mm256_dpbusd_avx_epi32(acc, w, x); }
+inline vi u4_total(U4Sums acc) { return acc; }
+#else
+// vpmaddubsw: u8 weights in [0, 15] x s8 activations in [-127, 127] -> int16 pairs of at most
+// 2 * 15 * 127 = 3810, summed in int16 (8 of them: 30480 < 2^15, no saturation), then
+// widened to int32 once by vpmaddwd: one instruction fewer per dot than dot_quads.
+constexpr int U4_DOTS = 8;
+inline U4Sums dot_u4(U4Sums acc, Quads w, Quads x) { return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, x)); }
+inline vi u4_total(U4Sums acc) { return _mm256_madd_epi16(acc, _mm256_set1_epi16(1)); }
+#endif
+
+// ---- quantizing activations
+inline float reduce_max(vf v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+// lanes holding whole numbers in [-127, 127] -> LANES int8
+inline void store_i8(int8_t* p, vf v) {
+  const __m256i words = _mm256_cvtps_epi32(v);
+  const __m128i halves = _mm_packs_epi32(_mm256_castsi256_si128(words), _mm256_extracti128_si256(words, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(p), _mm_packs_epi16(halves, halves));
+}
+inline vf load_u8(const uint8_t* p) {
+  return _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
 
 #else
 #error "model/kernels need AVX-512 (F, BW, VL, BF16, VNNI) or AVX2 + FMA; build with the flags __init__.py passes"

@@ -38,3 +38,28 @@ def pad_outputs(values: torch.Tensor, panel: int) -> torch.Tensor:
     """A per-output vector [N] padded with zeros to whole panels, as the kernels read it."""
     padded = -(-values.shape[0] // panel) * panel
     return torch.cat((values, values.new_zeros(padded - values.shape[0])))
+
+
+def pack_int4_panels(q: torch.Tensor, panel: int) -> torch.Tensor:
+    """int4 codes [N, Kp] (uint8 0-15, Kp a multiple of 32) -> bytes [ceil(N / panel), Kp / 32, panel * 16].
+
+    The layout cpu_linear_int4.cpp streams: per panel and group of 32 k, 4 vectors of panel / 4
+    outputs, each in 4 loads whose lanes hold 4 bytes of one output: k = 4t..4t+3 in the low
+    nibbles of load t, k = 16+4t..16+4t+3 in the high ones.
+    """
+    n, kp = q.shape
+    padded = -(-n // panel) * panel
+    if padded != n:
+        q = torch.cat((q, q.new_zeros(padded - n, kp)))
+    # [panels, vector j, lane, group, half (k < 16 or not), load t, byte]
+    split = q.view(padded // panel, 4, panel // 4, kp // 32, 2, 4, 4)
+    packed = split[:, :, :, :, 0] | (split[:, :, :, :, 1] << 4)
+    return packed.permute(0, 3, 1, 4, 2, 5).reshape(padded // panel, kp // 32, panel * 16)
+
+
+def panel_vectors(values: torch.Tensor, panel: int) -> torch.Tensor:
+    """Per-output values [N, ...] -> [ceil(N / panel), ..., panel], zero-padded: the kernels' order."""
+    padded = -(-values.shape[0] // panel) * panel
+    values = torch.cat((values, values.new_zeros(padded - values.shape[0], *values.shape[1:])))
+    split = values.view(padded // panel, panel, *values.shape[1:])
+    return split.movedim(1, -1).contiguous()

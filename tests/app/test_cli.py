@@ -133,7 +133,7 @@ def one_error_line(capsys: pytest.CaptureFixture[str], prog: str = "lfm-chat") -
         (["--max-tokens", "0"], "--max-tokens: must be a whole number >= 1"),
         (["--device", "gpu"], "--device: must be cpu, cuda or cuda:N"),
         (["--dtype", "float16"], "--dtype: invalid choice"),
-        (["--quantize", "int4"], "--quantize: invalid choice"),
+        (["--quantize", "int3"], "--quantize: invalid choice"),
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["--demo", "--revision", "v1"], "--revision picks a version of a Hub repo, not of --demo"),
         (["download"], "the following arguments are required: MODEL"),

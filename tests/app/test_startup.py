@@ -147,13 +147,20 @@ async def test_80x24_renders_usable_panes_and_tiny_terminals_get_a_notice(make_o
         await wait_until(pilot, lambda: not screen.has_class("-too-small"), "the panes to come back")
 
 
-async def test_the_title_bar_says_which_weights_run(make_options: MakeOptions) -> None:
-    """A quantized model answers slightly differently; the user can see that it is one."""
-    options = make_options(engine=EngineConfig(**{**ENGINE, "dtype": "bfloat16", "quantize": "w8a8"}))
-    app = LfmChatApp(options)
+async def test_a_quantized_model_from_the_command_line_answers_and_says_so(tmp_path: Path) -> None:
+    """`--quantize int4` reaches the engine; a quantized model answers slightly differently, so the
+    title bar says which weights run."""
+    argv = ["--demo", "--quantize", "int4", "--data-dir", str(tmp_path / "data")]
+    options = options_from_args(build_parser().parse_args(argv))
+    options.cache_dir = tmp_path / "cache"
+    app = LfmChatApp(options, open_store(options))
     async with app.run_test() as pilot:
         screen = await chat_screen(app, pilot)
-        assert "cpu bfloat16 w8a8 ·" in str(screen.query_one("#title-bar").render())
+        config = app.backend.engine.config
+        assert config.quantize == "int4"
+        assert f"cpu {config.dtype} int4 ·" in str(screen.query_one("#title-bar").render())
+        await submit(pilot, screen.panes[0], "Hello!")
+        await wait_replied(pilot, screen.panes[0])
 
 
 # None: this machine as it is; an AVX-only x86 CPU (no avx2): no native instruction set runs

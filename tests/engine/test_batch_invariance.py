@@ -36,7 +36,10 @@ def test_batched_greedy_equals_reference_alone(
     assert any(s.step_decode_tokens and s.step_prefill_tokens for s in steps)
 
 
-def test_outputs_do_not_depend_on_budget_block_size_or_prefix_caching(tiny_ckpt, make_engine, prompts):
+@pytest.mark.parametrize("quantize", ["none", "int4"])  # float32 int4: PyTorch's path, exact integer sums
+def test_outputs_do_not_depend_on_budget_block_size_or_prefix_caching(
+    tiny_ckpt, make_engine, prompts, quantize
+):
     """Chunk boundaries, block boundaries and cache layout differ; the tokens may not."""
     batch = prompts([90, 5, 40, 130, 1, 77], seed=2)
     configs = [
@@ -44,6 +47,7 @@ def test_outputs_do_not_depend_on_budget_block_size_or_prefix_caching(tiny_ckpt,
         {"max_num_seqs": 3, "max_num_batched_tokens": 7, "block_size": 4},
         {"max_num_seqs": 6, "max_num_batched_tokens": 33, "block_size": 32},
     ]
+    configs = [{**config, "quantize": quantize} for config in configs]
     results = [[o.token_ids for o in make_engine(tiny_ckpt, **c).generate(batch, GREEDY)] for c in configs]
     assert results[1] == results[0] and results[2] == results[0]
 

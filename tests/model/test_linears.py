@@ -22,6 +22,7 @@ from model.file_embedding import FileEmbedding
 from model.linears import NativeLinear, PackedLinear, logits_into, onednn_bf16_supported
 from model.loader import build_model, load_model
 from model.quantize import Int8Linear, W8A8Linear
+from model.quantize_int4 import Int4Linear
 from model.weights import load_state_dict
 
 needs_onednn_bf16 = pytest.mark.skipif(
@@ -84,7 +85,7 @@ def test_native_int8_matches_the_torch_path(native, n, k):
     assert (fast - reference).abs().max() <= 2**-7 * reference.abs().max()
 
 
-@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear])
+@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear, Int4Linear])
 def test_native_rows_do_not_depend_on_their_batch(native, layer):
     module = layer(bf16_linear(200, 256, seed=3), native)
     rows = torch.randn(11, 256, dtype=torch.bfloat16)
@@ -102,13 +103,14 @@ def assert_logits_written_into_a_float_buffer_equal(head: nn.Module) -> None:
     assert torch.equal(written, head(x).float())
 
 
-@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear])
+@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear, Int4Linear])
 def test_native_logits_fill_a_float_buffer(native, layer):
     assert_logits_written_into_a_float_buffer_equal(layer(bf16_linear(200, 256, seed=4), native))
 
 
 @pytest.mark.parametrize(
-    "layer", [nn.Linear, pytest.param(PackedLinear, marks=needs_onednn_bf16), Int8Linear, W8A8Linear]
+    "layer",
+    [nn.Linear, pytest.param(PackedLinear, marks=needs_onednn_bf16), Int8Linear, W8A8Linear, Int4Linear],
 )
 def test_torch_logits_fill_a_float_buffer(layer):
     linear = bf16_linear(200, 256, seed=4)
@@ -118,6 +120,7 @@ def test_torch_logits_fill_a_float_buffer(layer):
 def test_native_layers_keep_only_the_packed_weight(native):
     linear = bf16_linear(100, 64)
     assert not hasattr(W8A8Linear(linear, native), "weight_int8")
+    assert not hasattr(Int4Linear(linear, native), "weight_int4")
     assert not hasattr(NativeLinear(linear, native), "weight")
 
 
