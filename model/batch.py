@@ -248,7 +248,7 @@ class _AttentionLayout:
         """The blocks holding positions [first_key, end), and the position the first of them starts at."""
         first_block = first_key // self.block_size
         blocks = table[first_block : -(-end // self.block_size)]
-        if min(blocks) < 0:
+        if blocks[0] < 0:  # released blocks (-1) lead a sliding table: the first is the one to check
             raise ValueError(f"the block table lacks a block of positions {first_key}..{end - 1}")
         return blocks, first_block * self.block_size
 
@@ -281,14 +281,17 @@ class _AttentionLayout:
         ends = [row.end for row in rows]
         blocks = _padded_blocks([row.blocks for row in rows], ends, self.block_size)
         width = blocks.shape[1] * self.block_size
-        starts = torch.tensor([row.start for row in rows])
+        starts = [row.start for row in rows]
+        windowed = any(starts)
         mask = context_starts = None
-        if min(ends) != width or starts.any():
+        if min(ends) != width or windowed:
             keys = torch.arange(width)[None, :]
-            mask = ((keys < torch.tensor(ends)[:, None]) & (keys >= starts[:, None]))[:, None, None, :]
-            mask = mask.to(self.device)
-        if starts.any():
-            context_starts = starts.to(self.device)
+            mask = keys < torch.tensor(ends)[:, None]
+            if windowed:
+                context_starts = torch.tensor(starts)
+                mask &= keys >= context_starts[:, None]
+                context_starts = context_starts.to(self.device)
+            mask = mask[:, None, None, :].to(self.device)
         return AttentionGroup(
             query_index=torch.tensor([[row.packed] for row in rows], dtype=torch.long, device=self.device),
             kv_blocks=blocks.to(self.device),
