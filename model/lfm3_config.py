@@ -205,7 +205,7 @@ class Lfm3Config(Lfm2Config):
             "use_attention_gate": raw.get("use_attention_gate", True),
             "attention_bias": raw.get("attention_bias", False),
             "attention_dropout": raw.get("attention_dropout", 0.0),
-            "rope_parameters": _rope_parameters(raw.get("rope_parameters")),
+            "rope_parameters": _rope_parameters(raw.get("rope_parameters"), raw),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -232,8 +232,12 @@ _SHARED_DEFAULTS: dict[str, Any] = {
 }
 
 
-def _rope_parameters(raw: object) -> dict[str, RopeParameters]:
-    """config.json's ``rope_parameters``: one entry per attention layer type (None: the defaults)."""
+def _rope_parameters(raw: object, config: dict[str, Any]) -> dict[str, RopeParameters]:
+    """config.json's ``rope_parameters``: one entry per attention layer type (None: the defaults).
+
+    An entry without ``rope_theta`` or ``partial_rotary_factor`` takes config.json's top-level
+    one, as transformers' ``standardize_rope_params`` does.
+    """
     if raw is None:
         return default_rope_parameters()
     if not isinstance(raw, dict) or not all(isinstance(v, dict) for v in raw.values()) or "rope_type" in raw:
@@ -244,8 +248,10 @@ def _rope_parameters(raw: object) -> dict[str, RopeParameters]:
     return {
         kind: RopeParameters(
             rope_type=entry.get("rope_type", entry.get("type", "default")),
-            rope_theta=entry.get("rope_theta"),
-            partial_rotary_factor=entry.get("partial_rotary_factor", 1.0),
+            rope_theta=entry.get("rope_theta", config.get("rope_theta")),
+            partial_rotary_factor=entry.get(
+                "partial_rotary_factor", config.get("partial_rotary_factor", 1.0)
+            ),
             factor=entry.get("factor", 1.0),
         )
         for kind, entry in raw.items()

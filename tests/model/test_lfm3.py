@@ -84,6 +84,21 @@ def test_checkpoint_loads_in_both_with_the_same_tensors(tiny_ckpt_factory, prese
     assert any("post_ffn_norm" in name for name in ours) == config.use_sandwich_norm
 
 
+def test_rope_entries_fall_back_to_the_top_level_values_as_transformers_standardizes_them():
+    raw = {
+        "model_type": "lfm3",
+        "rope_theta": 5e5,
+        "partial_rotary_factor": 0.25,
+        "rope_parameters": {SLIDING: {"rope_type": "default"}, ATTENTION: {"rope_type": "proportional"}},
+    }
+    ours = config_from_dict(raw).rope_parameters
+    theirs = transformers.Lfm3Config(**{k: v for k, v in raw.items() if k != "model_type"}).rope_parameters
+    assert {kind: rope.to_dict() for kind, rope in ours.items()} == {
+        kind: {k: v for k, v in entry.items() if kind == ATTENTION or k != "partial_rotary_factor"}
+        for kind, entry in theirs.items()
+    }
+
+
 def test_tokenizer_keeps_lfm2s_specials_after_the_text_tokens_as_config_names_them(tiny_ckpt_factory):
     path = tiny_ckpt_factory("lfm3")
     config = load_config(path)
