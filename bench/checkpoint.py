@@ -1,8 +1,8 @@
-"""Checkpoints to benchmark when no --model is given: random weights at LFM2-350M's exact shape, or tiny.
+"""Checkpoints to benchmark when no --model is given: random weights at a real model's exact shape, or tiny.
 
 Real weights cannot be downloaded on the build machines, and speed depends on the shape, not
-on the values, so a random checkpoint with the published 350M hyper-parameters measures the
-same work. It is generated once (~700 MB, bf16) into the user cache and reused.
+on the values, so a random checkpoint with the published hyper-parameters measures the same
+work. Each is generated once (bf16) into the user cache and reused.
 """
 
 from __future__ import annotations
@@ -10,13 +10,17 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import platformdirs
 import torch
 
 from model.config import ATTENTION, CONV
+from model.lfm3_config import lfm3_layer_types
 from model.tiny import write_tiny_checkpoint
+from model.tiny_lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
 
 # LiquidAI/LFM2-350M's config.json: block_ff_dim 6656 auto-adjusts to 4608, given here directly.
 LFM2_350M_SHAPE = {
@@ -31,6 +35,40 @@ LFM2_350M_SHAPE = {
     "max_position_embeddings": 128000,
     "weight_std": 0.02,  # the usual init scale: activations stay in a realistic range
 }
+# LiquidAI/LFM3-1.7B: transformers' Lfm3Config defaults (its docstring names this checkpoint):
+# 6 full-attention, 5 sliding-window (256) and 13 conv layers, head_dim 128, a 128k vocabulary.
+LFM3_1_7B_SHAPE = {
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 16,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "layer_types": lfm3_layer_types(24),
+    "sliding_window": 256,
+    "vocab_size": 128000,
+    "intermediate_size": 7680,
+    "max_position_embeddings": 128000,
+    "weight_std": 0.02,
+}
+
+
+@dataclass(frozen=True, slots=True)
+class RandomShape:
+    """A real model's shape, and how to write a checkpoint of its architecture."""
+
+    write: Callable[..., Path]
+    fields: dict[str, Any]
+    size: str  # said while it is generated
+    tiny: dict[str, Any]  # the architecture's tiny smoke-test fields
+
+
+SHAPES = {
+    "lfm2-350m": RandomShape(write_tiny_checkpoint, LFM2_350M_SHAPE, "~700 MB", {}),
+    "lfm3-1.7b": RandomShape(
+        write_tiny_lfm3_checkpoint, LFM3_1_7B_SHAPE, "~3.4 GB", TINY_LFM3_CONFIGS["lfm3"]
+    ),
+}
+DEFAULT_SHAPE = "lfm2-350m"
 _COMPLETE = ".complete"  # written last, so an interrupted generation is never mistaken for a checkpoint
 
 
@@ -38,17 +76,20 @@ def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("lfm-chat")) / "bench"
 
 
-def random_350m_checkpoint(cache_dir: Path | None = None, note: Callable[[str], None] = print) -> Path:
-    """The cached random 350M-shape checkpoint, generated on first use."""
+def random_checkpoint(
+    shape: str = DEFAULT_SHAPE, cache_dir: Path | None = None, note: Callable[[str], None] = print
+) -> Path:
+    """The cached random checkpoint of ``shape`` (a key of SHAPES), generated on first use."""
+    spec = SHAPES[shape]
     root = cache_dir or default_cache_dir()
-    target = root / "lfm2-350m-shape-random-bf16"
+    target = root / f"{shape}-shape-random-bf16"
     if (target / _COMPLETE).is_file():
         return target
-    note(f"generating a random-weight LFM2-350M-shape checkpoint in {target} (once, ~700 MB)...")
+    note(f"generating a random-weight {shape}-shape checkpoint in {target} (once, {spec.size})...")
     root.mkdir(parents=True, exist_ok=True)
     partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=root))
     try:
-        write_tiny_checkpoint(partial, **LFM2_350M_SHAPE, dtype=torch.bfloat16)
+        spec.write(partial, **spec.fields, dtype=torch.bfloat16)
         (partial / _COMPLETE).touch()
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)
@@ -57,6 +98,8 @@ def random_350m_checkpoint(cache_dir: Path | None = None, note: Callable[[str], 
     return target
 
 
-def tiny_checkpoint(directory: Path) -> Path:
-    """A tiny random checkpoint for smoke runs, with room for the full-size prompts too."""
-    return write_tiny_checkpoint(directory, max_position_embeddings=32768)
+def tiny_checkpoint(directory: Path, shape: str = DEFAULT_SHAPE) -> Path:
+    """A tiny random checkpoint of ``shape``'s architecture for smoke runs, with room for the
+    full-size prompts too."""
+    spec = SHAPES[shape]
+    return spec.write(directory, **spec.tiny, max_position_embeddings=32768)

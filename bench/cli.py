@@ -2,6 +2,7 @@
 
 lfm-chat bench                                   all workloads, 350M-shape random weights, 3 repeats
 lfm-chat bench --workloads single,chats8 --markdown
+lfm-chat bench --shape lfm3-1.7b --workloads single,batch8   LFM3-1.7B-shape random weights
 lfm-chat bench --tiny --quick --repeats 1        a smoke run in seconds
 """
 
@@ -20,7 +21,7 @@ import torch
 
 from bench import ours
 from bench.backends import ENGINES
-from bench.checkpoint import random_350m_checkpoint, tiny_checkpoint
+from bench.checkpoint import DEFAULT_SHAPE, SHAPES, random_checkpoint, tiny_checkpoint
 from bench.machine import describe
 from bench.progress import Progress
 from bench.report import json_report, text_report
@@ -63,9 +64,15 @@ def build_parser() -> argparse.ArgumentParser:
     model.add_argument(
         "--model",
         metavar="PATH_OR_ID",
-        help="checkpoint (default: random weights at LFM2-350M's shape, generated once into the cache)",
+        help="checkpoint (default: random weights at --shape's shape, generated once into the cache)",
     )
     model.add_argument("--tiny", action="store_true", help="a tiny random checkpoint (smoke tests)")
+    parser.add_argument(
+        "--shape",
+        choices=sorted(SHAPES),
+        default=DEFAULT_SHAPE,
+        help="without --model: whose shape the random weights have (with --tiny: whose architecture)",
+    )
     parser.add_argument(
         "--workloads",
         type=_names(list(WORKLOADS), "workloads"),
@@ -115,10 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _checkpoint(args: argparse.Namespace, scratch: Path, progress: Progress) -> Path:
     if args.tiny:
-        return tiny_checkpoint(scratch / "tiny")
+        return tiny_checkpoint(scratch / "tiny", args.shape)
     if args.model:
         return resolve_checkpoint(args.model)
-    return random_350m_checkpoint(note=progress.note)
+    return random_checkpoint(args.shape, note=progress.note)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -161,7 +168,9 @@ def main(argv: list[str] | None = None) -> int:
     context = {
         "machine": machine,
         "settings": {
-            "model": "tiny random checkpoint" if args.tiny else str(args.model or checkpoint),
+            "model": f"tiny random {args.shape}-architecture checkpoint"
+            if args.tiny
+            else str(args.model or checkpoint),
             "quick": args.quick,
             "repeats": args.repeats,
             "seed": args.seed,

@@ -1,4 +1,5 @@
-"""The transformers baseline: `Lfm2ForCausalLM.generate`, greedy, fixed length, one static batch per group.
+"""The transformers baseline: `generate` of the checkpoint's class (`Lfm2ForCausalLM`, `Lfm3ForCausalLM`),
+greedy, fixed length, one static batch per group.
 
 transformers' continuous batching refuses LFM2 (its hybrid conv cache), so the baseline runs
 each workload the way a `generate` user would: a left-padded static batch where the workload
@@ -49,7 +50,9 @@ class TransformersBackend:
         # generate's per-call advice and the loading bar would drown the progress lines
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
-        self.model = transformers.Lfm2ForCausalLM.from_pretrained(checkpoint, dtype=parse_dtype(dtype)).eval()
+        self.model = transformers.AutoModelForCausalLM.from_pretrained(
+            checkpoint, dtype=parse_dtype(dtype)
+        ).eval()
         self.eos_token_id = self.model.generation_config.eos_token_id
 
     def run(self, scenario: Scenario) -> list[RequestTrace]:

@@ -1,6 +1,7 @@
 """Who owns which KV block and conv-state row, and the prefix cache over full blocks.
 
-Only bookkeeping lives here (ids, refcounts, hashes); the tensors are `model.cache.HybridCache`.
+Only bookkeeping lives here (ids, refcounts, hashes); the tensors are `model.cache.HybridCache`
+and each pool's blocks are an `engine.block_pool.BlockPool`.
 
 KV blocks. A request's block table lists the blocks holding its positions in order::
 
@@ -13,31 +14,33 @@ keys mean equal prefixes (the block's own tokens are compared too, against colli
     h0 = H(ROOT, tokens[0:16])   h1 = H(h0, tokens[16:32])   h2 = H(h1, tokens[32:48]) ...
 
 A block is registered only after the step that filled it, when both its KV and the conv
-snapshot at its end are written. Blocks nobody references stay cached and are reused by a
-later request with the same prefix; they are evicted least-recently-released, and only when
-the free list is empty.
+snapshot at its end are written. Each request also holds a conv-state running slot, and each
+KV block names a snapshot row: both numbered by `engine.conv_rows.ConvRows`.
 
-Each request also holds a conv-state running slot, and each KV block names a snapshot row:
-both numbered by `engine.conv_rows.ConvRows`.
+Sliding-window layers (LFM3) keep their KV in a second pool, indexed by position the same way
+(``sliding_table``). The next query, at position p, sees positions p - W + 1 .. p only, so once
+a step is done every block wholly before p - W + 1 is released (-1 in the table)::
+
+    W = 20, block_size 16, 45 tokens computed (next p = 45, window from 26):
+    table          [ 7 ,  2 , 11 ]
+    sliding_table  [ -1,  4 ,  9 ]      block 0 (positions 0..15) released: a request holds at most
+                                        ceil((W - 1) / block_size) + 1 sliding blocks between steps
+
+Its full blocks are cached under the same chain hashes. A cached prefix of P tokens is resumed
+only if, besides the full blocks for [0, P) and the conv snapshot at P, the sliding blocks of
+the window before P (positions P - W + 1 .. P - 1) are cached: then every layer's state at P is
+exactly what computing the prefix would give, and older sliding blocks are never read again.
+Otherwise the match backs off to the longest prefix whose window is there.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict, deque
-from dataclasses import dataclass
-
+from engine.block_pool import Block, BlockPool
 from engine.conv_rows import ZERO_ROW, ConvRows
 from engine.request import Request
 
 _ROOT_HASH = 0x1F3D5B79
-
-
-@dataclass(slots=True)
-class Block:
-    block_id: int
-    ref_count: int = 0
-    hash: int | None = None  # set while the block is in the prefix cache
-    token_ids: tuple[int, ...] = ()
+RELEASED = -1  # a sliding-window table entry whose block was released (or never taken)
 
 
 def chain_hash(previous: int | None, token_ids: tuple[int, ...]) -> int:
@@ -48,37 +51,55 @@ def chain_hash(previous: int | None, token_ids: tuple[int, ...]) -> int:
 class BlockManager:
     """Allocates KV blocks and conv slots to requests; keeps the prefix cache."""
 
-    def __init__(self, num_blocks: int, block_size: int, max_num_seqs: int, enable_prefix_caching: bool):
+    def __init__(
+        self,
+        num_blocks: int,
+        block_size: int,
+        max_num_seqs: int,
+        enable_prefix_caching: bool,
+        num_sliding_blocks: int = 0,
+        sliding_window: int | None = None,
+    ):
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
-        self.blocks = [Block(i) for i in range(num_blocks)]
-        self._free: deque[int] = deque(range(num_blocks))  # unreferenced, not cached
-        self._evictable: OrderedDict[int, None] = OrderedDict()  # unreferenced, cached; oldest first
-        self._cached: dict[int, int] = {}  # chain hash -> block id
+        self.pool = BlockPool(num_blocks)
+        # the sliding-window layers' pool, None for a model without such layers
+        self.sliding = BlockPool(num_sliding_blocks) if sliding_window is not None else None
+        self.sliding_window = sliding_window
         self.conv_rows = ConvRows(max_num_seqs, num_blocks)
 
-    # ------------------------------------------------------------------ sizes
+    # ------------------------------------------------------------------ sizes (the full pool's)
+    @property
+    def blocks(self) -> list[Block]:
+        return self.pool.blocks
+
     @property
     def num_blocks(self) -> int:
-        return len(self.blocks)
+        return self.pool.num_blocks
 
     @property
     def num_free_blocks(self) -> int:
         """Blocks an allocation may take: truly free plus evictable cached ones."""
-        return len(self._free) + len(self._evictable)
+        return self.pool.num_free
 
     @property
     def num_cached_blocks(self) -> int:
         """Blocks held only by the prefix cache (no request references them)."""
-        return len(self._evictable)
+        return self.pool.num_cached
 
     @property
     def num_used_blocks(self) -> int:
         """Blocks referenced by at least one request."""
-        return self.num_blocks - self.num_free_blocks
+        return self.pool.num_used
 
     def blocks_needed(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
+
+    def first_window_block(self, position: int) -> int:
+        """The first sliding block a query at ``position`` reads (0 without a window)."""
+        if self.sliding_window is None:
+            return 0
+        return max(0, position - self.sliding_window + 1) // self.block_size
 
     # ------------------------------------------------------------------ allocation
     def match_prefix(self, request: Request) -> int:
@@ -91,38 +112,52 @@ class BlockManager:
         assert not request.block_table, "match_prefix on a request that already holds blocks"
         if not self.enable_prefix_caching:
             return 0
-        tokens, size = request.token_ids, self.block_size
-        previous = None
-        for index in range((len(tokens) - 1) // size):
-            chunk = tuple(tokens[index * size : (index + 1) * size])
-            key = chain_hash(previous, chunk)
-            block_id = self._cached.get(key)
-            if block_id is None or self.blocks[block_id].token_ids != chunk:
-                break
-            self._reference(block_id)
+        keys, matched = self._cached_prefix(request)
+        usable = self._resumable(request, keys, len(matched))
+        for key, block_id in zip(keys[:usable], matched[:usable], strict=False):
+            self.pool.reference(block_id)
             request.block_table.append(block_id)
             request.block_hashes.append(key)
-            previous = key
+        if self.sliding is not None:
+            first = self.first_window_block(usable * self.block_size)
+            request.sliding_table = [RELEASED] * first
+            for index in range(first, usable):
+                block_id = self.sliding.cached(keys[index], self._block_tokens(request, index))
+                self.sliding.reference(block_id)
+                request.sliding_table.append(block_id)
+            request.sliding_start = first
         if request.block_table:
             request.conv_src_row = self.conv_rows.snapshot_row(request.block_table[-1])
-        return len(request.block_table) * size
+        return usable * self.block_size
 
     def allocate(self, request: Request, num_tokens: int) -> bool:
-        """Grow the block table to cover positions [0, num_tokens); False (and no change) if short."""
+        """Grow the block tables to cover positions [0, num_tokens); False (and no change) if short."""
         missing = self.blocks_needed(num_tokens) - len(request.block_table)
-        if missing > self.num_free_blocks:
+        if missing > self._free_everywhere():
             return False
         for _ in range(missing):
-            request.block_table.append(self._take_block())
+            request.block_table.append(self.pool.take())
+            if self.sliding is not None:
+                request.sliding_table.append(self.sliding.take())
         return True
 
     def max_tokens_allocatable(self, request: Request) -> int:
-        """How far `request`'s table could reach with every free block added to it."""
-        return (len(request.block_table) + self.num_free_blocks) * self.block_size
+        """How far `request`'s tables could reach with every free block added to them."""
+        return (len(request.block_table) + self._free_everywhere()) * self.block_size
 
     def acquire_slot(self, request: Request) -> None:
         assert request.conv_slot is None
         request.conv_slot = self.conv_rows.acquire_slot()
+
+    def release_out_of_window(self, request: Request) -> None:
+        """Release the sliding blocks no future query of `request` reads (wholly before its window)."""
+        if self.sliding is None:
+            return
+        first = self.first_window_block(request.num_computed_tokens)
+        for index in range(request.sliding_start, first):
+            self.sliding.release(request.sliding_table[index])
+            request.sliding_table[index] = RELEASED
+        request.sliding_start = max(first, request.sliding_start)
 
     def free(self, request: Request) -> None:
         """Drop every block reference and the conv slot of `request`; it starts over from the zero row.
@@ -131,15 +166,14 @@ class BlockManager:
         shared prefix outlives the turns built on it.
         """
         for block_id in reversed(request.block_table):
-            block = self.blocks[block_id]
-            block.ref_count -= 1
-            if block.ref_count == 0:
-                if block.hash is None:
-                    self._free.append(block_id)
-                else:
-                    self._evictable[block_id] = None
+            self.pool.release(block_id)
+        if self.sliding is not None:
+            for block_id in reversed(request.sliding_table[request.sliding_start :]):
+                self.sliding.release(block_id)
         request.block_table.clear()
         request.block_hashes.clear()
+        request.sliding_table.clear()
+        request.sliding_start = 0
         request.conv_src_row = ZERO_ROW  # a snapshot row is only valid while its block is held
         if request.conv_slot is not None:
             self.conv_rows.release_slot(request.conv_slot)
@@ -147,40 +181,53 @@ class BlockManager:
 
     # ------------------------------------------------------------------ prefix cache
     def register_full_blocks(self, request: Request) -> None:
-        """Cache every block of `request` that the last step completed (KV and snapshot written).
-
-        If another request already cached the same prefix, the existing block stays the cached
-        one and this copy is freed normally when its owner lets go.
-        """
+        """Cache every block of `request` that the last step completed (KV and snapshot written),
+        in each pool under the same key."""
         if not self.enable_prefix_caching:
             return
-        size, tokens = self.block_size, request.token_ids
         previous = request.block_hashes[-1] if request.block_hashes else None
-        for index in range(len(request.block_hashes), request.num_computed_tokens // size):
-            chunk = tuple(tokens[index * size : (index + 1) * size])
-            key = chain_hash(previous, chunk)
+        for index in range(len(request.block_hashes), request.num_computed_tokens // self.block_size):
+            tokens = self._block_tokens(request, index)
+            key = chain_hash(previous, tokens)
             request.block_hashes.append(key)
-            if key not in self._cached:
-                block = self.blocks[request.block_table[index]]
-                block.hash, block.token_ids = key, chunk
-                self._cached[key] = block.block_id
+            self.pool.register(request.block_table[index], key, tokens)
+            if self.sliding is not None and request.sliding_table[index] != RELEASED:
+                self.sliding.register(request.sliding_table[index], key, tokens)
             previous = key
 
     # ------------------------------------------------------------------ internals
-    def _reference(self, block_id: int) -> None:
-        block = self.blocks[block_id]
-        if block.ref_count == 0:
-            del self._evictable[block_id]
-        block.ref_count += 1
+    def _block_tokens(self, request: Request, index: int) -> tuple[int, ...]:
+        return tuple(request.token_ids[index * self.block_size : (index + 1) * self.block_size])
 
-    def _take_block(self) -> int:
-        """A free block, else the least recently released cached one (dropping its cache entry)."""
-        if self._free:
-            block_id = self._free.popleft()
-        else:
-            block_id, _ = self._evictable.popitem(last=False)
-            block = self.blocks[block_id]
-            del self._cached[block.hash]
-            block.hash, block.token_ids = None, ()
-        self.blocks[block_id].ref_count = 1
-        return block_id
+    def _free_everywhere(self) -> int:
+        """Blocks one more table entry can take: the fewest free of the pools it takes from."""
+        free = self.pool.num_free
+        return free if self.sliding is None else min(free, self.sliding.num_free)
+
+    def _cached_prefix(self, request: Request) -> tuple[list[int], list[int]]:
+        """Keys and full-pool blocks of the longest cached run of `request`'s leading full blocks,
+        leaving at least one token to compute."""
+        keys: list[int] = []
+        matched: list[int] = []
+        previous = None
+        for index in range((request.num_tokens - 1) // self.block_size):
+            tokens = self._block_tokens(request, index)
+            key = chain_hash(previous, tokens)
+            block_id = self.pool.cached(key, tokens)
+            if block_id is None:
+                break
+            keys.append(key)
+            matched.append(block_id)
+            previous = key
+        return keys, matched
+
+    def _resumable(self, request: Request, keys: list[int], matched: int) -> int:
+        """The most of the ``matched`` leading blocks a request can resume after: all of them, or
+        with sliding-window layers, the longest prefix whose last window is cached in their pool."""
+        if self.sliding is None:
+            return matched
+        for usable in range(matched, 0, -1):
+            window = range(self.first_window_block(usable * self.block_size), usable)
+            if all(self.sliding.cached(keys[i], self._block_tokens(request, i)) is not None for i in window):
+                return usable
+        return 0

@@ -66,7 +66,7 @@ def load_checkpoint(
 
 @dataclass(slots=True)
 class EngineParts:
-    config: EngineConfig  # resolved: dtype, num_kv_blocks and max_model_len decided
+    config: EngineConfig  # resolved: dtype, num_kv_blocks, num_sliding_blocks and max_model_len decided
     block_manager: BlockManager
     scheduler: Scheduler
     pacer: PrefillPacer | None  # None: a fixed prefill cap (max_decode_slowdown=None)
@@ -85,7 +85,12 @@ def build_parts(model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConf
             "load it with that dtype, or leave EngineConfig.dtype as auto"
         )
     manager = BlockManager(
-        config.num_kv_blocks, config.block_size, config.max_num_seqs, config.enable_prefix_caching
+        config.num_kv_blocks,
+        config.block_size,
+        config.max_num_seqs,
+        config.enable_prefix_caching,
+        num_sliding_blocks=config.num_sliding_blocks,
+        sliding_window=model.config.attention_window,
     )
     cache = HybridCache(
         model.config,
@@ -94,6 +99,7 @@ def build_parts(model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConf
         num_conv_rows=manager.conv_rows.num_rows,
         dtype=config.torch_dtype,
         device=config.device,
+        num_sliding_blocks=config.num_sliding_blocks,
     )
     wants_kernels = native_kernels.wanted_for(config.torch_dtype, config.device)
     return EngineParts(

@@ -34,6 +34,8 @@ class EngineConfig:
     block_size: int = 16
     max_model_len: int | None = None
     num_kv_blocks: int | None = None
+    # blocks of the sliding-window layers' own pool (LFM3); None: sized from the window (see resolve)
+    num_sliding_blocks: int | None = None
     kv_cache_memory_mb: int = 1024
     enable_prefix_caching: bool = True
     quantize: str = "none"  # "int8" (weight-only int8 linears), "w8a8" (int8 activations too) or "int4"
@@ -61,6 +63,10 @@ class EngineConfig:
             value = getattr(self, name)
             if value is not None and value < 1:
                 raise ValueError(f"EngineConfig.{name} must be None or >= 1, got {value}")
+        if self.num_sliding_blocks is not None and self.num_sliding_blocks < 0:  # 0: the model has no window
+            raise ValueError(
+                f"EngineConfig.num_sliding_blocks must be None or >= 0, got {self.num_sliding_blocks}"
+            )
         if self.max_decode_slowdown is not None and not self.max_decode_slowdown > 1:
             raise ValueError(
                 f"EngineConfig.max_decode_slowdown must be > 1 or None, got {self.max_decode_slowdown}"
@@ -75,20 +81,48 @@ class EngineConfig:
         return parse_dtype(self.dtype)
 
     def resolve(self, model_config: Lfm2Config, model_dtype: torch.dtype | None = None) -> EngineConfig:
-        """A copy with dtype, num_kv_blocks and max_model_len decided.
+        """A copy with dtype, num_kv_blocks, num_sliding_blocks and max_model_len decided.
 
         dtype "auto" takes ``model_dtype`` when a model is already loaded, else the machine's best.
 
-        max_model_len is also capped by the KV pool, so any single request that passes
-        admission can always finish alone: preemption can never loop on one oversized request.
+        The sliding-window pool (0 blocks without such layers) comes out of kv_cache_memory_mb
+        first; the rest is the full-attention pool. max_model_len is capped by that pool, so any
+        single request that passes admission can always finish alone: preemption can never loop
+        on one oversized request.
         """
         loaded = {parse_dtype(name): name for name in ENGINE_DTYPES}.get(model_dtype)
         dtype = loaded if self.dtype == "auto" and loaded else resolve_dtype(self.dtype, self.device)
+        sliding = self._sliding_blocks(model_config.attention_window)
+        sliding_bytes = sliding * HybridCache.bytes_per_sliding_block(
+            model_config, self.block_size, parse_dtype(dtype)
+        )
         block_bytes = HybridCache.bytes_per_block(model_config, self.block_size, parse_dtype(dtype))
-        blocks = self.num_kv_blocks or max(1, self.kv_cache_memory_mb * 2**20 // block_bytes)
+        budget = self.kv_cache_memory_mb * 2**20 - sliding_bytes
+        blocks = self.num_kv_blocks or max(1, budget // block_bytes)
         positions = model_config.max_position_embeddings
         limit = min(self.max_model_len or DEFAULT_MAX_MODEL_LEN, positions, blocks * self.block_size)
-        return dataclasses.replace(self, dtype=dtype, num_kv_blocks=blocks, max_model_len=limit)
+        return dataclasses.replace(
+            self, dtype=dtype, num_kv_blocks=blocks, num_sliding_blocks=sliding, max_model_len=limit
+        )
+
+    def _sliding_blocks(self, window: int | None) -> int:
+        """The sliding-window pool: every running sequence's window plus what a step's chunks add,
+        and as many windows again for the prefix cache (a finished turn's last window, which its
+        next turn resumes from). It does not grow with the context: those layers never look back
+        further than the window.
+        """
+        if window is None:
+            return 0
+        held = -(-(window - 1) // self.block_size) + 1  # blocks a sequence holds between steps
+        if self.num_sliding_blocks is not None:
+            if self.num_sliding_blocks <= held:
+                raise ValueError(
+                    f"EngineConfig.num_sliding_blocks must be > {held} for a {window}-position window "
+                    f"in blocks of {self.block_size}, got {self.num_sliding_blocks}"
+                )
+            return self.num_sliding_blocks
+        step = self.max_num_seqs + -(-self.max_num_batched_tokens // self.block_size)
+        return 2 * self.max_num_seqs * held + step
 
 
 def cpu_runs_bf16_fast() -> bool:

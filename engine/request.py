@@ -63,6 +63,8 @@ class Request:
     num_computed_tokens: int = 0
     block_table: list[int] = field(default_factory=list)
     block_hashes: list[int] = field(default_factory=list)  # chain hash of each full, computed block
+    sliding_table: list[int] = field(default_factory=list)  # sliding-window layers' blocks (-1: released)
+    sliding_start: int = 0  # sliding_table[:sliding_start] are all released
     conv_slot: int | None = None  # running conv-state row while RUNNING
     conv_src_row: int = ZERO_ROW  # row holding the conv state before token num_computed_tokens
     error: str | None = None  # why the engine failed it (FINISHED_ERROR)

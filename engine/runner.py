@@ -42,6 +42,7 @@ class ModelRunner:
             self.model.config.conv_L_cache,
             self.device,
             row_query_limit=self.model.row_query_limit,
+            sliding_window=self.model.config.attention_window,
         )
         logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
         sampling = [chunk.request for chunk in chunks if chunk.want_logits]
@@ -65,4 +66,5 @@ class ModelRunner:
             conv_dst_row=request.conv_slot,
             snapshots=chunk.snapshots,
             want_logits=chunk.want_logits,
+            sliding_table=request.sliding_table,
         )

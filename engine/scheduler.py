@@ -193,12 +193,14 @@ class Scheduler:
 
     # ------------------------------------------------------------------ after the step
     def update(self, out: SchedulerOutput) -> None:
-        """Account for the computed chunks: advance counters, cache newly full blocks."""
+        """Account for the computed chunks: advance counters, cache newly full blocks, release the
+        sliding-window blocks no later query reads."""
         for chunk in out.chunks:
             request = chunk.request
             request.num_computed_tokens += chunk.num_tokens
             request.conv_src_row = request.conv_slot
             self.block_manager.register_full_blocks(request)
+            self.block_manager.release_out_of_window(request)
 
     def finish(self, request: Request, status: RequestStatus) -> None:
         """Remove a request for good and free everything it holds."""

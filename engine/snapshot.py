@@ -57,6 +57,10 @@ class EngineSnapshot:
     tokens_per_s: float
     throughput_history: tuple[float, ...]
     requests: tuple[RequestSnapshot, ...]  # first SNAPSHOT_REQUESTS live ones: running, then waiting
+    # the sliding-window layers' pool (LFM3), counted as the kv_blocks_* are; 0 for a model without one
+    sliding_blocks_used: int = 0
+    sliding_blocks_cached: int = 0
+    sliding_blocks_total: int = 0
 
 
 def take_snapshot(
@@ -64,6 +68,7 @@ def take_snapshot(
 ) -> EngineSnapshot:
     """The engine as it stands: running requests, then waiting ones, oldest first."""
     step = metrics.last_step
+    sliding = manager.sliding
     live = itertools.islice(itertools.chain(scheduler.running, scheduler.waiting), SNAPSHOT_REQUESTS)
     return EngineSnapshot(
         time=now,
@@ -79,6 +84,9 @@ def take_snapshot(
         kv_blocks_used=manager.num_used_blocks,
         kv_blocks_cached=manager.num_cached_blocks,
         kv_blocks_total=manager.num_blocks,
+        sliding_blocks_used=sliding.num_used if sliding else 0,
+        sliding_blocks_cached=sliding.num_cached if sliding else 0,
+        sliding_blocks_total=sliding.num_blocks if sliding else 0,
         prefix_hit_rate=metrics.prefix_hit_rate,
         cached_prompt_tokens=metrics.cached_prompt_tokens,
         prompt_tokens=metrics.prompt_tokens,

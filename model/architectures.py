@@ -14,6 +14,8 @@ from pathlib import Path
 from model.config import Lfm2Config, read_config_json
 from model.errors import CheckpointError
 from model.lfm2 import Lfm2ForCausalLM
+from model.lfm3 import Lfm3ForCausalLM
+from model.lfm3_config import Lfm3Config
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +29,7 @@ class Architecture:
 
 ARCHITECTURES: dict[str, Architecture] = {
     Lfm2Config.MODEL_TYPE: Architecture("LFM2", Lfm2Config, Lfm2ForCausalLM),
+    Lfm3Config.MODEL_TYPE: Architecture("LFM3", Lfm3Config, Lfm3ForCausalLM),
 }
 
 

@@ -14,10 +14,18 @@ Packed layout for chunks A (3 new tokens after 5 cached) and B (1 decode token a
                attending to 6, 7 and 8 positions: see build_forward_batch)
     conv ext   [state_A (L-1 rows) | state_B (L-1 rows) | a5 a6 a7 b9]
                each token's window = L consecutive entries of its own sequence
+
+Sliding-window layers (LFM3) see the same step through ``ForwardBatch.sliding``: their own
+pool's slots and block tables, and each query attends to positions [p - window + 1, p] only.
+A query's context starts at the block holding its window's first position, so blocks before
+it (released by the engine) are never read::
+
+    window 5, block_size 4, query at p = 9:  blocks [b1 b2]  positions 4..9, start 1 (5 is first)
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import torch
@@ -34,6 +42,7 @@ class SequenceChunk:
     conv_dst_row: int
     snapshots: list[tuple[int, int]] = field(default_factory=list)
     want_logits: bool = True
+    sliding_table: list[int] | None = None  # sliding-window pool's blocks (-1: released), same indexing
 
 
 @dataclass(slots=True)
@@ -43,7 +52,8 @@ class AttentionGroup:
     query_index: torch.Tensor  # [G, Q] packed token rows
     kv_blocks: torch.Tensor  # [G, NB] blocks holding the context (block 0 where padded)
     mask: torch.Tensor | None  # [G, 1, Q, NB * block_size] True = attend; None: attend to all
-    context_lens: torch.Tensor | None = None  # [G] for single-query rows: positions each attends to
+    context_lens: torch.Tensor | None = None  # [G] for single-query rows: end of each context (exclusive)
+    context_starts: torch.Tensor | None = None  # [G] first position each row attends to; None: all 0
 
     def __post_init__(self) -> None:
         """One block-table row per query row, checked once here for both attention paths.
@@ -56,6 +66,8 @@ class AttentionGroup:
             raise ValueError(f"block table of shape {tuple(self.kv_blocks.shape)} for {rows} query rows")
         if self.context_lens is not None and tuple(self.context_lens.shape) != (rows,):
             raise ValueError(f"{tuple(self.context_lens.shape)} context lengths for {rows} query rows")
+        if self.context_starts is not None and self.context_lens is None:
+            raise ValueError("context starts are given for single-query rows only")
 
 
 @dataclass(slots=True)
@@ -73,6 +85,7 @@ class ForwardBatch:
     conv_write_rows: torch.Tensor  # [W] destination rows
     num_tokens: int
     block_size: int
+    sliding: ForwardBatch | None = None  # the step as sliding-window layers see it (None: no such layers)
 
     def __post_init__(self) -> None:
         _check_block_size(self.block_size)
@@ -101,12 +114,18 @@ def _padded_blocks(tables: list[list[int]], contexts: list[int], block_size: int
     return blocks
 
 
-def _check(chunk: SequenceChunk, block_size: int) -> None:
+def _check(chunk: SequenceChunk, block_size: int, sliding: bool) -> None:
     end = chunk.start_pos + len(chunk.token_ids)
     if not chunk.token_ids:
         raise ValueError("a chunk needs at least one token")
-    if len(chunk.block_table) * block_size < end:
-        raise ValueError(f"block table covers {len(chunk.block_table) * block_size} positions, needs {end}")
+    tables = {"block table": chunk.block_table}
+    if sliding:
+        if chunk.sliding_table is None:
+            raise ValueError("a model with sliding-window layers needs each chunk's sliding_table")
+        tables["sliding block table"] = chunk.sliding_table
+    for name, table in tables.items():
+        if len(table) * block_size < end:
+            raise ValueError(f"{name} covers {len(table) * block_size} positions, needs {end}")
     for offset, _ in chunk.snapshots:
         if not 0 <= offset < len(chunk.token_ids):
             raise ValueError(f"snapshot offset {offset} outside the chunk")
@@ -118,12 +137,16 @@ def build_forward_batch(
     conv_L_cache: int,
     device: torch.device | str = "cpu",
     row_query_limit: int = 1,
+    sliding_window: int | None = None,
 ) -> ForwardBatch:
     """Lay out ``chunks`` as one packed batch; see the module docstring for the layout.
 
     Chunks of at most ``row_query_limit`` tokens attend as single-query rows, each over its own
     context. That is what a paged attention kernel wants (no gathered copy of the context per
     chunk); for SDPA, which gathers per row, the limit stays 1 (decode only).
+
+    ``sliding_window``: the model has sliding-window layers; ``ForwardBatch.sliding`` gets
+    their layout, from each chunk's ``sliding_table``.
     """
     if not chunks:
         raise ValueError("a forward batch needs at least one chunk")
@@ -132,23 +155,18 @@ def build_forward_batch(
     num_chunks = len(chunks)
     ids: list[int] = []
     positions: list[int] = []
-    write_slots: list[int] = []
     logits_rows: list[int] = []
     window: list[list[int]] = []
     write_index: list[list[int]] = []
     write_rows: list[int] = []
-    rows: list[tuple[int, list[int], int]] = []  # single-query rows: packed row, block table, context
-    groups: list[AttentionGroup] = []
     state_base = 0
     token_base = num_chunks * state_len
     for i, chunk in enumerate(chunks):
-        _check(chunk, block_size)
+        _check(chunk, block_size, sliding_window is not None)
         n = len(chunk.token_ids)
         first = len(ids)
-        new_positions = range(chunk.start_pos, chunk.start_pos + n)
         ids.extend(chunk.token_ids)
-        positions.extend(new_positions)
-        write_slots.extend(_slots(chunk.block_table, new_positions, block_size))
+        positions.extend(range(chunk.start_pos, chunk.start_pos + n))
         if chunk.want_logits:
             logits_rows.append(first + n - 1)
         # conv: the chunk's extended sequence is its L-1 state entries followed by its tokens
@@ -158,21 +176,17 @@ def build_forward_batch(
         for offset, row in [*chunk.snapshots, (n - 1, chunk.conv_dst_row)]:
             write_index.append(ext[offset + 1 : offset + conv_L_cache])
             write_rows.append(row)
-        if n <= row_query_limit:
-            rows.extend((first + k, chunk.block_table, chunk.start_pos + k + 1) for k in range(n))
-        else:
-            groups.append(_prefill_group(first, chunk, block_size, device))
-    if rows:
-        groups.append(_row_group(rows, block_size, device))
 
     def as_tensor(values: list) -> torch.Tensor:
         return torch.tensor(values, dtype=torch.long, device=device)
 
-    return ForwardBatch(
+    layout = _AttentionLayout(block_size, row_query_limit, device)
+    write_slots, groups = layout.build(chunks, [c.block_table for c in chunks], None)
+    batch = ForwardBatch(
         input_ids=as_tensor(ids),
         positions=as_tensor(positions),
         logits_index=as_tensor(logits_rows),
-        kv_write_slots=as_tensor(write_slots),
+        kv_write_slots=write_slots,
         attention_groups=groups,
         conv_src_rows=as_tensor([c.conv_src_row for c in chunks]),
         conv_window=as_tensor(window),
@@ -181,34 +195,107 @@ def build_forward_batch(
         num_tokens=len(ids),
         block_size=block_size,
     )
+    if sliding_window is not None:
+        sliding_slots, sliding_groups = layout.build(
+            chunks, [c.sliding_table for c in chunks], sliding_window
+        )
+        batch.sliding = dataclasses.replace(
+            batch, kv_write_slots=sliding_slots, attention_groups=sliding_groups
+        )
+    return batch
 
 
-def _prefill_group(first: int, chunk: SequenceChunk, block_size: int, device) -> AttentionGroup:
-    """A multi-token chunk attends causally over everything cached before it plus itself."""
-    n = len(chunk.token_ids)
-    context = chunk.start_pos + n
-    blocks = _padded_blocks([chunk.block_table], [context], block_size)
-    query_pos = torch.arange(chunk.start_pos, context)
-    mask = torch.arange(blocks.shape[1] * block_size)[None, :] <= query_pos[:, None]
-    return AttentionGroup(
-        query_index=torch.arange(first, first + n, device=device)[None, :],
-        kv_blocks=blocks.to(device),
-        mask=mask[None, None].to(device),
-    )
+@dataclass(slots=True)
+class _Row:
+    """One single-query row: its packed row and the blocks of its context, which ends at ``end``
+    and starts at ``start`` (both counted from the first of ``blocks``)."""
+
+    packed: int
+    blocks: list[int]
+    end: int
+    start: int
 
 
-def _row_group(rows: list[tuple[int, list[int], int]], block_size: int, device) -> AttentionGroup:
-    """All single-query rows in one call, contexts right-padded to the longest (in blocks)."""
-    contexts = [context for _, _, context in rows]
-    blocks = _padded_blocks([table for _, table, _ in rows], contexts, block_size)
-    width = blocks.shape[1] * block_size
-    mask = None
-    if min(contexts) != width:
-        lengths = torch.tensor(contexts)
-        mask = (torch.arange(width)[None, :] < lengths[:, None])[:, None, None, :].to(device)
-    return AttentionGroup(
-        query_index=torch.tensor([[row] for row, _, _ in rows], dtype=torch.long, device=device),
-        kv_blocks=blocks.to(device),
-        mask=mask,
-        context_lens=torch.tensor(contexts, dtype=torch.long, device=device),
-    )
+@dataclass(slots=True)
+class _AttentionLayout:
+    """KV write slots and attention groups of one step over one pool (full or sliding-window)."""
+
+    block_size: int
+    row_query_limit: int
+    device: torch.device | str
+
+    def build(
+        self, chunks: list[SequenceChunk], tables: list[list[int]], window: int | None
+    ) -> tuple[torch.Tensor, list[AttentionGroup]]:
+        """Write slots [T] and groups; ``window`` None: every query sees its whole prefix."""
+        write_slots: list[int] = []
+        rows: list[_Row] = []
+        groups: list[AttentionGroup] = []
+        first = 0
+        for chunk, table in zip(chunks, tables, strict=True):
+            n = len(chunk.token_ids)
+            write_slots.extend(_slots(table, range(chunk.start_pos, chunk.start_pos + n), self.block_size))
+            if n <= self.row_query_limit:
+                rows.extend(self._row(first + k, table, chunk.start_pos + k, window) for k in range(n))
+            else:
+                groups.append(self._prefill_group(first, chunk, table, window))
+            first += n
+        if rows:
+            groups.append(self._row_group(rows))
+        return torch.tensor(write_slots, dtype=torch.long, device=self.device), groups
+
+    def _context(self, table: list[int], first_key: int, end: int) -> tuple[list[int], int]:
+        """The blocks holding positions [first_key, end), and the position the first of them starts at."""
+        first_block = first_key // self.block_size
+        blocks = table[first_block : -(-end // self.block_size)]
+        if blocks[0] < 0:  # released blocks (-1) lead a sliding table: the first is the one to check
+            raise ValueError(f"the block table lacks a block of positions {first_key}..{end - 1}")
+        return blocks, first_block * self.block_size
+
+    def _row(self, packed: int, table: list[int], position: int, window: int | None) -> _Row:
+        first_key = 0 if window is None else max(0, position - window + 1)
+        blocks, base = self._context(table, first_key, position + 1)
+        return _Row(packed, blocks, position + 1 - base, first_key - base)
+
+    def _prefill_group(
+        self, first: int, chunk: SequenceChunk, table: list[int], window: int | None
+    ) -> AttentionGroup:
+        """A multi-token chunk attends causally (within ``window``) over its cached context plus itself."""
+        n = len(chunk.token_ids)
+        end = chunk.start_pos + n
+        first_key = 0 if window is None else max(0, chunk.start_pos - window + 1)
+        blocks, base = self._context(table, first_key, end)
+        key_pos = base + torch.arange(len(blocks) * self.block_size)[None, :]
+        query_pos = torch.arange(chunk.start_pos, end)[:, None]
+        mask = key_pos <= query_pos
+        if window is not None:
+            mask &= key_pos > query_pos - window
+        return AttentionGroup(
+            query_index=torch.arange(first, first + n, device=self.device)[None, :],
+            kv_blocks=torch.tensor([blocks], dtype=torch.long, device=self.device),
+            mask=mask[None, None].to(self.device),
+        )
+
+    def _row_group(self, rows: list[_Row]) -> AttentionGroup:
+        """All single-query rows in one call, contexts right-padded to the longest (in blocks)."""
+        ends = [row.end for row in rows]
+        blocks = _padded_blocks([row.blocks for row in rows], ends, self.block_size)
+        width = blocks.shape[1] * self.block_size
+        starts = [row.start for row in rows]
+        windowed = any(starts)
+        mask = context_starts = None
+        if min(ends) != width or windowed:
+            keys = torch.arange(width)[None, :]
+            mask = keys < torch.tensor(ends)[:, None]
+            if windowed:
+                context_starts = torch.tensor(starts)
+                mask &= keys >= context_starts[:, None]
+                context_starts = context_starts.to(self.device)
+            mask = mask[:, None, None, :].to(self.device)
+        return AttentionGroup(
+            query_index=torch.tensor([[row.packed] for row in rows], dtype=torch.long, device=self.device),
+            kv_blocks=blocks.to(self.device),
+            mask=mask,
+            context_lens=torch.tensor(ends, dtype=torch.long, device=self.device),
+            context_starts=context_starts,
+        )

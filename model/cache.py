@@ -6,6 +6,8 @@ Only storage lives here; which block or row belongs to whom is the engine's deci
                         slot of (block b, offset o) = b * block_size + o
     conv layer j:       conv[j]      [num_conv_rows, conv_L_cache - 1, hidden]
                         row 0 = zeros (the state before a sequence's first token)
+    sliding layer j:    sliding_k[j], sliding_v[j]   [num_sliding_blocks * block_size, kv_heads, head_dim]
+                        a pool of its own (LFM3): a sequence holds only its window's blocks
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import mmap
 
 import torch
 
-from model.config import Lfm2Config
+from model.config import SLIDING, Lfm2Config
 
 
 class HybridCache:
@@ -30,17 +32,25 @@ class HybridCache:
         num_conv_rows: int,
         dtype: torch.dtype,
         device: torch.device | str = "cpu",
+        num_sliding_blocks: int = 0,
     ) -> None:
         if num_blocks < 1 or block_size < 1 or num_conv_rows < 1:
             raise ValueError("a cache needs at least one block, one slot per block and one conv row")
+        sliding_layers = config.layers_of_kind(SLIDING)
+        if sliding_layers and num_sliding_blocks < 1:
+            raise ValueError("a model with sliding-window layers needs at least one sliding block")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.num_conv_rows = num_conv_rows
+        self.num_sliding_blocks = num_sliding_blocks if sliding_layers else 0
         kv_shape = (num_blocks * block_size, config.num_key_value_heads, config.head_dim)
         self.k = [_zeros(kv_shape, dtype, device) for _ in config.attention_layers]
         self.v = [_zeros(kv_shape, dtype, device) for _ in config.attention_layers]
         conv_shape = (num_conv_rows, config.conv_state_len, config.hidden_size)
         self.conv = [_zeros(conv_shape, dtype, device) for _ in config.conv_layers]
+        sliding_shape = (self.num_sliding_blocks * block_size, config.num_key_value_heads, config.head_dim)
+        self.sliding_k = [_zeros(sliding_shape, dtype, device) for _ in sliding_layers]
+        self.sliding_v = [_zeros(sliding_shape, dtype, device) for _ in sliding_layers]
 
     @staticmethod
     def bytes_per_block(config: Lfm2Config, block_size: int, dtype: torch.dtype) -> int:
@@ -50,9 +60,17 @@ class HybridCache:
         conv = config.conv_state_len * config.hidden_size * len(config.conv_layers)
         return (kv + conv) * item
 
+    @staticmethod
+    def bytes_per_sliding_block(config: Lfm2Config, block_size: int, dtype: torch.dtype) -> int:
+        """KV of one block over all sliding-window layers (0 for a model without them)."""
+        item = torch.empty((), dtype=dtype).element_size()
+        per_layer = 2 * block_size * config.num_key_value_heads * config.head_dim
+        return per_layer * len(config.layers_of_kind(SLIDING)) * item
+
     @property
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in (*self.k, *self.v, *self.conv))
+        tensors = (*self.k, *self.v, *self.conv, *self.sliding_k, *self.sliding_v)
+        return sum(t.numel() * t.element_size() for t in tensors)
 
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:

@@ -17,6 +17,7 @@ from model.errors import CheckpointError
 
 ATTENTION = "full_attention"
 CONV = "conv"
+SLIDING = "sliding_attention"  # attention over the last `sliding_window` positions (LFM3)
 
 # Bounds far beyond any real LFM2 (350M: vocab 65536, hidden 1024, 16 layers of 16 heads) yet small
 # enough that nothing sized from them (a list per layer, a table per position) exhausts memory.
@@ -86,6 +87,8 @@ class Lfm2Config:
 
     MODEL_TYPE: ClassVar[str] = "lfm2"
     ARCHITECTURE: ClassVar[str] = "Lfm2ForCausalLM"  # transformers' class, written to config.json
+    LABEL: ClassVar[str] = "LFM2"  # the family's name in error messages
+    LAYER_TYPES: ClassVar[tuple[str, ...]] = (ATTENTION, CONV)  # what layer_types may hold
 
     vocab_size: int = 65536
     hidden_size: int = 1024
@@ -137,6 +140,15 @@ class Lfm2Config:
     @property
     def conv_layers(self) -> list[int]:
         return [i for i, t in enumerate(self.layer_types) if t == CONV]
+
+    def layers_of_kind(self, kind: str) -> list[int]:
+        """Indices of the layers of one type: a layer's place in this list is its slot in the cache's."""
+        return [i for i, t in enumerate(self.layer_types) if t == kind]
+
+    @property
+    def attention_window(self) -> int | None:
+        """Positions a sliding-window layer's query sees, itself included; None: the model has none."""
+        return None
 
     @property
     def conv_state_len(self) -> int:
@@ -215,7 +227,7 @@ class Lfm2Config:
             )
         problems = self._value_problems() or self._shape_problems()
         if problems:
-            raise CheckpointError("invalid LFM2 config: " + "; ".join(problems))
+            raise CheckpointError(f"invalid {self.LABEL} config: " + "; ".join(problems))
 
     def _value_problems(self) -> list[str]:
         """Each field's type and range, alone."""
@@ -248,7 +260,7 @@ class Lfm2Config:
             return f"layer_types must be a list, got {self.layer_types!r}"
         if len(self.layer_types) != self.num_hidden_layers:
             return f"layer_types has {len(self.layer_types)} entries for {self.num_hidden_layers} layers"
-        unknown = sorted({repr(t) for t in self.layer_types if t not in (ATTENTION, CONV)})
+        unknown = sorted({repr(t) for t in self.layer_types if t not in self.LAYER_TYPES})
         return f"unknown layer types [{', '.join(unknown)}]" if unknown else None
 
     # ------------------------------------------------------------------ (de)serialise

@@ -8,6 +8,7 @@ batch asks for.
 from __future__ import annotations
 
 from types import ModuleType
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -44,29 +45,31 @@ class Embedding(nn.Module):
 class Lfm2Model(nn.Module):
     """Embedding, decoder stack and final ``embedding_norm`` (HF module names)."""
 
-    def __init__(self, config: Lfm2Config) -> None:
+    def __init__(self, config: Lfm2Config, decoder_layer: type[nn.Module] = DecoderLayer) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config, kind) for kind in config.layer_types)
+        self.layers = nn.ModuleList(decoder_layer(config, kind) for kind in config.layer_types)
         self.embedding_norm = RMSNorm(config.hidden_size, config.norm_eps)
 
 
 class Lfm2ForCausalLM(nn.Module):
     """LFM2 with a tied or untied head."""
 
+    decoder_layer: ClassVar[type[nn.Module]] = DecoderLayer  # another architecture's block swaps in here
+
     def __init__(self, config: Lfm2Config) -> None:
         super().__init__()
         self.config = config
-        self.model = Lfm2Model(config)
+        self.model = Lfm2Model(config, self.decoder_layer)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
         self.rotary = RotaryTable(config.head_dim, config.rope_theta)
         # chunks this short attend as single-query rows (model/batch.py); use_native_kernels
         # raises it where attention runs the paged kernel, which reads each row's context in place
         self.row_query_limit = 1
-        # cache list index of each layer: attention layers index k/v, conv layers index conv rows
+        # cache list index of each layer, among the layers of its kind: attention layers index k/v,
+        # conv layers index conv rows
         self._cache_index = [
-            (config.attention_layers if kind == "full_attention" else config.conv_layers).index(i)
-            for i, kind in enumerate(config.layer_types)
+            config.layers_of_kind(kind).index(i) for i, kind in enumerate(config.layer_types)
         ]
 
     @classmethod
@@ -117,6 +120,16 @@ class Lfm2ForCausalLM(nn.Module):
         caller reuses every step; see `logits_into`).
         """
         hidden = self.model.embed_tokens(batch.input_ids)
+        pending = self.decode_layers(hidden, batch, cache)
+        rows = batch.logits_index
+        last = self.model.embedding_norm(hidden[rows], pending[rows])
+        if logits_out is None:
+            logits_out = torch.empty(rows.numel(), self.config.vocab_size, device=last.device)
+        return logits_into(self.lm_head, last, logits_out)
+
+    def decode_layers(self, hidden: torch.Tensor, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:
+        """Run the decoder stack over ``hidden`` (updated in place); returns the last sublayer's
+        output, which the caller adds into ``hidden`` (the final norm does it in one pass)."""
         rope = self.rotary.at(batch.positions)
         pending = None  # the last sublayer's output, added into hidden by the next norm
         for layer, index in zip(self.model.layers, self._cache_index, strict=True):
@@ -126,8 +139,4 @@ class Lfm2ForCausalLM(nn.Module):
             else:
                 mixed = layer.conv(normed, batch, cache.conv[index])
             pending = layer.feed_forward(layer.ffn_norm(hidden, mixed))
-        rows = batch.logits_index
-        last = self.model.embedding_norm(hidden[rows], pending[rows])
-        if logits_out is None:
-            logits_out = torch.empty(rows.numel(), self.config.vocab_size, device=last.device)
-        return logits_into(self.lm_head, last, logits_out)
+        return pending

@@ -113,7 +113,14 @@ class NativeAttention(Attention):
         if group.context_lens is None:
             return super()._attend(q, group, batch, k_cache, v_cache)
         return self.kernels.decode_attention(
-            q, k_cache, v_cache, group.kv_blocks, group.context_lens, batch.block_size, self.head_dim**-0.5
+            q,
+            k_cache,
+            v_cache,
+            group.kv_blocks,
+            group.context_lens,
+            batch.block_size,
+            self.head_dim**-0.5,
+            group.context_starts,
         )
 
 

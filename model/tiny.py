@@ -101,9 +101,11 @@ def default_layer_types(num_hidden_layers: int) -> list[str]:
 
 
 @lru_cache(maxsize=8)
-def tiny_tokenizer_json(vocab_size: int) -> str:
-    """A byte-level BPE tokenizer with exactly ``vocab_size`` ids and LFM2's specials at 0..13.
+def tiny_tokenizer_json(vocab_size: int, specials_last: bool = False) -> str:
+    """A byte-level BPE tokenizer with exactly ``vocab_size`` ids and LFM2's special tokens.
 
+    They take ids 0..13 as in LFM2, or with ``specials_last`` the last 14 ids in the same order
+    (LFM3 keeps them after its text tokens: pad 124893, bos 124894, <|im_end|> 124900).
     Cached as JSON text: training is deterministic, so every checkpoint of one vocab size
     shares the same tokenizer. If the corpus yields too few merges, reserved special tokens
     fill the remaining ids so the vocabulary matches the embedding table.
@@ -114,16 +116,20 @@ def tiny_tokenizer_json(vocab_size: int) -> str:
     tok = BackendTokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
+    text_ids = vocab_size - len(LFM2_SPECIAL_TOKENS)
     trainer = trainers.BpeTrainer(
-        vocab_size=vocab_size,
-        special_tokens=list(LFM2_SPECIAL_TOKENS),
+        vocab_size=text_ids if specials_last else vocab_size,
+        special_tokens=[] if specials_last else list(LFM2_SPECIAL_TOKENS),
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
     tok.train_from_iterator(_CORPUS.splitlines(keepends=True), trainer)
+    if specials_last:
+        tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(text_ids - tok.get_vocab_size(True))])
+        tok.add_special_tokens(list(LFM2_SPECIAL_TOKENS))
     missing = vocab_size - tok.get_vocab_size(with_added_tokens=True)
     tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(missing)])
-    bos_id = LFM2_SPECIAL_TOKENS.index(BOS_TOKEN)
+    bos_id = tok.token_to_id(BOS_TOKEN)
     tok.post_processor = processors.TemplateProcessing(
         single=f"{BOS_TOKEN} $A", pair=f"{BOS_TOKEN} $A $B", special_tokens=[(BOS_TOKEN, bos_id)]
     )
@@ -168,7 +174,6 @@ def write_tiny_checkpoint(
     ``weight_std`` is large for a tiny width so logits are peaked and greedy decoding has no ties.
     """
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
     im_end_id = LFM2_SPECIAL_TOKENS.index(IM_END)
     config = Lfm2Config(
         vocab_size=vocab_size,
@@ -185,13 +190,27 @@ def write_tiny_checkpoint(
         tie_word_embeddings=tie_word_embeddings,
         eos_token_id=[im_end_id],
     )
+    return save_random_checkpoint(out, config, seed=seed, weight_std=weight_std, dtype=dtype)
+
+
+def save_random_checkpoint(
+    out: Path,
+    config: Lfm2Config,
+    *,
+    seed: int,
+    weight_std: float,
+    dtype: torch.dtype,
+    specials_last: bool = False,
+) -> Path:
+    """config.json, random weights of ``config``'s shapes and a tiny tokenizer, written to ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
     raw_config = config.to_dict()
     raw_config["dtype"] = str(dtype).removeprefix("torch.")
     (out / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n", encoding="utf-8")
-    tensors = random_state_dict(config, seed=seed, std=weight_std)
-    save_state_dict({name: t.to(dtype) for name, t in tensors.items()}, out)
-    (out / "tokenizer.json").write_text(tiny_tokenizer_json(vocab_size), encoding="utf-8")
-    tokenizer_config = _tokenizer_config(max_position_embeddings)
+    save_state_dict(random_state_dict(config, seed=seed, std=weight_std, dtype=dtype), out)
+    tokenizer_json = tiny_tokenizer_json(config.vocab_size, specials_last)
+    (out / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
+    tokenizer_config = _tokenizer_config(config.max_position_embeddings)
     (out / "tokenizer_config.json").write_text(
         json.dumps(tokenizer_config, indent=2) + "\n", encoding="utf-8"
     )

@@ -7,8 +7,9 @@
 ``bf16_kernels``       each way a bf16 model runs here: every native build, then PyTorch's kernels.
 ``tiny_ckpt``          Path of the "default" preset (conv-first, GQA, tied head), made once per session.
 ``tiny_ckpt_factory``  ``make(preset="default", **overrides) -> Path``: a checkpoint for a named preset
-                       of ``model.tiny.TINY_CONFIGS``, with any ``write_tiny_checkpoint`` keyword
-                       overridden (``seed=1``, ``dtype=torch.bfloat16``, ``layer_types=[...]``...).
+                       of ``model.tiny.TINY_CONFIGS`` (LFM2) or ``model.tiny_lfm3.TINY_LFM3_CONFIGS``,
+                       with any keyword of its writer overridden (``seed=1``, ``dtype=torch.bfloat16``,
+                       ``layer_types=[...]``...).
                        Each distinct request is written once per session and reused; treat the
                        directories as read-only (copy one with shutil.copytree before editing).
 
@@ -30,9 +31,15 @@ import torch
 
 from model import kernels
 from model.tiny import TINY_CONFIGS, write_tiny_checkpoint
+from model.tiny_lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
 
 TinyCheckpointFactory = Callable[..., Path]
 RUNNABLE_ISAS = kernels.runnable_isas()
+# every tiny preset with the writer of its architecture
+TINY_PRESETS: dict[str, tuple[Callable[..., Path], dict[str, Any]]] = {
+    **{name: (write_tiny_checkpoint, fields) for name, fields in TINY_CONFIGS.items()},
+    **{name: (write_tiny_lfm3_checkpoint, fields) for name, fields in TINY_LFM3_CONFIGS.items()},
+}
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -52,12 +59,13 @@ def tiny_ckpt_factory(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpoin
     made: dict[str, Path] = {}
 
     def make(preset: str = "default", **overrides: Any) -> Path:
-        if preset not in TINY_CONFIGS:
-            raise KeyError(f"unknown tiny preset {preset!r}; choose from {sorted(TINY_CONFIGS)}")
+        if preset not in TINY_PRESETS:
+            raise KeyError(f"unknown tiny preset {preset!r}; choose from {sorted(TINY_PRESETS)}")
         key = json.dumps([preset, overrides], sort_keys=True, default=str)
         if key not in made:
             out = tmp_path_factory.mktemp(f"tiny-{preset}")
-            made[key] = write_tiny_checkpoint(out, **{**TINY_CONFIGS[preset], **overrides})
+            write, fields = TINY_PRESETS[preset]
+            made[key] = write(out, **{**fields, **overrides})
         return made[key]
 
     return make

@@ -19,7 +19,8 @@ torch::Tensor linear_int4(const torch::Tensor& x, const torch::Tensor& q, const 
                           const torch::Tensor& steps, int64_t N, const std::optional<torch::Tensor>& out);
 torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                                const torch::Tensor& block_tables, const torch::Tensor& context_lens,
-                               int64_t block_size, double scale);
+                               int64_t block_size, double scale,
+                               const std::optional<torch::Tensor>& context_starts);
 torch::Tensor add_rms_norm(torch::Tensor& hidden, const std::optional<torch::Tensor>& delta,
                            const torch::Tensor& weight, double eps);
 torch::Tensor swiglu(const torch::Tensor& gate_up);
@@ -45,7 +46,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("w"), py::arg("row_sums"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none());
   m.def("linear_int4", &lfm_kernels::linear_int4, "x quantized per row and 32 k to int8, times int4 W in int4 panels",
         py::arg("x"), py::arg("q"), py::arg("codes"), py::arg("steps"), py::arg("N"), py::arg("out") = py::none());
-  m.def("decode_attention", &lfm_kernels::decode_attention, "one query per sequence over the paged KV pool");
+  m.def("decode_attention", &lfm_kernels::decode_attention, "one query per sequence over the paged KV pool",
+        py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("block_tables"), py::arg("context_lens"),
+        py::arg("block_size"), py::arg("scale"), py::arg("context_starts") = py::none());
   m.def("add_rms_norm", &lfm_kernels::add_rms_norm, "hidden += delta (in place, if given), then RMSNorm");
   m.def("swiglu", &lfm_kernels::swiglu, "silu(gate) * up from w13's [gate | up] output");
   m.def("short_conv", &lfm_kernels::short_conv, "LFM2's gated short conv between in_proj and out_proj");

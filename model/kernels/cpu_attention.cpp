@@ -11,6 +11,8 @@
 //   p = softmax(scores)                 fp32, max-subtracted
 //   out = sum_t p[t] v[t]               fp32, rounded to bf16 once
 // Each sequence is computed alone, so its result never depends on the rest of the batch.
+// A sliding-window row (LFM3) attends to positions [start, context) only: context_starts gives
+// each row's start, and blocks before it are neither read nor checked (the engine released them).
 //
 // Scores are taken LANES positions at a time and reduced together (sum_each), not with one
 // horizontal sum per position; head_dim's chunk count is a template constant so q and the
@@ -27,6 +29,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -110,10 +113,11 @@ constexpr auto ATTEND = attend_table(std::make_index_sequence<MAX_DIM / CHUNK>{}
 }  // namespace
 
 // q [S, H, D] bf16; k_cache, v_cache [slots, Hkv, D] bf16 (slot = block * block_size + offset);
-// block_tables [S, B] int64 (entries past a sequence's context are ignored); context_lens [S].
+// block_tables [S, B] int64 (entries outside a sequence's [start, context) are ignored);
+// context_lens [S]; context_starts [S] or None (every row from position 0).
 at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, const at::Tensor& v_cache,
                             const at::Tensor& block_tables, const at::Tensor& context_lens,
-                            int64_t block_size, double scale) {
+                            int64_t block_size, double scale, const std::optional<at::Tensor>& context_starts) {
   TORCH_CHECK(q.dim() == 3 && q.is_contiguous() && q.scalar_type() == at::kBFloat16, "q: contiguous bf16 [S, H, D]");
   TORCH_CHECK(k_cache.dim() == 3 && k_cache.is_contiguous() && k_cache.scalar_type() == at::kBFloat16 &&
                   v_cache.sizes() == k_cache.sizes() && v_cache.is_contiguous() &&
@@ -121,16 +125,24 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
               "k_cache, v_cache: contiguous bf16 [slots, kv_heads, D]");
   TORCH_CHECK(block_tables.scalar_type() == at::kLong && block_tables.is_contiguous() && block_tables.dim() == 2,
               "block_tables: contiguous int64 [S, blocks]");
-  TORCH_CHECK(context_lens.scalar_type() == at::kLong && context_lens.numel() == q.size(0), "context_lens: int64 [S]");
+  TORCH_CHECK(context_lens.scalar_type() == at::kLong && context_lens.is_contiguous() && context_lens.numel() == q.size(0),
+              "context_lens: int64 [S]");
+  if (context_starts)
+    TORCH_CHECK(context_starts->scalar_type() == at::kLong && context_starts->is_contiguous() &&
+                    context_starts->numel() == q.size(0),
+                "context_starts: int64 [S]");
   const int64_t S = q.size(0), H = q.size(1), D = q.size(2), Hkv = k_cache.size(1), B = block_tables.size(1);
   TORCH_CHECK(k_cache.size(2) == D && D >= 1 && D <= MAX_DIM, "head_dim must be at most 256");
   TORCH_CHECK(H % Hkv == 0 && H / Hkv <= MAX_REP, "query heads must be a multiple of kv heads, at most 16 per kv head");
   const int64_t rep = H / Hkv, slots = k_cache.size(0), num_blocks = slots / block_size;
   const int64_t* lens = context_lens.data_ptr<int64_t>();
   const int64_t* tables = block_tables.data_ptr<int64_t>();
+  std::vector<int64_t> starts(S, 0);
+  if (context_starts) std::copy_n(context_starts->data_ptr<int64_t>(), S, starts.data());
   for (int64_t s = 0; s < S; ++s) {
     TORCH_CHECK(lens[s] >= 1 && lens[s] <= B * block_size, "context length outside the block table");
-    for (int64_t b = 0; b < (lens[s] + block_size - 1) / block_size; ++b)
+    TORCH_CHECK(starts[s] >= 0 && starts[s] < lens[s], "context start outside the context");
+    for (int64_t b = starts[s] / block_size; b < (lens[s] + block_size - 1) / block_size; ++b)
       TORCH_CHECK(tables[s * B + b] >= 0 && tables[s * B + b] < num_blocks, "block table points outside the KV pool");
   }
   auto out = at::empty_like(q);
@@ -144,11 +156,14 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
     std::vector<float> scores;
     std::vector<int64_t> offsets;  // where each context position's row of this kv head starts
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t s = i / Hkv, g = i % Hkv, n = lens[s];
+      const int64_t s = i / Hkv, g = i % Hkv, start = starts[s], n = lens[s] - start;
       offsets.resize(n);
-      for (int64_t t0 = 0; t0 < n; t0 += block_size) {  // block by block: no division per position
-        const int64_t first = (tables[s * B + t0 / block_size] * block_size * Hkv + g) * D;
-        for (int64_t t = t0; t < std::min(n, t0 + block_size); ++t) offsets[t] = first + (t - t0) * Hkv * D;
+      for (int64_t t0 = start; t0 < lens[s];) {  // block by block: no division per position
+        const int64_t block = t0 / block_size, block_start = block * block_size;
+        const int64_t block_end = std::min(lens[s], block_start + block_size);
+        const int64_t first = (tables[s * B + block] * block_size * Hkv + g) * D;
+        for (int64_t t = t0; t < block_end; ++t) offsets[t - start] = first + (t - block_start) * Hkv * D;
+        t0 = block_end;
       }
       scores.resize(rep * n);
       const int64_t head = s * H + g * rep;

@@ -1,12 +1,16 @@
-"""The harness's own arithmetic: percentiles, latency windows, scenario rules, peak RSS parsing."""
+"""The harness's own arithmetic: percentiles, latency windows, scenario rules, peak RSS parsing, shapes."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
 from bench import stats
+from bench.checkpoint import SHAPES, tiny_checkpoint
 from bench.rss import peak_rss_mib
 from bench.scenario import RequestSpec, RequestTrace, Scenario
+from model.architectures import config_from_dict, load_config
 
 
 def test_percentile_interpolates_like_numpy_and_skips_missing_runs():
@@ -73,3 +77,18 @@ def test_the_kernel_benchmark_covers_every_linear_of_a_step():
     head = (config.vocab_size, config.hidden_size)  # tied: the embedding table
     covered = sum(n * k for n, k in step_shapes(config))
     assert covered == sum(n * k for n, k in [*in_checkpoint, head])
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_each_random_shape_is_its_model_and_its_tiny_run_is_that_architecture(shape, tmp_path):
+    """--shape's random weights have the published size (LFM2-350M, LFM3-1.7B), --tiny its architecture."""
+    spec = SHAPES[shape]
+    fields = {k: v for k, v in spec.fields.items() if k != "weight_std"}
+    tiny = load_config(tiny_checkpoint(tmp_path, shape))
+    config = config_from_dict({**spec.fields, "model_type": tiny.model_type})
+    assert isinstance(config, type(tiny))
+    for name, value in fields.items():
+        assert getattr(config, name) == value, name
+    parameters = sum(math.prod(s) for s in config.expected_shapes().values())
+    published = float(shape.rpartition("-")[2].rstrip("mb")) * (1e6 if shape.endswith("m") else 1e9)
+    assert abs(parameters - published) < 0.1 * published

@@ -45,18 +45,26 @@ def prompts() -> Callable[..., list[list[int]]]:
 
 @pytest.fixture(scope="session")
 def reference_greedy() -> Callable[[Path, list[list[int]], int], list[list[int]]]:
-    """`reference_greedy(path, prompts, n)`: transformers' greedy `generate` on each prompt alone."""
-    models: dict[Path, transformers.Lfm2ForCausalLM] = {}
+    """`reference_greedy(path, prompts, n)`: transformers' greedy `generate` on each prompt alone
+    (Lfm2ForCausalLM or Lfm3ForCausalLM, as the checkpoint says)."""
+    models: dict[Path, transformers.PreTrainedModel] = {}
 
     def run(path: Path, prompts: list[list[int]], max_new_tokens: int) -> list[list[int]]:
         if path not in models:
-            models[path] = transformers.Lfm2ForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+            models[path] = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
             models[path].generation_config.eos_token_id = None  # like ignore_eos: always max_new_tokens
         ref = models[path]
         outputs = []
         for prompt in prompts:
+            # the explicit mask: without one, generate masks out every id equal to pad_token_id, which
+            # in LFM3's vocabulary (specials last) is an ordinary token a reply may contain
+            input_ids = torch.tensor([prompt])
             ids = ref.generate(
-                torch.tensor([prompt]), max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=0
+                input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=0,
             )[0, len(prompt) :].tolist()
             assert len(ids) == max_new_tokens, "the reference stopped early"
             outputs.append(ids)

@@ -1,4 +1,5 @@
-"""Greedy outputs of many requests batched together equal transformers' `generate` on each alone."""
+"""Greedy outputs of many requests batched together equal transformers' `generate` on each alone
+(LFM2 and LFM3: LFM3's tiny windows are 5 and 12 positions, so the longer prompts span dozens)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ MAX_TOKENS = 12
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 
-@pytest.mark.parametrize("preset", ["default", "lfm2_like"])
+@pytest.mark.parametrize("preset", ["default", "lfm2_like", "lfm3", "lfm3_plain"])
 def test_batched_greedy_equals_reference_alone(
     preset, tiny_ckpt_factory, make_engine, prompts, reference_greedy
 ):
@@ -36,11 +37,14 @@ def test_batched_greedy_equals_reference_alone(
     assert any(s.step_decode_tokens and s.step_prefill_tokens for s in steps)
 
 
-@pytest.mark.parametrize("quantize", ["none", "int4"])  # float32 int4: PyTorch's path, exact integer sums
+@pytest.mark.parametrize(  # float32 int4: PyTorch's path, exact integer sums
+    ("preset", "quantize"), [("default", "none"), ("default", "int4"), ("lfm3", "none")]
+)
 def test_outputs_do_not_depend_on_budget_block_size_or_prefix_caching(
-    tiny_ckpt, make_engine, prompts, quantize
+    preset, quantize, tiny_ckpt_factory, make_engine, prompts
 ):
     """Chunk boundaries, block boundaries and cache layout differ; the tokens may not."""
+    tiny_ckpt = tiny_ckpt_factory(preset)
     batch = prompts([90, 5, 40, 130, 1, 77], seed=2)
     configs = [
         {"max_num_seqs": 1, "max_num_batched_tokens": 512, "enable_prefix_caching": False},

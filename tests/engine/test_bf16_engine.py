@@ -11,11 +11,14 @@ from model.quantize_int4 import Int4Linear
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
 
+@pytest.mark.parametrize("preset", ["default", "lfm3"])
 @pytest.mark.parametrize(
     ("scheme", "layer"), [("int8", Int8Linear), ("w8a8", W8A8Linear), ("int4", Int4Linear)]
 )
-def test_quantized_engine_generates(tiny_ckpt, scheme, layer):
-    engine = Engine.from_pretrained(tiny_ckpt, EngineConfig(dtype="bfloat16", quantize=scheme))
+def test_quantized_engine_generates(tiny_ckpt_factory, preset, scheme, layer):
+    engine = Engine.from_pretrained(
+        tiny_ckpt_factory(preset), EngineConfig(dtype="bfloat16", quantize=scheme)
+    )
     assert any(isinstance(m, layer) for m in engine.runner.model.modules())
     outs = engine.generate([[10, 11, 12], list(range(20, 60))], GREEDY)
     assert [len(o.token_ids) for o in outs] == [8, 8]

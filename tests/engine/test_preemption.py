@@ -11,10 +11,12 @@ MAX_TOKENS = 24
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 
+@pytest.mark.parametrize("preset", ["default", "lfm3"])
 @pytest.mark.parametrize("prefix_caching", [False, True])
 def test_tiny_block_budget_preempts_yet_outputs_and_streams_are_exact(
-    prefix_caching, tiny_ckpt, make_engine, prompts, reference_greedy
+    preset, prefix_caching, tiny_ckpt_factory, make_engine, prompts, reference_greedy
 ):
+    tiny_ckpt = tiny_ckpt_factory(preset)
     batch = prompts([40, 90, 25, 60, 10, 75, 33], seed=6)
     engine = make_engine(
         tiny_ckpt,

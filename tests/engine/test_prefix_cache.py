@@ -2,14 +2,24 @@
 
 Equality here also proves the conv snapshots: a request resumed from a cached block starts
 from the snapshot row, and a wrong conv state changes the tokens of these peaked tiny models.
+For LFM3 it proves the sliding-window pool too: a resumed request reads only the last window's
+sliding blocks, cached beside the full ones (engine/block_manager.py).
 """
 
 from __future__ import annotations
+
+import pytest
 
 from engine import SamplingParams
 
 BS = 16
 GREEDY = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
+
+
+@pytest.fixture(params=["default", "lfm3"])
+def tiny_ckpt(request, tiny_ckpt_factory):
+    """Each test on LFM2 and on LFM3 (whose 12-position window is shorter than a block here)."""
+    return tiny_ckpt_factory(request.param)
 
 
 def test_second_turn_prefills_only_its_new_tokens_and_matches_a_cold_run(tiny_ckpt, make_engine, prompts):

@@ -27,12 +27,13 @@ def paged_case(contexts: list[int], heads: int, kv_heads: int, dim: int = 64, se
     return q, k, v, tables, torch.tensor(contexts)
 
 
-def dense_reference(q, k, v, tables, lens) -> torch.Tensor:
-    """fp32 softmax(q k^T / sqrt(d)) v over each sequence's gathered context, GQA by repetition."""
+def dense_reference(q, k, v, tables, lens, starts=None) -> torch.Tensor:
+    """fp32 softmax(q k^T / sqrt(d)) v over each sequence's context [start, len), GQA by repetition."""
     rep = q.shape[1] // k.shape[1]
     out = []
-    for s, n in enumerate(lens.tolist()):
-        slots = torch.tensor([tables[s, t // BLOCK] * BLOCK + t % BLOCK for t in range(n)])
+    starts = [0] * len(lens) if starts is None else starts.tolist()
+    for s, (n, start) in enumerate(zip(lens.tolist(), starts, strict=True)):
+        slots = torch.tensor([tables[s, t // BLOCK] * BLOCK + t % BLOCK for t in range(start, n)])
         ks = k[slots].float().repeat_interleave(rep, dim=1)  # [n, H, D]
         vs = v[slots].float().repeat_interleave(rep, dim=1)
         scores = torch.einsum("hd,nhd->hn", q[s].float(), ks) / q.shape[-1] ** 0.5
@@ -61,6 +62,21 @@ def test_a_sequence_does_not_depend_on_its_batch(native):
         one_q = q[s : s + 1].contiguous()
         alone = native.decode_attention(one_q, k, v, own_table, lens[s : s + 1], BLOCK, 0.125)
         assert torch.equal(alone[0], together[s])
+
+
+def test_a_windowed_row_attends_from_its_start_and_reads_no_block_before_it(native):
+    """Sliding-window rows (LFM3): positions before the start count for nothing, and the blocks wholly
+    before it may hold anything (the engine released them): -1 here, which the kernel would refuse."""
+    lens = torch.tensor([40, 100, 17, 333, 9])
+    starts = torch.tensor([0, 37, 16, 300, 8])  # mid-block, block-aligned, the last position only
+    q, k, v, tables, _ = paged_case(lens.tolist(), heads=8, kv_heads=2, dim=128, seed=2)
+    for s, start in enumerate(starts.tolist()):
+        tables[s, : start // BLOCK] = -1
+    out = native.decode_attention(q, k, v, tables, lens, BLOCK, 128**-0.5, starts)
+    expected = dense_reference(q, k, v, tables, lens, starts)
+    assert (out.float() - expected).abs().max() <= 2**-7 * expected.abs().max()
+    with pytest.raises(RuntimeError, match="context start"):
+        native.decode_attention(q, k, v, tables, lens, BLOCK, 0.125, lens)
 
 
 def test_bad_tables_are_refused_not_read(native):

@@ -19,6 +19,8 @@ from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.layers import Attention, RMSNorm, RotaryTable, ShortConv, SwiGLU
 from model.lfm2 import ROW_QUERY_LIMIT, Lfm2ForCausalLM
+from model.lfm3 import rotary_table
+from model.lfm3_config import RopeParameters
 from model.loader import load_model
 from model.native_layers import NATIVE_SUBCLASS, NativeAttention, use_native_layers, use_reference_layers
 
@@ -41,9 +43,12 @@ def assert_within_an_ulp(actual: torch.Tensor, expected: torch.Tensor) -> None:
     assert (diff == 0).float().mean() >= 0.98
 
 
-def config(hidden: int = 40, heads: int = 4, kv_heads: int = 2, conv_bias: bool = False) -> Lfm2Config:
+def config(
+    hidden: int = 40, heads: int = 4, kv_heads: int = 2, conv_bias: bool = False, taps: int = 3
+) -> Lfm2Config:
     """A small config; hidden 40 is not a multiple of 16, so every loop's masked tail runs."""
     return Lfm2Config(
+        conv_L_cache=taps,
         vocab_size=64,
         hidden_size=hidden,
         intermediate_size=72,
@@ -96,12 +101,13 @@ def test_swiglu_gate_matches_silu_times_up(native):
     assert_within_an_ulp(with_kernels(ffn, native)(x), ffn(x))
 
 
+@pytest.mark.parametrize("taps", [3, 7])  # LFM2's and LFM3's
 @pytest.mark.parametrize("conv_bias", [False, True])
-def test_short_conv_matches_bit_for_bit_including_state_writes(native, conv_bias):
-    conv = randomized(ShortConv(config(conv_bias=conv_bias)), seed=6)
-    batch = build_forward_batch(CHUNKS, BLOCK, 3)
+def test_short_conv_matches_bit_for_bit_including_state_writes(native, conv_bias, taps):
+    conv = randomized(ShortConv(config(conv_bias=conv_bias, taps=taps)), seed=6)
+    batch = build_forward_batch(CHUNKS, BLOCK, taps)
     x = bf16(batch.num_tokens, 40, seed=7)
-    state = bf16(8, 2, 40, seed=8)
+    state = bf16(8, taps - 1, 40, seed=8)
     torch_state, native_state = state.clone(), state.clone()
     expected = conv(x, batch, torch_state)
     actual = with_kernels(conv, native)(x, batch, native_state)
@@ -110,13 +116,21 @@ def test_short_conv_matches_bit_for_bit_including_state_writes(native, conv_bias
     assert not torch.equal(native_state, state)
 
 
-# (hidden, heads, kv_heads): head_dim 16 (RoPE halves of 8), 40 (a masked tail), 64 with 3 q per kv head
-@pytest.mark.parametrize(("hidden", "heads", "kv_heads"), [(64, 4, 2), (80, 2, 1), (384, 6, 2)])
-def test_attention_projection_writes_the_same_cache_and_queries(native, hidden, heads, kv_heads):
+# (hidden, heads, kv_heads): head_dim 16 (RoPE halves of 8), 40 (a masked tail), 64 with 3 q per kv head,
+# and LFM3's head_dim 128 with its full layers' proportional RoPE (only a quarter of the pairs turn)
+PROPORTIONAL = RopeParameters("proportional", 1e6, partial_rotary_factor=0.5)
+
+
+@pytest.mark.parametrize(
+    ("hidden", "heads", "kv_heads", "rope"),
+    [(64, 4, 2, None), (80, 2, 1, None), (384, 6, 2, None), (512, 4, 1, PROPORTIONAL)],
+)
+def test_attention_projection_writes_the_same_cache_and_queries(native, hidden, heads, kv_heads, rope):
     cfg = config(hidden=hidden, heads=heads, kv_heads=kv_heads)
     attention = randomized(Attention(cfg), seed=9)
     batch = build_forward_batch(CHUNKS, BLOCK, 3)
-    rope = RotaryTable(cfg.head_dim, cfg.rope_theta).at(batch.positions)
+    table = RotaryTable(cfg.head_dim, cfg.rope_theta) if rope is None else rotary_table(cfg.head_dim, rope)
+    rope = table.at(batch.positions)
     x = bf16(batch.num_tokens, hidden, seed=10)
     pool = (9 * BLOCK, cfg.num_key_value_heads, cfg.head_dim)
     caches = {side: (bf16(*pool, seed=11), bf16(*pool, seed=12)) for side in ("torch", "native")}

@@ -1,6 +1,9 @@
-"""Our LFM2 against transformers' Lfm2ForCausalLM, loaded from the same random checkpoint."""
+"""Our LFM2 and LFM3 against transformers' Lfm2ForCausalLM and Lfm3ForCausalLM, loaded from the same
+random checkpoint."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import pytest
 import torch
@@ -11,23 +14,33 @@ from model.cache import HybridCache
 from model.lfm2 import Lfm2ForCausalLM
 from model.loader import load_model
 from model.tiny import TINY_CONFIGS
+from model.tiny_lfm3 import TINY_LFM3_CONFIGS
 
 BLOCK = 8
-PRESETS = sorted(TINY_CONFIGS)
+PRESETS = [*sorted(TINY_CONFIGS), *sorted(TINY_LFM3_CONFIGS)]
 FP32_TOL = 1e-4
 
 
-def reference(path, dtype=torch.float32) -> transformers.Lfm2ForCausalLM:
-    return transformers.Lfm2ForCausalLM.from_pretrained(path, dtype=dtype).eval()
+def reference(path, dtype=torch.float32) -> transformers.PreTrainedModel:
+    """transformers' model of the checkpoint's architecture (Lfm2ForCausalLM, Lfm3ForCausalLM)."""
+    return transformers.AutoModelForCausalLM.from_pretrained(path, dtype=dtype).eval()
 
 
 @torch.no_grad()
-def reference_logits(ref: transformers.Lfm2ForCausalLM, ids: list[int]) -> torch.Tensor:
+def reference_logits(ref: transformers.PreTrainedModel, ids: list[int]) -> torch.Tensor:
     return ref(torch.tensor([ids])).logits[0].float()
 
 
 def new_cache(model: Lfm2ForCausalLM, dtype=torch.float32, blocks: int = 64, rows: int = 16) -> HybridCache:
-    return HybridCache(model.config, num_blocks=blocks, block_size=BLOCK, num_conv_rows=rows, dtype=dtype)
+    """Sliding-window layers get a pool of their own, as large (chunks use the same block ids in it)."""
+    return HybridCache(
+        model.config,
+        num_blocks=blocks,
+        block_size=BLOCK,
+        num_conv_rows=rows,
+        dtype=dtype,
+        num_sliding_blocks=blocks,
+    )
 
 
 def run(
@@ -37,7 +50,12 @@ def run(
     all_rows: bool = False,
     row_query_limit: int = 1,
 ):
-    batch = build_forward_batch(chunks, BLOCK, model.config.conv_L_cache, row_query_limit=row_query_limit)
+    window = model.config.attention_window
+    if window is not None:
+        chunks = [dataclasses.replace(c, sliding_table=c.block_table) for c in chunks]
+    batch = build_forward_batch(
+        chunks, BLOCK, model.config.conv_L_cache, row_query_limit=row_query_limit, sliding_window=window
+    )
     if all_rows:
         batch.logits_index = torch.arange(batch.num_tokens)
     return model(batch, cache)
