@@ -1,7 +1,7 @@
 """KV memory of one long LFM3 conversation: the sliding-window layers' blocks stay bounded.
 
     python -m bench.sliding_kv                      LFM3-1.7B shape, a 16k-token conversation
-    python -m bench.sliding_kv --tiny --tokens 2048 a smoke run in seconds
+    python -m bench.sliding_kv --tiny --tokens 2048 --threads 1   a smoke run in seconds
 
 Runs the conversation through the engine (turns of a prompt then a reply, each turn resuming from
 the prefix cache) and reports, at the end and at the peak over every step: the sliding-window
@@ -39,8 +39,10 @@ class KvFigures:
     full_bytes: int  # full-attention KV + conv snapshots held at the end
 
 
-def run_conversation(checkpoint: Path, tokens: int, turns: int, block_size: int, seed: int) -> KvFigures:
-    """One conversation of ``tokens`` tokens in ``turns`` turns, replies 1/8 of each turn."""
+def run_conversation(
+    checkpoint: Path, tokens: int, turns: int, reply: int, block_size: int, seed: int
+) -> KvFigures:
+    """One conversation of ``tokens`` tokens in ``turns`` turns, each a user message then ``reply`` tokens."""
     engine = Engine.from_pretrained(
         checkpoint, EngineConfig(block_size=block_size, max_model_len=tokens + block_size, max_num_seqs=1)
     )
@@ -49,7 +51,6 @@ def run_conversation(checkpoint: Path, tokens: int, turns: int, block_size: int,
         raise SystemExit(f"{checkpoint} has no sliding-window layers")
     rng = random.Random(seed)
     per_turn = tokens // turns
-    reply = max(1, per_turn // 8)
     conversation: list[int] = []
     peak = 0
     for _ in range(turns):
@@ -92,7 +93,8 @@ def report(figures: KvFigures) -> str:
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.sliding_kv", description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", type=int, default=16384)
-    parser.add_argument("--turns", type=int, default=4)
+    parser.add_argument("--turns", type=int, default=8)
+    parser.add_argument("--reply", type=int, default=128, help="tokens generated per turn")
     parser.add_argument("--block-size", type=int, default=16)
     parser.add_argument(
         "--tiny", action="store_true", help="a tiny LFM3 (window 12) instead of the 1.7B shape"
@@ -100,13 +102,17 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=int, default=None)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
+    if not 0 < args.reply < args.tokens // args.turns:
+        parser.error("--reply must be at least 1 and shorter than a turn (--tokens / --turns)")
     if args.threads:
         torch.set_num_threads(args.threads)
     with tempfile.TemporaryDirectory(prefix="lfm-sliding-kv-") as scratch:
         checkpoint = (
             tiny_checkpoint(Path(scratch), "lfm3-1.7b") if args.tiny else random_checkpoint("lfm3-1.7b")
         )
-        figures = run_conversation(checkpoint, args.tokens, args.turns, args.block_size, args.seed)
+        figures = run_conversation(
+            checkpoint, args.tokens, args.turns, args.reply, args.block_size, args.seed
+        )
     print(report(figures))
 
 

@@ -10,6 +10,7 @@ from bench import stats
 from bench.checkpoint import SHAPES, tiny_checkpoint
 from bench.rss import peak_rss_mib
 from bench.scenario import RequestSpec, RequestTrace, Scenario
+from bench.sliding_kv import report, run_conversation
 from model.architectures import config_from_dict, load_config
 
 
@@ -92,3 +93,14 @@ def test_each_random_shape_is_its_model_and_its_tiny_run_is_that_architecture(sh
     parameters = sum(math.prod(s) for s in config.expected_shapes().values())
     published = float(shape.rpartition("-")[2].rstrip("mb")) * (1e6 if shape.endswith("m") else 1e9)
     assert abs(parameters - published) < 0.1 * published
+
+
+def test_the_sliding_kv_measurement_reports_a_bounded_peak_against_every_position(tmp_path):
+    figures = run_conversation(
+        tiny_checkpoint(tmp_path, "lfm3-1.7b"), tokens=480, turns=3, reply=20, block_size=4, seed=0
+    )
+    bound = -(-(figures.window - 1) // figures.block_size) + 1
+    assert figures.tokens == 480 and 0 < figures.sliding_blocks_peak <= bound
+    # every one of the 120 blocks' positions kept, against the peak held: the same bytes per block
+    assert figures.sliding_bytes_unbounded * figures.sliding_blocks_peak == 120 * figures.sliding_bytes_peak
+    assert "sliding-window KV held, peak" in report(figures)
