@@ -35,7 +35,7 @@ BLOCK = 8  # groups per bf16 step
 LEVELS = 15  # q in [0, LEVELS]
 CODE_MAX = 255
 REFITS = 1  # least-squares refits of each group's scale and minimum
-_CHUNK_VALUES = 1 << 20  # weights quantized at a time: fp32 temporaries of ~4 MB each
+_CHUNK_VALUES = 1 << 18  # weights quantized at a time: 1 MB fp32 buffers, kept in cache
 
 
 class Int4Weights(NamedTuple):
@@ -67,9 +67,12 @@ def _step_codes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     return codes.to(torch.uint8), steps, per_group.mul_(codes)
 
 
-def _quantize_chunk(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fp32 weights [n, 32, groups] (k = 32 * group + the middle index) -> q (fp32, same layout),
-    codes [n, groups, 2], steps [n, blocks, 2].
+def _quantize_chunk(
+    grouped: torch.Tensor, q: torch.Tensor, work: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 weights ``grouped`` [n, 32, groups] (k = 32 * group + the middle index) -> q written
+    into ``q`` (fp32, same layout; ``work``: scratch of that shape), codes [n, groups, 2] and
+    steps [n, blocks, 2].
 
     Each group's values are strided by the number of groups, so every per-group value broadcasts
     along a contiguous inner dimension, where torch's loops vectorize: laid out [n, groups, 32],
@@ -82,21 +85,26 @@ def _quantize_chunk(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, 
         scale_codes, scale_steps, scale_values = _step_codes(scale)
         min_codes, min_steps, min_values = _step_codes(minimum)
         inverse = torch.where(scale_values > 0, 1 / scale_values, 0.0)
-        q = torch.addcmul((min_values * inverse)[:, None], grouped, inverse[:, None])
-        q = q.round_().clamp_(0, LEVELS)
+        torch.addcmul((min_values * inverse)[:, None], grouped, inverse[:, None], out=q)
+        q.round_().clamp_(0, LEVELS)
         if refit == REFITS:
             break
         # least squares for this q: scale * q - minimum ~= w over each group
         q_sum = q.sum(1)
-        variance = (q * q).sum(1) - q_sum * q_sum / GROUP
-        covariance = (q * grouped).sum(1) - q_sum * w_sum / GROUP
+        variance = torch.mul(q, q, out=work).sum(1) - q_sum * q_sum / GROUP
+        covariance = torch.mul(q, grouped, out=work).sum(1) - q_sum * w_sum / GROUP
         scale = torch.where(variance > 0, covariance / variance, scale).clamp_(min=0)
         minimum = ((scale * q_sum - w_sum) / GROUP).clamp_(min=0)
-    return q, torch.stack((scale_codes, min_codes), dim=-1), torch.stack((scale_steps, min_steps), dim=-1)
+    return torch.stack((scale_codes, min_codes), dim=-1), torch.stack((scale_steps, min_steps), dim=-1)
 
 
 def quantize_int4(weight: torch.Tensor) -> Int4Weights:
-    """A weight [N, K] in this module's int4 format, a few rows at a time (bounded temporaries)."""
+    """A weight [N, K] in this module's int4 format, a few rows at a time.
+
+    The chunks' fp32 buffers are allocated once and reused: at 4 MB each, fresh temporaries are
+    fresh mappings (model/memory.py's threshold), page-faulted on every write, which made
+    quantizing ~2x slower.
+    """
     n, k = weight.shape
     kp = padded_width(k)
     groups, blocks = kp // GROUP, -(-kp // (GROUP * BLOCK))
@@ -106,13 +114,14 @@ def quantize_int4(weight: torch.Tensor) -> Int4Weights:
         torch.empty(n, groups, 2, dtype=torch.uint8, device=device),
         torch.empty(n, blocks, 2, dtype=torch.bfloat16, device=device),
     )
-    rows = max(1, _CHUNK_VALUES // kp)
+    rows = max(1, min(n, _CHUNK_VALUES // kp))
+    buffers = torch.empty(3, rows, GROUP, groups, device=device)
     for start in range(0, n, rows):
         chunk = slice(start, start + rows)
         part = F.pad(weight[chunk], (0, kp - k))
-        grouped = torch.empty(len(part), GROUP, groups, device=device)
+        grouped, q, work = (buffer[: len(part)] for buffer in buffers)
         grouped.copy_(part.view(len(part), groups, GROUP).transpose(1, 2))  # converts and transposes at once
-        q, out.codes[chunk], out.steps[chunk] = _quantize_chunk(grouped)
+        out.codes[chunk], out.steps[chunk] = _quantize_chunk(grouped, q, work)
         out.q[chunk].view(len(part), groups, GROUP).transpose(1, 2).copy_(q)
     return out
 
