@@ -131,11 +131,6 @@ def group_values(codes: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     return steps.float().repeat_interleave(BLOCK, dim=1)[:, : codes.shape[1]] * codes.float()
 
 
-def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
-    """Row-major bytes [n, Kp / 2] (k even in the low nibble) -> q [n, Kp] uint8."""
-    return torch.stack((packed & 15, packed >> 4), dim=-1).view(len(packed), -1)
-
-
 def dequantize_int4(q: torch.Tensor, codes: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     """Row-major q [n, Kp], codes, steps -> fp32 weights [n, Kp] (scale * q - minimum per group)."""
     n, groups = codes.shape[:2]
@@ -161,7 +156,7 @@ class Int4Linear(QuantizedLinear):
     uint8 [N, Kp / 2] (k even in the low nibble), ``codes`` [N, groups, 2], ``steps`` [N, blocks, 2].
     """
 
-    _CHUNK_VALUES = 1 << 22  # PyTorch path: [rows, outputs, groups] fp32 temporaries of 16 MB at most
+    _CHUNK_VALUES = 1 << 22  # PyTorch path: fp32 temporaries of 16 MB at most (outputs at a time)
 
     def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
         super().__init__(linear, kernels)
@@ -187,16 +182,18 @@ class Int4Linear(QuantizedLinear):
         along a contiguous last dimension, in an order that depends on no other row of the batch."""
         a, scales = quantize_groups(flat, self.padded_in_features)
         m, groups = scales.shape
-        a = a.view(m, groups, GROUP)
-        a_sums = a.sum(-1)
-        a = a.transpose(0, 1)  # [groups, M, 32]
+        a = a.view(m, groups, GROUP // 2, 2)
+        a_sums = a.sum((-1, -2))
+        # a byte's low nibble is an even k, its high nibble the odd k after it: two products
+        even, odd = (a[..., i].permute(1, 2, 0) for i in (0, 1))  # [groups, 16, M]
         out = torch.empty(m, self.out_features, dtype=torch.float32, device=flat.device)
-        per_chunk = max(1, self._CHUNK_VALUES // max(1, m * groups))
+        per_chunk = max(1, self._CHUNK_VALUES // max(m * groups, self.padded_in_features))
         for start in range(0, self.out_features, per_chunk):
             rows = slice(start, start + per_chunk)
-            q = unpack_nibbles(self.weight_int4[rows]).float().view(-1, groups, GROUP)
-            sums = torch.bmm(a, q.permute(1, 2, 0)).permute(1, 2, 0).contiguous()  # [M, rows, groups]
+            packed = self.weight_int4[rows].view(-1, groups, GROUP // 2).transpose(0, 1).contiguous()
+            low, high = (packed & 15).float(), (packed >> 4).float()  # [groups, rows, 16]
+            sums = torch.bmm(low, even).add_(torch.bmm(high, odd))  # [groups, rows, M], exact
             values = group_values(self.codes[rows], self.steps[rows])
-            parts = sums * values[..., 0] - a_sums[:, None] * values[..., 1]
+            parts = sums.permute(2, 1, 0).contiguous() * values[..., 0] - a_sums[:, None] * values[..., 1]
             out[:, rows] = (parts * scales[:, None]).sum(-1)
         return out.to(flat.dtype)

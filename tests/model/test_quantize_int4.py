@@ -14,7 +14,6 @@ from model.quantize_int4 import (
     dequantize_int4,
     quantize_groups,
     quantize_int4,
-    unpack_nibbles,
 )
 
 # (N, K): partial panels; K a multiple of 32 but not of 64; groups not a multiple of the 8 per
@@ -29,7 +28,9 @@ def bf16_linear(n: int, k: int, seed: int = 0) -> nn.Linear:
 
 def stored_weight(layer: Int4Linear) -> torch.Tensor:
     """The torch layer's int4 weight, dequantized to float64 [N, Kp]."""
-    return dequantize_int4(unpack_nibbles(layer.weight_int4), layer.codes, layer.steps).double()
+    packed = layer.weight_int4  # [N, Kp / 2]: k even in the low nibble
+    q = torch.stack((packed & 15, packed >> 4), dim=-1).view(len(packed), -1)
+    return dequantize_int4(q, layer.codes, layer.steps).double()
 
 
 def assert_matches_float_product(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> None:
