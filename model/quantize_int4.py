@@ -14,8 +14,8 @@ scale and minimum takes another ~4% off.
 
 Activations are quantized too, per row and group of 32 (int8, ``quantize_groups``), so the
 native kernels multiply integers (model/kernels/cpu_linear_int4.cpp). Without them (another
-CPU, float32, LFM_CHAT_NATIVE_KERNELS=0) PyTorch computes the same product from dequantized
-weights: slower, the same values up to fp32 rounding.
+CPU, float32, LFM_CHAT_NATIVE_KERNELS=0) PyTorch computes the same integer sums and scales:
+much slower, the same values up to fp32 rounding, and batch-invariant too.
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ class Int4Weights(NamedTuple):
 
 
 def padded_width(in_features: int) -> int:
+    """K padded with zeros to whole groups (zero weights times zero activations)."""
     return -(-in_features // GROUP) * GROUP
 
 
