@@ -14,8 +14,8 @@ scale and minimum takes another ~4% off.
 
 Activations are quantized too, per row and group of 32 (int8, ``quantize_groups``), so the
 native kernels multiply integers (model/kernels/cpu_linear_int4.cpp). Without them (another
-CPU, float32, LFM_CHAT_NATIVE_KERNELS=0) PyTorch computes the same product from dequantized
-weights: slower, the same values up to fp32 rounding.
+CPU, float32, LFM_CHAT_NATIVE_KERNELS=0) PyTorch computes the same integer sums and scales:
+much slower, the same values up to fp32 rounding, and batch-invariant too.
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ BLOCK = 8  # groups per bf16 step
 LEVELS = 15  # q in [0, LEVELS]
 CODE_MAX = 255
 REFITS = 1  # least-squares refits of each group's scale and minimum
-_CHUNK_VALUES = 1 << 20  # weights quantized at a time: fp32 temporaries of ~4 MB each
+_CHUNK_VALUES = 1 << 18  # weights quantized at a time: 1 MB fp32 buffers, kept in cache
 
 
 class Int4Weights(NamedTuple):
@@ -48,6 +48,7 @@ class Int4Weights(NamedTuple):
 
 
 def padded_width(in_features: int) -> int:
+    """K padded with zeros to whole groups (zero weights times zero activations)."""
     return -(-in_features // GROUP) * GROUP
 
 
@@ -67,9 +68,12 @@ def _step_codes(values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch
     return codes.to(torch.uint8), steps, per_group.mul_(codes)
 
 
-def _quantize_chunk(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """fp32 weights [n, 32, groups] (k = 32 * group + the middle index) -> q (fp32, same layout),
-    codes [n, groups, 2], steps [n, blocks, 2].
+def _quantize_chunk(
+    grouped: torch.Tensor, q: torch.Tensor, work: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp32 weights ``grouped`` [n, 32, groups] (k = 32 * group + the middle index) -> q written
+    into ``q`` (fp32, same layout; ``work``: scratch of that shape), codes [n, groups, 2] and
+    steps [n, blocks, 2].
 
     Each group's values are strided by the number of groups, so every per-group value broadcasts
     along a contiguous inner dimension, where torch's loops vectorize: laid out [n, groups, 32],
@@ -82,21 +86,26 @@ def _quantize_chunk(grouped: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, 
         scale_codes, scale_steps, scale_values = _step_codes(scale)
         min_codes, min_steps, min_values = _step_codes(minimum)
         inverse = torch.where(scale_values > 0, 1 / scale_values, 0.0)
-        q = torch.addcmul((min_values * inverse)[:, None], grouped, inverse[:, None])
-        q = q.round_().clamp_(0, LEVELS)
+        torch.addcmul((min_values * inverse)[:, None], grouped, inverse[:, None], out=q)
+        q.round_().clamp_(0, LEVELS)
         if refit == REFITS:
             break
         # least squares for this q: scale * q - minimum ~= w over each group
         q_sum = q.sum(1)
-        variance = (q * q).sum(1) - q_sum * q_sum / GROUP
-        covariance = (q * grouped).sum(1) - q_sum * w_sum / GROUP
+        variance = torch.mul(q, q, out=work).sum(1) - q_sum * q_sum / GROUP
+        covariance = torch.mul(q, grouped, out=work).sum(1) - q_sum * w_sum / GROUP
         scale = torch.where(variance > 0, covariance / variance, scale).clamp_(min=0)
         minimum = ((scale * q_sum - w_sum) / GROUP).clamp_(min=0)
-    return q, torch.stack((scale_codes, min_codes), dim=-1), torch.stack((scale_steps, min_steps), dim=-1)
+    return torch.stack((scale_codes, min_codes), dim=-1), torch.stack((scale_steps, min_steps), dim=-1)
 
 
 def quantize_int4(weight: torch.Tensor) -> Int4Weights:
-    """A weight [N, K] in this module's int4 format, a few rows at a time (bounded temporaries)."""
+    """A weight [N, K] in this module's int4 format, a few rows at a time.
+
+    The chunks' fp32 buffers are allocated once and reused: at 4 MB each, fresh temporaries are
+    fresh mappings (model/memory.py's threshold), page-faulted on every write, which made
+    quantizing ~2x slower.
+    """
     n, k = weight.shape
     kp = padded_width(k)
     groups, blocks = kp // GROUP, -(-kp // (GROUP * BLOCK))
@@ -106,13 +115,14 @@ def quantize_int4(weight: torch.Tensor) -> Int4Weights:
         torch.empty(n, groups, 2, dtype=torch.uint8, device=device),
         torch.empty(n, blocks, 2, dtype=torch.bfloat16, device=device),
     )
-    rows = max(1, _CHUNK_VALUES // kp)
+    rows = max(1, min(n, _CHUNK_VALUES // kp))
+    buffers = torch.empty(3, rows, GROUP, groups, device=device)
     for start in range(0, n, rows):
         chunk = slice(start, start + rows)
         part = F.pad(weight[chunk], (0, kp - k))
-        grouped = torch.empty(len(part), GROUP, groups, device=device)
+        grouped, q, work = (buffer[: len(part)] for buffer in buffers)
         grouped.copy_(part.view(len(part), groups, GROUP).transpose(1, 2))  # converts and transposes at once
-        q, out.codes[chunk], out.steps[chunk] = _quantize_chunk(grouped)
+        out.codes[chunk], out.steps[chunk] = _quantize_chunk(grouped, q, work)
         out.q[chunk].view(len(part), groups, GROUP).transpose(1, 2).copy_(q)
     return out
 
@@ -120,11 +130,6 @@ def quantize_int4(weight: torch.Tensor) -> Int4Weights:
 def group_values(codes: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
     """codes [n, groups, 2], steps [n, blocks, 2] -> fp32 [n, groups, 2]: each group's scale and minimum."""
     return steps.float().repeat_interleave(BLOCK, dim=1)[:, : codes.shape[1]] * codes.float()
-
-
-def unpack_nibbles(packed: torch.Tensor) -> torch.Tensor:
-    """Row-major bytes [n, Kp / 2] (k even in the low nibble) -> q [n, Kp] uint8."""
-    return torch.stack((packed & 15, packed >> 4), dim=-1).view(len(packed), -1)
 
 
 def dequantize_int4(q: torch.Tensor, codes: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
@@ -152,7 +157,7 @@ class Int4Linear(QuantizedLinear):
     uint8 [N, Kp / 2] (k even in the low nibble), ``codes`` [N, groups, 2], ``steps`` [N, blocks, 2].
     """
 
-    _CHUNK_VALUES = 1 << 22  # PyTorch path: [rows, outputs, groups] fp32 temporaries of 16 MB at most
+    _CHUNK_VALUES = 1 << 22  # PyTorch path: fp32 temporaries of 16 MB at most (outputs at a time)
 
     def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
         super().__init__(linear, kernels)
@@ -178,16 +183,18 @@ class Int4Linear(QuantizedLinear):
         along a contiguous last dimension, in an order that depends on no other row of the batch."""
         a, scales = quantize_groups(flat, self.padded_in_features)
         m, groups = scales.shape
-        a = a.view(m, groups, GROUP)
-        a_sums = a.sum(-1)
-        a = a.transpose(0, 1)  # [groups, M, 32]
+        a = a.view(m, groups, GROUP // 2, 2)
+        a_sums = a.sum((-1, -2))
+        # a byte's low nibble is an even k, its high nibble the odd k after it: two products
+        even, odd = (a[..., i].permute(1, 2, 0) for i in (0, 1))  # [groups, 16, M]
         out = torch.empty(m, self.out_features, dtype=torch.float32, device=flat.device)
-        per_chunk = max(1, self._CHUNK_VALUES // max(1, m * groups))
+        per_chunk = max(1, self._CHUNK_VALUES // max(m * groups, self.padded_in_features))
         for start in range(0, self.out_features, per_chunk):
             rows = slice(start, start + per_chunk)
-            q = unpack_nibbles(self.weight_int4[rows]).float().view(-1, groups, GROUP)
-            sums = torch.bmm(a, q.permute(1, 2, 0)).permute(1, 2, 0).contiguous()  # [M, rows, groups]
+            packed = self.weight_int4[rows].view(-1, groups, GROUP // 2).transpose(0, 1).contiguous()
+            low, high = (packed & 15).float(), (packed >> 4).float()  # [groups, rows, 16]
+            sums = torch.bmm(low, even).add_(torch.bmm(high, odd))  # [groups, rows, M], exact
             values = group_values(self.codes[rows], self.steps[rows])
-            parts = sums * values[..., 0] - a_sums[:, None] * values[..., 1]
+            parts = sums.permute(2, 1, 0).contiguous() * values[..., 0] - a_sums[:, None] * values[..., 1]
             out[:, rows] = (parts * scales[:, None]).sum(-1)
         return out.to(flat.dtype)

@@ -3,18 +3,20 @@ product of the same int4 weights and int8 activations, on every instruction set 
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 import torch
 from torch import nn
 
 from model import kernels
+from model.kernels.layout import pack_int4_panels
 from model.quantize_int4 import (
     GROUP,
     Int4Linear,
     dequantize_int4,
     quantize_groups,
     quantize_int4,
-    unpack_nibbles,
 )
 
 # (N, K): partial panels; K a multiple of 32 but not of 64; groups not a multiple of the 8 per
@@ -29,7 +31,9 @@ def bf16_linear(n: int, k: int, seed: int = 0) -> nn.Linear:
 
 def stored_weight(layer: Int4Linear) -> torch.Tensor:
     """The torch layer's int4 weight, dequantized to float64 [N, Kp]."""
-    return dequantize_int4(unpack_nibbles(layer.weight_int4), layer.codes, layer.steps).double()
+    packed = layer.weight_int4  # [N, Kp / 2]: k even in the low nibble
+    q = torch.stack((packed & 15, packed >> 4), dim=-1).view(len(packed), -1)
+    return dequantize_int4(q, layer.codes, layer.steps).double()
 
 
 def assert_matches_float_product(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor) -> None:
@@ -70,6 +74,25 @@ def test_an_empty_batch_gives_an_empty_product(native):
     for kernels_or_none in (native, None):
         layer = Int4Linear(bf16_linear(40, 96), kernels_or_none)
         assert layer(torch.empty(0, 96, dtype=torch.bfloat16)).shape == (0, 40)
+
+
+@pytest.mark.parametrize("panel", [32, 64])  # AVX2 / AVX-VNNI, AVX-512: checked here even where it cannot run
+def test_the_packed_layout_is_the_one_the_kernel_reads(panel):
+    """cpu_linear_int4.cpp reads, per panel and group, 4 vectors x 4 loads of panel bytes: in load t,
+    lane l's 4 bytes hold output l's k = 4t..4t+3 in their low nibbles, 16+4t..16+4t+3 in the high."""
+    n, kp = 2 * panel - 5, 96
+    q = torch.randint(0, 16, (n, kp), dtype=torch.uint8, generator=torch.Generator().manual_seed(4))
+    packed = pack_int4_panels(q, panel)
+    lanes = panel // 4
+    assert packed.shape == (2, kp // GROUP, panel * 16)
+    stored = packed.tolist()
+    for p, g, j, t, lane, byte in itertools.product(
+        range(2), range(kp // GROUP), *[range(4)] * 2, range(lanes), range(4)
+    ):
+        value = stored[p][g][((j * 4 + t) * lanes + lane) * 4 + byte]
+        row, k = p * panel + j * lanes + lane, g * GROUP + 4 * t + byte
+        expected = (q[row, k].item(), q[row, k + 16].item()) if row < n else (0, 0)  # padding: zeros
+        assert (value & 15, value >> 4) == expected
 
 
 def test_every_instruction_set_gives_the_same_bits():
