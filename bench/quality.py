@@ -26,23 +26,27 @@ import torch
 
 from bench.progress import Progress
 from bench.report import render_table
-from bench.workloads import FIRST_PLAIN_ID
-from model.architectures import load_config
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.lfm2 import Lfm2ForCausalLM
 from model.loader import load_model
+from model.tokenizer import Tokenizer
 
 NAME = "quality"
 TITLE = "KL(bf16 || quantized) and top-1 agreement, teacher-forced, llama-perplexity's layout"
-SIZES = {False: (512, 8), True: (64, 2)}  # by quick: (context, chunks); 8 x 255 = 2040 positions
+SIZES = {False: (512, 8), True: (64, 4)}  # by quick: (context, chunks): 2,040 or 124 positions
 _BLOCK = 16
 
 
-def random_stream(vocab_size: int, length: int, seed: int) -> list[int]:
-    """Plain (non-special) token ids, the same for a seed."""
+def plain_ids(tokenizer: Tokenizer) -> list[int]:
+    """The ids text can tokenize to: not special (LFM2's, nor the random checkpoints' reserved ones)."""
+    return [i for i in range(tokenizer.vocab_size) if not tokenizer.is_special(i)]
+
+
+def random_stream(ids: Sequence[int], length: int, seed: int) -> list[int]:
+    """``length`` ids drawn from ``ids``, the same for a seed."""
     rng = random.Random(f"{seed}:{NAME}")
-    return [rng.randrange(FIRST_PLAIN_ID, vocab_size) for _ in range(length)]
+    return [rng.choice(ids) for _ in range(length)]
 
 
 def chunks_of(stream: Sequence[int], context: int, count: int, bos: int | None) -> list[list[int]]:
@@ -132,13 +136,25 @@ class QualityResult:
 def run_quality(
     checkpoint: Path, dtype: str, schemes: list[str], chunks: list[list[int]], progress: Progress
 ) -> QualityResult:
-    """The reference over every chunk, then each scheme over the same chunks, one model at a time.
-
-    The reference's log-probabilities stay in memory between the models: float32, 0.5 GB at
-    LFM2's 65k vocabulary over 2,040 positions.
-    """
+    """The reference over every chunk, then each scheme over the same chunks, one model at a time."""
     with progress.run(f"{NAME:<12} reference ({dtype})"):
         reference = list(log_probs_over(checkpoint, dtype, "none", chunks))
+    return compare_schemes(checkpoint, dtype, schemes, chunks, reference, progress)
+
+
+def compare_schemes(
+    checkpoint: Path,
+    dtype: str,
+    schemes: list[str],
+    chunks: list[list[int]],
+    reference: list[torch.Tensor],
+    progress: Progress,
+) -> QualityResult:
+    """Each scheme's figures against the ``reference`` log-probabilities of ``chunks``.
+
+    The reference stays in memory meanwhile: float32, 0.5 GB at LFM2's 65k vocabulary over 2,040
+    positions.
+    """
     figures = {}
     for scheme in schemes:
         with progress.run(f"{NAME:<12} {scheme}"):
@@ -151,11 +167,10 @@ def run_quality(
 
 def default_chunks(checkpoint: Path, quick: bool, seed: int) -> list[list[int]]:
     """Random plain tokens in llama-perplexity's layout, at this run's size."""
-    config = load_config(checkpoint)
+    tokenizer = Tokenizer.from_pretrained(checkpoint)
     context, count = SIZES[quick]
-    return chunks_of(
-        random_stream(config.vocab_size, context * count, seed), context, count, config.bos_token_id
-    )
+    stream = random_stream(plain_ids(tokenizer), context * count, seed)
+    return chunks_of(stream, context, count, tokenizer.bos_token_id)
 
 
 def quality_report(result: QualityResult, markdown: bool) -> str:
@@ -165,14 +180,19 @@ def quality_report(result: QualityResult, markdown: bool) -> str:
         [scheme, f"{f['mean KL']:.5f}", f"{f['p99 KL']:.5f}", f"{100 * f['top-1 agreement']:.2f}%"]
         for scheme, f in result.schemes.items()
     ]
-    peak = result.peakedness
     return "\n".join(
         [
             f"quality: against {result.reference}, over {result.positions} teacher-forced positions",
             "",
             render_table(headers, rows, markdown),
             "",
-            f"reference distributions: mean entropy {peak['entropy']:.2f} nats (uniform: "
-            f"{peak['uniform entropy']:.2f}), mean top-1 probability {peak['top-1 probability']:.3f}",
+            peakedness_line(result.peakedness),
         ]
+    )
+
+
+def peakedness_line(peak: dict[str, float]) -> str:
+    return (
+        f"reference distributions: mean entropy {peak['entropy']:.2f} nats (uniform: "
+        f"{peak['uniform entropy']:.2f}), mean top-1 probability {peak['top-1 probability']:.3g}"
     )

@@ -15,8 +15,8 @@ from bench import quality
 from bench.cli import main
 from bench.progress import Progress
 from model import quantized_cache
-from model.architectures import load_config
 from model.quantize import QUANTIZED_LINEARS
+from model.tokenizer import Tokenizer
 
 
 def test_chunks_start_with_bos_like_llama_perplexity():
@@ -31,10 +31,9 @@ def test_the_figures_match_a_direct_computation(tiny_ckpt, tmp_path, monkeypatch
     """The scored positions' log-probabilities are transformers' (same chunk, same positions); KL(p || q),
     its 99th percentile and top-1 agreement are what torch's own kl_div and argmax give."""
     monkeypatch.setenv(quantized_cache.CACHE_ENV, str(tmp_path))
-    config = load_config(tiny_ckpt)
-    chunks = quality.chunks_of(
-        quality.random_stream(config.vocab_size, 96, seed=3), 48, 2, config.bos_token_id
-    )
+    tokenizer = Tokenizer.from_pretrained(tiny_ckpt)
+    stream = quality.random_stream(quality.plain_ids(tokenizer), 96, seed=3)
+    chunks = quality.chunks_of(stream, 48, 2, tokenizer.bos_token_id)
     result = quality.run_quality(tiny_ckpt, "float32", ["int8"], chunks, Progress(2, io.StringIO()))
 
     hf = transformers.Lfm2ForCausalLM.from_pretrained(tiny_ckpt, dtype=torch.float32).eval()
