@@ -4,11 +4,13 @@ lfm-chat bench                                   all workloads, 350M-shape rando
 lfm-chat bench --workloads single,chats8 --markdown
 lfm-chat bench --shape lfm3-1.7b --workloads single,batch8   LFM3-1.7B-shape random weights
 lfm-chat bench --tiny --quick --repeats 1        a smoke run in seconds
+lfm-chat bench --workloads quality               each --quantize scheme's KL divergence from bf16
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import importlib.util
 import json
 import shlex
@@ -19,12 +21,12 @@ from pathlib import Path
 
 import torch
 
-from bench import ours
+from bench import ours, quality
 from bench.backends import ENGINES
 from bench.checkpoint import DEFAULT_SHAPE, SHAPES, random_checkpoint, tiny_checkpoint
 from bench.machine import describe
 from bench.progress import Progress
-from bench.report import json_report, text_report
+from bench.report import json_report, machine_line, text_report
 from bench.runner import count_runs, run_benchmark
 from bench.settings import RunSettings
 from bench.workloads import WORKLOADS
@@ -33,6 +35,7 @@ from model import kernels
 from model.errors import CheckpointError, ModelNotAvailableError
 from model.hub import resolve_checkpoint
 from model.loader import QUANTIZATIONS
+from model.quantize import QUANTIZED_LINEARS
 
 
 def _names(allowed: list[str] | tuple[str, ...], what: str) -> Callable[[str], list[str]]:
@@ -58,7 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="lfm-chat bench",
         description="Benchmark this engine against transformers on the same workloads, in one run.",
-        epilog="workloads: " + "; ".join(f"{w.name}: {w.title}" for w in WORKLOADS.values()),
+        epilog="workloads: "
+        + "; ".join(f"{w.name}: {w.title}" for w in WORKLOADS.values())
+        + f"; {quality.NAME} (on request, ours only): {quality.TITLE}",
     )
     model = parser.add_mutually_exclusive_group()
     model.add_argument(
@@ -75,9 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--workloads",
-        type=_names(list(WORKLOADS), "workloads"),
+        type=_names([*WORKLOADS, quality.NAME], "workloads"),
         default=list(WORKLOADS),
-        help="comma-separated (default: all)",
+        help=f"comma-separated (default: every speed workload; {quality.NAME} on request)",
     )
     parser.add_argument(
         "--engines",
@@ -103,7 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=QUANTIZATIONS,
         default="none",
         help="our engine's linears (int8 = weight-only, w8a8 = int8 activations too, int4 = 4-bit weights); "
-        "transformers: --dtype",
+        f"transformers: --dtype; {quality.NAME}: the one scheme to compare (default: every one)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="short lengths, for a smoke run")
@@ -128,24 +133,33 @@ def _checkpoint(args: argparse.Namespace, scratch: Path, progress: Progress) -> 
     return random_checkpoint(args.shape, note=progress.note)
 
 
+def _quality_schemes(args: argparse.Namespace) -> list[str]:
+    """The schemes the quality workload compares: --quantize's, else every one; none if not asked."""
+    if quality.NAME not in args.workloads:
+        return []
+    return [args.quantize] if args.quantize != "none" else list(QUANTIZED_LINEARS)
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.repeats < 1 or (args.threads is not None and args.threads < 1):
         parser.error("--repeats and --threads must be at least 1")
-    if "transformers" in args.engines and importlib.util.find_spec("transformers") is None:
+    workloads = [WORKLOADS[name] for name in args.workloads if name in WORKLOADS]
+    schemes = _quality_schemes(args)
+    if workloads and "transformers" in args.engines and importlib.util.find_spec("transformers") is None:
         print(
             "lfm-chat bench: the transformers baseline is not installed; "
             "`pip install -e '.[bench]'` (bin/test installs it too), or run with --engines ours",
             file=sys.stderr,
         )
         return 1
-    workloads = [WORKLOADS[name] for name in args.workloads]
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
     dtype = resolve_dtype(args.dtype, "cpu")
-    progress = Progress(count_runs(workloads, args.engines, args.repeats))
+    quality_runs = 1 + len(schemes) if schemes else 0
+    progress = Progress(count_runs(workloads, args.engines, args.repeats) + quality_runs)
     with tempfile.TemporaryDirectory(prefix="lfm-bench-") as scratch:
         try:
             checkpoint = _checkpoint(args, Path(scratch), progress)
@@ -165,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
         dtypes = dtype if args.hf_dtype is None else f"{dtype} (transformers: {args.hf_dtype})"
         machine = describe(threads, dtypes)
         settings, results = run_benchmark(workloads, args.engines, settings, args.repeats, progress)
+        measured = None
+        if schemes:
+            chunks = quality.default_chunks(checkpoint, args.quick, args.seed)
+            measured = quality.run_quality(checkpoint, dtype, schemes, chunks, progress)
     context = {
         "machine": machine,
         "settings": {
@@ -179,7 +197,15 @@ def main(argv: list[str] | None = None) -> int:
         "engine": {**ours.describe(), "quantize": args.quantize, "native kernels": native_isa()},
         "command": shlex.join(["lfm-chat", "bench", *argv]),
     }
-    print(text_report(results, args.engines, context, markdown=args.markdown))
+    reports = [text_report(results, args.engines, context, markdown=args.markdown)] if workloads else []
+    if measured is not None:
+        reports.append(quality.quality_report(measured, args.markdown))
+        if not workloads:
+            reports.append(f"machine: {machine_line(machine)}\nreproduce: {context['command']}")
+    print("\n\n".join(reports))
     if args.json:
-        args.json.write_text(json.dumps(json_report(results, args.engines, context), indent=2) + "\n")
+        report = json_report(results, args.engines, context)
+        if measured is not None:
+            report[quality.NAME] = dataclasses.asdict(measured)
+        args.json.write_text(json.dumps(report, indent=2) + "\n")
     return 0

@@ -69,7 +69,7 @@ def _workload_notes(results: list[WorkloadResult], engines: list[str]) -> list[s
     return lines
 
 
-def _machine_line(machine: dict[str, Any]) -> str:
+def machine_line(machine: dict[str, Any]) -> str:
     return (
         f"{machine['cpu']}, {machine['cores']} cores, {machine['threads']} threads, {machine['dtype']}, "
         f"torch {machine['torch']}, transformers {machine['transformers']}, "
@@ -85,7 +85,7 @@ def text_report(
     settings = context["settings"]
     sizes = "quick (short) sizes" if settings["quick"] else "full sizes"
     about = [
-        f"machine: {_machine_line(context['machine'])}",
+        f"machine: {machine_line(context['machine'])}",
         f"model: {settings['model']}",
         "our engine: " + ", ".join(f"{k} {v}" for k, v in context["engine"].items()),
     ]

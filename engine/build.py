@@ -1,6 +1,7 @@
 """Putting an Engine together: the checkpoint loaded in stages a UI can show, then the parts wired.
 
-    load_checkpoint   locate (local dir or Hub) -> CPU kernels (built once) -> weights -> tokenizer
+    load_checkpoint   locate (local dir or Hub) -> CPU kernels (built once) -> weights (quantized, or
+                      read from the quantized-weights cache) -> tokenizer
     build_parts       resolve the config (dtype, cache size, context) -> block manager -> cache
                       tensors -> scheduler, prefill pacer, model runner, output processor
 
@@ -51,14 +52,7 @@ def load_checkpoint(
     resolved = config.resolve(model_config)
     if resolved.num_threads is not None:
         torch.set_num_threads(resolved.num_threads)
-    report("loading weights", 0.0)
-    model = load_model(
-        path,
-        resolved.dtype,
-        resolved.device,
-        progress=lambda done, total: report("loading weights", done / total if total else None),
-        quantize=resolved.quantize,
-    )
+    model = load_model(path, resolved.dtype, resolved.device, progress=report, quantize=resolved.quantize)
     tokenizer = Tokenizer.from_pretrained(path, extra_stop_ids=model_config.eos_token_id)
     report("allocating cache", None)
     return model, tokenizer, resolved

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from types import ModuleType
 
 import torch
+from torch import nn
 
 from model import kernels as native_kernels
+from model import quantized_cache as quantized
 from model.architectures import architecture, load_config
 from model.config import Lfm2Config
 from model.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
@@ -16,7 +20,7 @@ from model.lfm2 import Lfm2ForCausalLM
 from model.linears import bf16_cpu_linear, replace_linears
 from model.memory import return_large_frees_to_os
 from model.quantize import QUANTIZED_LINEARS, quantize_linears
-from model.weights import load_state_dict, locate_tensor
+from model.weights import TensorLocation, load_state_dict, locate_tensor, read_tensor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -51,25 +55,34 @@ def build_model(
 
 
 QUANTIZATIONS = ("none", *QUANTIZED_LINEARS)
+EMBEDDING = "model.embed_tokens.weight"
+Progress = Callable[[str, "float | None"], None]
 
 
 def load_model(
     checkpoint_dir: str | Path,
     dtype: str | torch.dtype = "float32",
     device: torch.device | str = "cpu",
-    progress: Callable[[int, int], None] | None = None,
+    progress: Progress | None = None,
     quantize: str = "none",
+    quantized_cache: Path | None = None,
 ) -> Lfm2ForCausalLM:
     """Read config.json and the safetensors weights of a local LFM2 checkpoint.
 
     bf16 on CPU: linears use the native kernels (model/kernels, built on first use) or, where
     those cannot be built, oneDNN-packed weights (model/linears.py). ``quantize`` "int8"
-    or "w8a8" stores every linear weight as int8 (model/quantize.py). Where the head no longer
-    needs the plain embedding table, embedding rows are read from the checkpoint file instead
-    of kept in memory (model/file_embedding.py).
+    or "w8a8" stores every linear weight as int8 (model/quantize.py); on CPU the result is kept
+    in ``quantized_cache`` (a directory; default: model/quantized_cache.py's), and a later load
+    reads it from there instead of quantizing again. Where the head no longer needs the plain
+    embedding table, embedding rows are read from the checkpoint file instead of kept in memory
+    (model/file_embedding.py).
+
+    ``progress(stage, fraction)`` names each stage ("loading weights", "quantizing weights
+    (int8)", "loading cached int8 weights"...), with the fraction done or None.
     """
     if quantize not in QUANTIZATIONS:
         raise ValueError(f"quantize {quantize!r} is not supported; use one of {', '.join(QUANTIZATIONS)}")
+    report = progress or (lambda stage, fraction: None)
     checkpoint_dir = Path(checkpoint_dir)
     config = load_config(checkpoint_dir)
     torch_dtype = parse_dtype(dtype)
@@ -77,20 +90,22 @@ def load_model(
     wants_kernels = native_kernels.wanted_for(torch_dtype, device)
     kernels = native_kernels.load() if wants_kernels else None
     return_large_frees_to_os()
-    tensors = load_state_dict(checkpoint_dir, config, torch_dtype, progress)
-    model = build_model(config, tensors, device)
     # Reading embedding rows from the file needs the table there in the model's dtype, on CPU.
-    table = locate_tensor(checkpoint_dir, "model.embed_tokens.weight")
+    table = locate_tensor(checkpoint_dir, EMBEDDING)
     from_file = table is not None and table.dtype == torch_dtype and on_cpu and FILE_READS_SUPPORTED
-    make_linear = bf16_cpu_linear(kernels) if wants_kernels else None
-    if quantize != "none":
-        quantize_linears(model, quantize, kernels)  # the head gets its own int8 copy
-    elif make_linear is not None:
-        # A repacked tied head needs its own copy of the table (128 MB at 350M), paid back by
-        # reading embedding rows from the file. Where that can't be done, the head stays
-        # unpacked and shares the in-memory table (plain F.linear: slower decode).
-        skip = ("lm_head",) if config.tie_word_embeddings and not from_file else ()
-        replace_linears(model, make_linear, skip=skip)
+    if quantize != "none":  # the head gets its own quantized copy
+        cache_dir = (quantized_cache or quantized.default_dir()) if on_cpu else None
+        load = _QuantizedLoad(checkpoint_dir, config, torch_dtype, quantize, kernels, report)
+        model = load.run(device, cache_dir, embedding=None if from_file else table)
+    else:
+        model = build_model(config, _read_weights(checkpoint_dir, config, torch_dtype, report), device)
+        make_linear = bf16_cpu_linear(kernels) if wants_kernels else None
+        if make_linear is not None:
+            # A repacked tied head needs its own copy of the table (128 MB at 350M), paid back by
+            # reading embedding rows from the file. Where that can't be done, the head stays
+            # unpacked and shares the in-memory table (plain F.linear: slower decode).
+            skip = ("lm_head",) if config.tie_word_embeddings and not from_file else ()
+            replace_linears(model, make_linear, skip=skip)
     if kernels is not None:
         heads = (config.head_dim, config.num_attention_heads, config.num_key_value_heads)
         model.use_native_kernels(kernels, paged_attention=native_attention(*heads))
@@ -98,3 +113,75 @@ def load_model(
     if from_file and not head_shares_table:
         model.model.embed_tokens = FileEmbedding(table)
     return model
+
+
+def _read_weights(
+    checkpoint_dir: Path, config: Lfm2Config, dtype: torch.dtype, report: Progress
+) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors in ``dtype``, validated, with the "loading weights" stage reported."""
+    report("loading weights", 0.0)
+    return load_state_dict(
+        checkpoint_dir, config, dtype, lambda done, total: report("loading weights", done / total)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _QuantizedLoad:
+    """A quantized model: from the cache (model/quantized_cache.py) when it holds one, else quantized
+    now and then cached."""
+
+    checkpoint_dir: Path
+    config: Lfm2Config
+    dtype: torch.dtype
+    scheme: str
+    kernels: ModuleType | None
+    report: Progress
+
+    def run(
+        self, device: torch.device | str, cache_dir: Path | None, embedding: TensorLocation | None
+    ) -> Lfm2ForCausalLM:
+        """``embedding``: the table to hold in memory, or None when the caller reads rows from the file."""
+        if cache_dir is None:
+            return self.quantize(device)
+        self.report(f"checking for cached {self.scheme} weights", None)
+        key = quantized.CacheKey.of(self.checkpoint_dir, self.scheme, self.kernels, self.dtype, cache_dir)
+        path = cache_dir / key.file_name
+        model = self.from_cache(path, key, embedding)
+        if model is None:
+            model = self.quantize(device)
+            self.report(f"saving the {self.scheme} weights for the next launch", None)
+            quantized.write(path, key, model, self.scheme, skip=(EMBEDDING,))
+        return model
+
+    def from_cache(
+        self, path: Path, key: quantized.CacheKey, embedding: TensorLocation | None
+    ) -> Lfm2ForCausalLM | None:
+        """The model from a valid cache file, else None; no linear weight of the checkpoint is read.
+
+        Built on the meta device (no memory, no work), then given the cached layers and tensors.
+        """
+        stage = f"loading cached {self.scheme} weights"
+        cached = quantized.read(path, key, lambda fraction: self.report(stage, fraction))
+        if cached is None:
+            return None
+        with torch.device("meta"):
+            model = architecture(self.config.model_type).causal_lm(self.config).to(self.dtype)
+        try:
+            quantized.restore(model, cached, self.scheme, self.kernels, skip=(EMBEDDING,))
+        except quantized.StaleCache as exc:
+            quantized.discard(path, exc)
+            return None
+        if embedding is not None:
+            with embedding.path.open("rb") as file:
+                weight = read_tensor(file, embedding, EMBEDDING).to(self.dtype)
+            model.model.embed_tokens.weight = nn.Parameter(weight, requires_grad=False)
+        return model.eval()
+
+    def quantize(self, device: torch.device | str) -> Lfm2ForCausalLM:
+        model = build_model(
+            self.config, _read_weights(self.checkpoint_dir, self.config, self.dtype, self.report), device
+        )
+        stage = f"quantizing weights ({self.scheme})"
+        self.report(stage, 0.0)
+        quantize_linears(model, self.scheme, self.kernels, lambda fraction: self.report(stage, fraction))
+        return model

@@ -50,8 +50,8 @@ SAFETENSORS_DTYPES = {
 }  # fmt: skip
 
 
-def _read_header(file: BinaryIO, path: Path) -> tuple[dict[str, dict[str, Any]], int]:
-    """The JSON header of a .safetensors file and the offset where tensor data starts."""
+def _read_header(file: BinaryIO, path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any], int]:
+    """A .safetensors file's JSON header, its ``__metadata__``, and the offset where tensor data starts."""
     size = path.stat().st_size
     prefix = file.read(8)
     if len(prefix) < 8:
@@ -65,8 +65,8 @@ def _read_header(file: BinaryIO, path: Path) -> tuple[dict[str, dict[str, Any]],
         raise CheckpointError(f"{path} is corrupt or truncated (unreadable header)") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{path} is corrupt or truncated (unreadable header)")
-    header.pop("__metadata__", None)
-    return header, 8 + header_len
+    metadata = header.pop("__metadata__", None)
+    return header, metadata if isinstance(metadata, dict) else {}, 8 + header_len
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,19 +108,26 @@ def _is_size(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
+def file_tensors(path: Path) -> tuple[dict[str, TensorLocation], dict[str, Any]]:
+    """Every tensor of one .safetensors file, from its header alone, each checked against the file,
+    and the header's metadata. A bad file is a CheckpointError saying it is corrupt or truncated."""
+    file_size = path.stat().st_size
+    with path.open("rb") as file:
+        header, metadata, data_start = _read_header(file, path)
+    found = {name: _header_entry(path, name, entry, data_start, file_size) for name, entry in header.items()}
+    return found, metadata
+
+
 def checkpoint_tensors(checkpoint_dir: Path) -> dict[str, TensorLocation]:
     """Every tensor of every weight file, from the headers alone, each checked against its file."""
     found: dict[str, TensorLocation] = {}
     for path in safetensors_files(checkpoint_dir):
         if not path.is_file():
             raise CheckpointError(f"weight file {path} listed in the index is missing")
-        file_size = path.stat().st_size
-        with path.open("rb") as file:
-            header, data_start = _read_header(file, path)
-        for name, entry in header.items():
+        for name, location in file_tensors(path)[0].items():
             if name in found:
                 raise CheckpointError(f"checkpoint {checkpoint_dir} holds tensor {name} twice")
-            found[name] = _header_entry(path, name, entry, data_start, file_size)
+            found[name] = location
     return found
 
 
@@ -129,7 +136,7 @@ def locate_tensor(checkpoint_dir: Path, name: str) -> TensorLocation | None:
     return checkpoint_tensors(checkpoint_dir).get(name)
 
 
-def _read_tensor(file: BinaryIO, location: TensorLocation, name: str) -> torch.Tensor:
+def read_tensor(file: BinaryIO, location: TensorLocation, name: str) -> torch.Tensor:
     """Read one tensor's bytes straight into a fresh (anonymous) tensor of its checked size."""
     tensor = torch.empty(location.shape, dtype=location.dtype)
     if location.nbytes:
@@ -183,7 +190,7 @@ def load_state_dict(
     for path in dict.fromkeys(found[name].path for name in wanted):
         with path.open("rb") as file:
             for _, name in sorted((found[n].offset, n) for n in wanted if found[n].path == path):
-                tensors[name] = _read_tensor(file, found[name], name).to(dtype)
+                tensors[name] = read_tensor(file, found[name], name).to(dtype)
                 if progress is not None:
                     progress(len(tensors), len(wanted))
     return tensors

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 import torch
 
-from model import kernels
+from model import kernels, quantized_cache
 from model.tiny import TINY_CONFIGS, write_tiny_checkpoint
 from model.tiny_lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
 
@@ -45,6 +45,15 @@ TINY_PRESETS: dict[str, tuple[Callable[..., Path], dict[str, Any]]] = {
 @pytest.fixture(scope="session", autouse=True)
 def _single_thread() -> None:
     torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_quantized_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """Quantized weights cached by any test (and its subprocesses) go to a temporary directory, never
+    to the user's cache; set in os.environ so session fixtures built before any test see it too."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(quantized_cache.CACHE_ENV, str(tmp_path_factory.mktemp("quantized-cache")))
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -14,9 +14,10 @@ from app.app import LfmChatApp
 from app.backend.local import LocalBackend
 from app.cli import build_parser, open_store, options_from_args
 from app.screens.loading import LoadingScreen
+from app.startup import load_backend
 from app.widgets.chat_pane import ChatPane
 from engine import EngineConfig
-from model import kernels
+from model import kernels, quantized_cache
 from tests.app.pilot_helpers import (
     ENGINE,
     MakeOptions,
@@ -187,3 +188,22 @@ async def test_the_slower_fallback_kernels_are_announced(
     warned = [note for note in notes if "Native CPU kernels unavailable" in note]
     assert warned == ([] if reason is None else [warned[0]])
     assert reason is None or reason in warned[0]
+
+
+def test_the_loading_screen_is_told_of_quantizing_then_of_the_cached_weights(
+    make_options: MakeOptions, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The stages load_backend reports are what the loading screen shows: a first launch with
+    --quantize quantizes (with its fraction), the next one loads what the first cached."""
+    monkeypatch.setenv(quantized_cache.CACHE_ENV, str(tmp_path / "quantized"))
+    options = make_options(engine=EngineConfig(**{**ENGINE, "dtype": "bfloat16", "quantize": "int8"}))
+    launches = []
+    for _ in range(2):
+        reported: list[tuple[str, float | None]] = []
+        load_backend(options, lambda stage, fraction, into=reported: into.append((stage, fraction))).close()
+        launches.append(reported)
+    first, second = ([stage for stage, _ in reported] for reported in launches)
+    quantizing = [fraction for stage, fraction in launches[0] if stage == "quantizing weights (int8)"]
+    assert quantizing[0] == 0.0 and quantizing[-1] == 1.0 and quantizing == sorted(quantizing)
+    assert "loading cached int8 weights" not in first
+    assert "loading cached int8 weights" in second and "quantizing weights (int8)" not in second

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
+from model import quantized_cache
 from model.quantize import Int8Linear, W8A8Linear
 from model.quantize_int4 import Int4Linear
 
@@ -47,3 +48,21 @@ def test_bf16_batched_tokens_equal_each_prompt_alone(tiny_ckpt, make_engine, pro
 def test_unknown_quantization_is_a_clear_config_error():
     with pytest.raises(ValueError, match="quantize"):
         EngineConfig(quantize="fp4")
+
+
+@pytest.mark.parametrize("scheme", ["int8", "w8a8"])
+def test_a_relaunch_reads_the_quantized_weights_it_cached(tiny_ckpt, tmp_path, monkeypatch, scheme):
+    """The second Engine skips loading and quantizing the checkpoint's linears, and answers the same."""
+    monkeypatch.setenv(quantized_cache.CACHE_ENV, str(tmp_path))
+
+    def launch() -> tuple[list[str], list[int]]:
+        stages: list[str] = []
+        config = EngineConfig(dtype="bfloat16", quantize=scheme)
+        engine = Engine.from_pretrained(tiny_ckpt, config, progress=lambda stage, _: stages.append(stage))
+        return stages, engine.generate([list(range(20, 60))], GREEDY)[0].token_ids
+
+    (first, tokens), (second, again) = launch(), launch()
+    assert f"quantizing weights ({scheme})" in first and "loading weights" in first
+    assert f"loading cached {scheme} weights" in second
+    assert not any(s.startswith(("quantizing", "loading weights")) for s in second)
+    assert again == tokens

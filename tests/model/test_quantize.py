@@ -50,6 +50,10 @@ def test_row_quantization_round_trips_within_half_a_step():
     assert quantized.dtype == torch.int8 and quantized.abs().max() <= 127
     assert torch.all((quantized.float() * scales[:, None] - x).abs() <= scales[:, None] / 2 + 1e-6)
     assert torch.equal(quantize_rows(torch.zeros(2, 8))[0], torch.zeros(2, 8, dtype=torch.int8))
+    # the textbook formula on the untouched input, value for value (as the native w8a8 kernels round)
+    textbook_scales = x.abs().amax(dim=-1).clamp(min=1e-12) / 127.0
+    assert torch.equal(scales, textbook_scales)
+    assert torch.equal(quantized, torch.round(x / textbook_scales[:, None]).to(torch.int8))
 
 
 @pytest.mark.parametrize("in_features", [16, 24, 19])  # 24 and 19 crash aten._weight_int8pack_mm
