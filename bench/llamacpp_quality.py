@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 from bench import quality
-from bench.checkpoint import random_350m_checkpoint
+from bench.checkpoint import DEFAULT_SHAPE, random_checkpoint
 from bench.progress import Progress
 from bench.report import render_table
 from model.quantize import QUANTIZED_LINEARS
@@ -143,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"no *-bf16.gguf in {args.gguf_dir}: skipped", file=sys.stderr)
         return 0
     torch.set_num_threads(args.threads)
-    checkpoint = args.model or random_350m_checkpoint()
+    checkpoint = args.model or random_checkpoint(DEFAULT_SHAPE)
     context, count = quality.SIZES[args.quick]
     schemes = list(QUANTIZED_LINEARS)
     quants = [suffix for suffix in QUANTS if ggufs[suffix] is not None]
