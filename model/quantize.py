@@ -119,10 +119,9 @@ class W8A8Linear(_Int8Rows):
         return (sums * (row_scales[:, None] * self.scales)).to(flat.dtype)
 
 
-# Each scheme's layer is built as ``make(linear, kernels)`` and keeps its whole state in registered
-# buffers (and its bias): model/quantized_cache.py saves that state and, on a later launch, builds
-# the layer from a meta-device linear (so construction must be plain torch ops on the weight) and
-# assigns the saved buffers to it.
+# Each scheme's layer is built as ``make(linear, kernels)``. Its whole state must be its registered
+# buffers, its bias and plain attributes (numbers, strings; ``kernels``): model/quantized_cache.py
+# saves exactly that, and a later launch rebuilds the layer from it without calling the constructor.
 QUANTIZED_LINEARS: dict[str, Callable[..., nn.Module]] = {
     "int8": Int8Linear,
     "w8a8": W8A8Linear,

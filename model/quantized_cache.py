@@ -53,6 +53,13 @@ FORMAT_VERSION = "1"  # of the file itself: its metadata fields and checksum
 _CHECKSUM, _LAYERS = "crc32", "layers"
 
 Progress = Callable[[float], None]
+_KEY_WORDS = {  # CacheKey's fields as a log line names them
+    "checkpoint": "checkpoint contents",
+    "isa": "instruction set",
+    "kernels": "kernel build",
+    "code": "quantization code",
+    "format": "file format version",
+}
 
 
 def default_dir() -> Path | None:
@@ -141,7 +148,9 @@ def _read_checked(path: Path, key: CacheKey, progress: Progress | None) -> Cache
     stored = {name: value for name, value in metadata.items() if name not in (_LAYERS, _CHECKSUM)}
     if stored != key.metadata():
         changed = sorted(name for name in key.metadata() if stored.get(name) != key.metadata()[name])
-        raise StaleCache(f"made for another {', '.join(changed) or 'key'}")
+        raise StaleCache(
+            f"stale, made for other {', '.join(_KEY_WORDS.get(n, n) for n in changed) or 'keys'}"
+        )
     total = max(1, sum(location.nbytes for location in locations.values()))
     tensors, done = {}, 0
     with path.open("rb") as file:
