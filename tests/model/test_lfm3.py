@@ -8,8 +8,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import transformers
-from transformers.models.lfm3.modeling_lfm3 import Lfm3RotaryEmbedding
 
 from model.architectures import architecture, config_from_dict, load_config
 from model.config import ATTENTION, SLIDING
@@ -26,6 +24,7 @@ PRESETS = sorted(TINY_LFM3_CONFIGS)
 
 def test_an_empty_config_means_what_transformers_defaults_mean():
     """LFM3-1.7B's shape: every field transformers fills in, we fill in alike."""
+    transformers = pytest.importorskip("transformers")
     ours = config_from_dict({"model_type": "lfm3"})
     theirs = transformers.Lfm3Config()
     assert isinstance(ours, Lfm3Config) and architecture("lfm3").label == "LFM3"
@@ -43,6 +42,7 @@ def test_an_empty_config_means_what_transformers_defaults_mean():
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_what_we_write_transformers_reads_and_we_read_back(tiny_ckpt_factory, preset):
+    transformers = pytest.importorskip("transformers")
     path = tiny_ckpt_factory(preset)
     ours = load_config(path)
     theirs = transformers.AutoConfig.from_pretrained(path)
@@ -61,8 +61,11 @@ def test_what_we_write_transformers_reads_and_we_read_back(tiny_ckpt_factory, pr
 @pytest.mark.parametrize("preset", PRESETS)
 def test_rope_tables_have_transformers_frequencies(tiny_ckpt_factory, preset):
     """Proportional RoPE: the first pairs turn (exponent over the whole head_dim), the rest stay put."""
+    transformers = pytest.importorskip("transformers")
     path = tiny_ckpt_factory(preset)
     ours = load_config(path)
+    from transformers.models.lfm3.modeling_lfm3 import Lfm3RotaryEmbedding
+
     theirs = Lfm3RotaryEmbedding(transformers.AutoConfig.from_pretrained(path))
     for kind in (ATTENTION, SLIDING):
         expected = getattr(theirs, f"{kind}_inv_freq")
@@ -73,6 +76,7 @@ def test_rope_tables_have_transformers_frequencies(tiny_ckpt_factory, preset):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_checkpoint_loads_in_both_with_the_same_tensors(tiny_ckpt_factory, preset):
+    transformers = pytest.importorskip("transformers")
     path = tiny_ckpt_factory(preset)
     config = load_config(path)
     ours = load_state_dict(path, config, torch.float32)
@@ -85,6 +89,7 @@ def test_checkpoint_loads_in_both_with_the_same_tensors(tiny_ckpt_factory, prese
 
 
 def test_rope_entries_fall_back_to_the_top_level_values_as_transformers_standardizes_them():
+    transformers = pytest.importorskip("transformers")
     raw = {
         "model_type": "lfm3",
         "rope_theta": 5e5,
