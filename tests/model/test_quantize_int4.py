@@ -140,12 +140,13 @@ def test_int4_rows_take_four_and_five_eighths_bits_a_weight(native):
 
 
 def test_the_kernel_refuses_a_layout_it_was_not_given(native):
-    layer = Int4Linear(bf16_linear(40, 96), native)
-    args = (layer.packed_int4, layer.packed_codes, layer.packed_steps, 40)
+    outputs = native.PANEL + 8  # two panels on every instruction set, so one panel is too few
+    layer = Int4Linear(bf16_linear(outputs, 96), native)
+    args = (layer.packed_int4, layer.packed_codes, layer.packed_steps, outputs)
     with pytest.raises(RuntimeError, match="x has 160 columns, the int4 weight 96"):
         native.linear_int4(torch.randn(2, 160, dtype=torch.bfloat16), *args)
     x = torch.randn(2, 96, dtype=torch.bfloat16)
     with pytest.raises(RuntimeError, match="packed int4 weight"):
         native.linear_int4(x, layer.packed_int4[:1], *args[1:])
     with pytest.raises(RuntimeError, match="int4 steps"):
-        native.linear_int4(x, *args[:2], layer.packed_steps.float(), 40)
+        native.linear_int4(x, *args[:2], layer.packed_steps.float(), outputs)
