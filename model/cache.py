@@ -16,7 +16,7 @@ import mmap
 
 import torch
 
-from model.config import SLIDING, Lfm2Config
+from model.config import ATTENTION, CONV, SLIDING, Lfm2Config
 
 
 class HybridCache:
@@ -44,10 +44,10 @@ class HybridCache:
         self.num_conv_rows = num_conv_rows
         self.num_sliding_blocks = num_sliding_blocks if sliding_layers else 0
         kv_shape = (num_blocks * block_size, config.num_key_value_heads, config.head_dim)
-        self.k = [_zeros(kv_shape, dtype, device) for _ in config.attention_layers]
-        self.v = [_zeros(kv_shape, dtype, device) for _ in config.attention_layers]
+        self.k = [_zeros(kv_shape, dtype, device) for _ in config.layers_of_kind(ATTENTION)]
+        self.v = [_zeros(kv_shape, dtype, device) for _ in config.layers_of_kind(ATTENTION)]
         conv_shape = (num_conv_rows, config.conv_state_len, config.hidden_size)
-        self.conv = [_zeros(conv_shape, dtype, device) for _ in config.conv_layers]
+        self.conv = [_zeros(conv_shape, dtype, device) for _ in config.layers_of_kind(CONV)]
         sliding_shape = (self.num_sliding_blocks * block_size, config.num_key_value_heads, config.head_dim)
         self.sliding_k = [_zeros(sliding_shape, dtype, device) for _ in sliding_layers]
         self.sliding_v = [_zeros(sliding_shape, dtype, device) for _ in sliding_layers]
@@ -56,8 +56,9 @@ class HybridCache:
     def bytes_per_block(config: Lfm2Config, block_size: int, dtype: torch.dtype) -> int:
         """KV of one block over all attention layers plus one conv snapshot row over all conv layers."""
         item = torch.empty((), dtype=dtype).element_size()
-        kv = 2 * block_size * config.num_key_value_heads * config.head_dim * len(config.attention_layers)
-        conv = config.conv_state_len * config.hidden_size * len(config.conv_layers)
+        kv_layers = len(config.layers_of_kind(ATTENTION))
+        kv = 2 * block_size * config.num_key_value_heads * config.head_dim * kv_layers
+        conv = config.conv_state_len * config.hidden_size * len(config.layers_of_kind(CONV))
         return (kv + conv) * item
 
     @staticmethod

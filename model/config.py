@@ -133,14 +133,6 @@ class Lfm2Config:
                 dim = multiple * ((dim + multiple - 1) // multiple)
         return dim
 
-    @property
-    def attention_layers(self) -> list[int]:
-        return [i for i, t in enumerate(self.layer_types) if t == ATTENTION]
-
-    @property
-    def conv_layers(self) -> list[int]:
-        return [i for i, t in enumerate(self.layer_types) if t == CONV]
-
     def layers_of_kind(self, kind: str) -> list[int]:
         """Indices of the layers of one type: a layer's place in this list is its slot in the cache's."""
         return [i for i, t in enumerate(self.layer_types) if t == kind]

@@ -9,7 +9,7 @@ import torch
 from model import kernels
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.config import Lfm2Config
+from model.config import ATTENTION, CONV, Lfm2Config
 from model.file_embedding import FileEmbedding
 from model.linears import NativeLinear, PackedLinear, onednn_bf16_supported
 from model.loader import load_model
@@ -65,7 +65,7 @@ LFM2_350M = {
 def test_350m_config_and_parameter_count():
     config = Lfm2Config.from_dict(LFM2_350M)
     assert config.ffn_dim == 4608 and config.head_dim == 64
-    assert len(config.attention_layers) == 6 and len(config.conv_layers) == 10
+    assert len(config.layers_of_kind(ATTENTION)) == 6 and len(config.layers_of_kind(CONV)) == 10
     assert sum(torch.Size(s).numel() for s in config.expected_shapes().values()) == 354_483_968
 
 
