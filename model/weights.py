@@ -11,7 +11,6 @@ import ctypes
 import json
 import math
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -170,30 +169,49 @@ def _refuse(checkpoint_dir: Path, problem: str, names: list[str]) -> None:
         raise CheckpointError(f"checkpoint {checkpoint_dir} {problem} {names[0]}{more}")
 
 
-def load_state_dict(
-    checkpoint_dir: Path,
-    config: Lfm2Config,
-    dtype: torch.dtype,
-    progress: Callable[[int, int], None] | None = None,
-) -> dict[str, torch.Tensor]:
-    """Read and validate all tensors, converted to ``dtype``; raise on any missing/extra/mis-shaped one.
+class CheckpointTensors:
+    """A checkpoint's tensors, checked against config.json from the headers alone, then read by name
+    on demand: a layer at a time, so a model far larger than memory in bf16 can be quantized as it
+    loads (model/loader.py).
+
+    Plain reads into anonymous memory rather than safetensors' memory map: pages of a mapped file
+    count toward the process's RSS for as long as any tensor keeps the mapping alive, including
+    pages of tensors already fused into new weights (~400 MB extra at 350M).
+    """
+
+    def __init__(self, checkpoint_dir: Path, config: Lfm2Config) -> None:
+        self.found = checkpoint_tensors(checkpoint_dir)
+        _check_against_config(self.found, config, checkpoint_dir)
+
+    def read(self, names: list[str], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The tensors ``names``, in file order, each converted to ``dtype`` as read (None: as stored)."""
+        tensors: dict[str, torch.Tensor] = {}
+        for path in dict.fromkeys(self.found[name].path for name in names):
+            with path.open("rb") as file:
+                for _, name in sorted((self.found[n].offset, n) for n in names if self.found[n].path == path):
+                    tensor = read_tensor(file, self.found[name], name)
+                    tensors[name] = tensor if dtype is None else tensor.to(dtype)
+        return tensors
+
+
+def layer_groups(config: Lfm2Config) -> list[tuple[int | None, list[str]]]:
+    """The checkpoint's tensor names by decoder layer, in layer order, then (None) the rest: the
+    embedding, the final norm and an untied head."""
+    groups: dict[int | None, list[str]] = {}
+    for name in config.expected_shapes():
+        layer = int(name.split(".")[2]) if name.startswith("model.layers.") else None
+        groups.setdefault(layer, []).append(name)
+    rest = groups.pop(None, [])
+    return [*sorted(groups.items()), (None, rest)]
+
+
+def load_state_dict(checkpoint_dir: Path, config: Lfm2Config, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Every tensor, validated and converted to ``dtype``; raise on any missing/extra/mis-shaped one.
 
     Everything is checked from the headers first: a header claiming a huge tensor is an error,
-    not an allocation. Then plain reads into anonymous memory rather than safetensors' memory map:
-    pages of a mapped file count toward the process's RSS for as long as any tensor keeps the
-    mapping alive, including pages of tensors already fused into new weights (~400 MB extra at 350M).
+    not an allocation.
     """
-    found = checkpoint_tensors(checkpoint_dir)
-    _check_against_config(found, config, checkpoint_dir)
-    wanted = config.expected_shapes()
-    tensors: dict[str, torch.Tensor] = {}
-    for path in dict.fromkeys(found[name].path for name in wanted):
-        with path.open("rb") as file:
-            for _, name in sorted((found[n].offset, n) for n in wanted if found[n].path == path):
-                tensors[name] = read_tensor(file, found[name], name).to(dtype)
-                if progress is not None:
-                    progress(len(tensors), len(wanted))
-    return tensors
+    return CheckpointTensors(checkpoint_dir, config).read(list(config.expected_shapes()), dtype)
 
 
 def random_state_dict(
