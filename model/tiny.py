@@ -23,7 +23,7 @@ from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
 from model.config import ATTENTION, CONV, Lfm2Config
 from model.tokenizer import BOS_TOKEN, IM_END, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS
-from model.weights import random_state_dict, save_state_dict
+from model.weights import save_random_weights
 
 # Named shapes for parity tests: each differs in width, head layout, layer pattern, head tying, conv bias.
 TINY_CONFIGS: dict[str, dict[str, Any]] = {
@@ -207,7 +207,7 @@ def save_random_checkpoint(
     raw_config = config.to_dict()
     raw_config["dtype"] = str(dtype).removeprefix("torch.")
     (out / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n", encoding="utf-8")
-    save_state_dict(random_state_dict(config, seed=seed, std=weight_std, dtype=dtype), out)
+    save_random_weights(config, out, seed=seed, std=weight_std, dtype=dtype)
     tokenizer_json = tiny_tokenizer_json(config.vocab_size, specials_last)
     (out / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
     tokenizer_config = _tokenizer_config(config.max_position_embeddings)
