@@ -280,5 +280,6 @@ def save_random_weights(
         save_file(shard, str(checkpoint_dir / file), metadata={"format": "pt"})
         weight_map |= dict.fromkeys(shard, file)
         total += sum(tensor.nbytes for tensor in shard.values())
+        del shard  # before the next is drawn: two shards at once would double the peak
     index = {"metadata": {"total_size": total}, "weight_map": weight_map}
     (checkpoint_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
