@@ -8,7 +8,6 @@ batch makes several tokens share one; the tokenizer is LFM2's (special tokens fi
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +15,7 @@ import torch
 
 from model.config import ATTENTION, CONV
 from model.moe_config import Lfm2MoeConfig
-from model.tiny import save_random_checkpoint
+from model.tiny import save_random_checkpoint, write_preset_cli
 from model.tokenizer import IM_END, LFM2_SPECIAL_TOKENS
 
 # Named shapes for parity tests; each differs in routing options, dense layers, head layout and tying.
@@ -79,13 +78,7 @@ def write_tiny_moe_checkpoint(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m model.tiny_moe", description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=Path, help="directory to write the checkpoint into")
-    parser.add_argument("--preset", choices=sorted(TINY_MOE_CONFIGS), default="moe")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    path = write_tiny_moe_checkpoint(args.out_dir, seed=args.seed, **TINY_MOE_CONFIGS[args.preset])
-    print(f"wrote tiny LFM2-MoE checkpoint ({args.preset}) to {path}")
+    write_preset_cli(argv, "model.tiny_moe", TINY_MOE_CONFIGS, write_tiny_moe_checkpoint, "LFM2-MoE")
 
 
 if __name__ == "__main__":
