@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.kernels.layout import PAIR, pack_panels
+from model.kernels.layout import PAIR, native_width, pack_panels
 from model.layers import SwiGLU
 from model.lfm2 import Lfm2ForCausalLM, fuse_swiglu
 from model.moe_config import Lfm2MoeConfig
@@ -92,6 +92,8 @@ class NativeRouter(Router):
     _panels: torch.Tensor | None = None  # the weight in the linear kernel's layout, packed on first use
 
     def forward(self, x: torch.Tensor, expert_bias: torch.Tensor | None) -> Routing:
+        if not native_width(x.shape[1]):  # the linear kernel's K steps (every LFM2 width qualifies)
+            return super().forward(x, expert_bias)
         if self._panels is None:
             self._panels = pack_panels(self.weight.detach(), PAIR, self.kernels.PANEL)
         logits = torch.empty(x.shape[0], self.weight.shape[0])
