@@ -67,7 +67,8 @@ class Router(nn.Module):
             weights = weights / (weights.sum(dim=-1, keepdim=True) + 1e-6)
         pairs = experts.flatten()
         order = pairs.argsort(stable=True)
-        positions = torch.empty_like(order).index_copy_(0, order, torch.arange(order.numel()))
+        slots = torch.arange(order.numel(), device=order.device)
+        positions = torch.empty_like(order).index_copy_(0, order, slots)
         counts = torch.bincount(pairs, minlength=self.weight.shape[0]).tolist()
         weights = weights * self.routed_scaling_factor
         return Routing(weights, positions.view(experts.shape), order // self.top_k, counts)
