@@ -21,6 +21,7 @@ from model.config import ATTENTION, CONV
 from model.lfm3_config import lfm3_layer_types
 from model.tiny import write_tiny_checkpoint
 from model.tiny_lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
+from model.tiny_moe import TINY_MOE_CONFIGS, write_tiny_moe_checkpoint
 
 # LiquidAI/LFM2-350M's config.json: block_ff_dim 6656 auto-adjusts to 4608, given here directly.
 LFM2_350M_SHAPE = {
@@ -51,6 +52,25 @@ LFM3_1_7B_SHAPE = {
     "weight_std": 0.02,
 }
 
+# LiquidAI/LFM2-8B-A1B's config.json (transformers' Lfm2MoeConfig defaults are its MoE fields): 18
+# conv and 6 attention layers, a dense SwiGLU in the first 2, then 32 experts of 1792, 4 per token.
+# 8.3B parameters, 1.6B of them active per token (1.5B by the card, which leaves the embedding out).
+LFM2_8B_A1B_SHAPE = {
+    "hidden_size": 2048,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 8,
+    "layer_types": [ATTENTION if i in (2, 6, 10, 14, 18, 21) else CONV for i in range(24)],
+    "vocab_size": 65536,
+    "intermediate_size": 7168,
+    "moe_intermediate_size": 1792,
+    "num_experts": 32,
+    "num_experts_per_tok": 4,
+    "num_dense_layers": 2,
+    "max_position_embeddings": 128000,
+    "weight_std": 0.02,
+}
+
 
 @dataclass(frozen=True, slots=True)
 class RandomShape:
@@ -66,6 +86,10 @@ SHAPES = {
     "lfm2-350m": RandomShape(write_tiny_checkpoint, LFM2_350M_SHAPE, "~700 MB", {}),
     "lfm3-1.7b": RandomShape(
         write_tiny_lfm3_checkpoint, LFM3_1_7B_SHAPE, "~3.4 GB", TINY_LFM3_CONFIGS["lfm3"]
+    ),
+    # written a shard at a time (model/weights.py's save_random_weights): never 17 GB in memory
+    "lfm2-8b-a1b": RandomShape(
+        write_tiny_moe_checkpoint, LFM2_8B_A1B_SHAPE, "~17 GB in 2 GB shards", TINY_MOE_CONFIGS["moe"]
     ),
 }
 DEFAULT_SHAPE = "lfm2-350m"

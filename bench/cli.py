@@ -3,6 +3,7 @@
 lfm-chat bench                                   all workloads, 350M-shape random weights, 3 repeats
 lfm-chat bench --workloads single,chats8 --markdown
 lfm-chat bench --shape lfm3-1.7b --workloads single,batch8   LFM3-1.7B-shape random weights
+lfm-chat bench --shape lfm2-8b-a1b --quantize int8           LFM2-8B-A1B-shape random weights (17 GB)
 lfm-chat bench --tiny --quick --repeats 1        a smoke run in seconds
 lfm-chat bench --workloads quality               each --quantize scheme's KL divergence from bf16
 """

@@ -16,6 +16,8 @@ from model.errors import CheckpointError
 from model.lfm2 import Lfm2ForCausalLM
 from model.lfm3 import Lfm3ForCausalLM
 from model.lfm3_config import Lfm3Config
+from model.moe import Lfm2MoeForCausalLM
+from model.moe_config import Lfm2MoeConfig
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,6 +32,7 @@ class Architecture:
 ARCHITECTURES: dict[str, Architecture] = {
     Lfm2Config.MODEL_TYPE: Architecture("LFM2", Lfm2Config, Lfm2ForCausalLM),
     Lfm3Config.MODEL_TYPE: Architecture("LFM3", Lfm3Config, Lfm3ForCausalLM),
+    Lfm2MoeConfig.MODEL_TYPE: Architecture(Lfm2MoeConfig.LABEL, Lfm2MoeConfig, Lfm2MoeForCausalLM),
 }
 
 

@@ -138,6 +138,11 @@ class Lfm2Config:
         return [i for i, t in enumerate(self.layer_types) if t == kind]
 
     @property
+    def summary(self) -> str:
+        """The architecture as the title bar and dashboard name it."""
+        return self.LABEL
+
+    @property
     def attention_window(self) -> int | None:
         """Positions a sliding-window layer's query sees, itself included; None: the model has none."""
         return None

@@ -26,6 +26,8 @@ SAMPLING_OFF: dict[str, float | int] = {
     "repetition_penalty": 1.0,
 }
 LFM2_MODEL_TYPE = "lfm2"
+# the model types the cards below speak for: LFM2-8B-A1B's card (lfm2_moe) asks for LFM2's values
+CARD_MODEL_TYPES = (LFM2_MODEL_TYPE, "lfm2_moe")
 _HUB_CACHE_DIR = re.compile(r"models--([^/]+)--([^/]+)")  # HF_HUB_CACHE/models--org--name/snapshots/<sha>
 
 
@@ -93,10 +95,10 @@ def repo_name(repo_id: str) -> str:
 def recommended_sampling(config: Mapping[str, Any] | None, repo_id: str) -> FamilySampling:
     """The card's sampling for a checkpoint, from its config.json (None: not at hand) and repo name.
 
-    A model type other than LFM2's has no card here: the neutral values, named so.
+    A model type other than LFM2's and LFM2-MoE's has no card here: the neutral values, named so.
     """
     model_type = (config or {}).get("model_type", LFM2_MODEL_TYPE)
-    if model_type != LFM2_MODEL_TYPE:
+    if model_type not in CARD_MODEL_TYPES:
         return FamilySampling(f"no card defaults for {model_type}", dict(SAMPLING_OFF))
     names = [repo_name(repo_id)]
     name_or_path = (config or {}).get("_name_or_path")

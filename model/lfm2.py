@@ -27,6 +27,12 @@ from model.native_layers import use_native_layers
 ROW_QUERY_LIMIT = 16
 
 
+def fuse_swiglu(tensors: dict[str, torch.Tensor], prefix: str) -> None:
+    """A SwiGLU's w1 and w3 (checkpoint names, under ``prefix``) -> its fused ``w13``, in place."""
+    w1, w3 = (tensors.pop(f"{prefix}{w}.weight") for w in ("w1", "w3"))
+    tensors[prefix + "w13.weight"] = torch.cat((w1, w3))
+
+
 class Embedding(nn.Module):
     """Token embedding without nn.Embedding's random init.
 
@@ -73,20 +79,33 @@ class Lfm2ForCausalLM(nn.Module):
         ]
 
     @classmethod
-    def fuse_checkpoint(cls, tensors: dict[str, torch.Tensor], config: Lfm2Config) -> dict[str, torch.Tensor]:
-        """Checkpoint layout -> module layout: q/k/v and w1/w3 concatenated, so each is one matmul.
+    def empty(cls, config: Lfm2Config, dtype: torch.dtype) -> Lfm2ForCausalLM:
+        """The model on the meta device (nothing allocated, no random init), each tensor in the dtype
+        it will hold: what a checkpoint's tensors are cast to and assigned into (model/loader.py)."""
+        with torch.device("meta"):
+            model = cls(config)
+        return model.to(dtype)
 
-        Consumes ``tensors`` layer by layer, so at most one layer exists in both layouts at once
-        (keeping the unfused dict alive would double peak memory for most of the weights).
-        """
-        for i, kind in enumerate(config.layer_types):
-            p = f"model.layers.{i}."
-            w1, w3 = (tensors.pop(f"{p}feed_forward.{w}.weight") for w in ("w1", "w3"))
-            tensors[p + "feed_forward.w13.weight"] = torch.cat((w1, w3))
-            if kind != CONV:
-                q, k, v = (tensors.pop(f"{p}self_attn.{n}_proj.weight") for n in "qkv")
-                tensors[p + "self_attn.qkv_proj.weight"] = torch.cat((q, k, v))
+    @classmethod
+    def fuse_layer(
+        cls, tensors: dict[str, torch.Tensor], config: Lfm2Config, layer: int
+    ) -> dict[str, torch.Tensor]:
+        """One layer's checkpoint tensors -> module layout, in place: q/k/v and w1/w3 concatenated,
+        so each is one matmul. The loader calls it layer by layer, so at most one layer exists in
+        both layouts at once."""
+        p = f"model.layers.{layer}."
+        cls.fuse_feed_forward(tensors, config, layer, p + "feed_forward.")
+        if config.layer_types[layer] != CONV:
+            q, k, v = (tensors.pop(f"{p}self_attn.{n}_proj.weight") for n in "qkv")
+            tensors[p + "self_attn.qkv_proj.weight"] = torch.cat((q, k, v))
         return tensors
+
+    @classmethod
+    def fuse_feed_forward(
+        cls, tensors: dict[str, torch.Tensor], config: Lfm2Config, layer: int, prefix: str
+    ) -> None:
+        """Layer ``layer``'s feed-forward, under ``prefix``: one SwiGLU (an MoE's differs)."""
+        fuse_swiglu(tensors, prefix)
 
     @property
     def dtype(self) -> torch.dtype:

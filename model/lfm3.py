@@ -91,23 +91,23 @@ class Lfm3ForCausalLM(Lfm2ForCausalLM):
         self.sliding_rotary = tables.get(SLIDING, self.rotary)
 
     @classmethod
-    def fuse_checkpoint(cls, tensors: dict[str, torch.Tensor], config: Lfm3Config) -> dict[str, torch.Tensor]:
-        """Checkpoint layout -> module layout, layer by layer: w1/w3 and q/k/v concatenated (one matmul
+    def fuse_layer(
+        cls, tensors: dict[str, torch.Tensor], config: Lfm3Config, layer: int
+    ) -> dict[str, torch.Tensor]:
+        """One layer's checkpoint tensors -> module layout: w1/w3 and q/k/v concatenated (one matmul
         each), the Qwen3 names of the dense attention's parts renamed to ours."""
-        for i, kind in enumerate(config.layer_types):
-            p = f"model.layers.{i}."
-            w1, w3 = (tensors.pop(f"{p}feed_forward.{w}.weight") for w in ("w1", "w3"))
-            tensors[p + "feed_forward.w13.weight"] = torch.cat((w1, w3))
-            if kind == CONV:
-                continue
-            attn = p + "self_attn."
-            dense = attn + "attention." if config.use_attention_gate else attn
-            q, k, v = (tensors.pop(f"{attn}{n}_proj.weight") for n in "qkv")
-            tensors[dense + "qkv_proj.weight"] = torch.cat((q, k, v))
-            tensors[dense + "q_layernorm.weight"] = tensors.pop(attn + "q_norm.weight")
-            tensors[dense + "k_layernorm.weight"] = tensors.pop(attn + "k_norm.weight")
-            if not config.use_attention_gate:
-                tensors[attn + "out_proj.weight"] = tensors.pop(attn + "o_proj.weight")
+        p = f"model.layers.{layer}."
+        cls.fuse_feed_forward(tensors, config, layer, p + "feed_forward.")
+        if config.layer_types[layer] == CONV:
+            return tensors
+        attn = p + "self_attn."
+        dense = attn + "attention." if config.use_attention_gate else attn
+        q, k, v = (tensors.pop(f"{attn}{n}_proj.weight") for n in "qkv")
+        tensors[dense + "qkv_proj.weight"] = torch.cat((q, k, v))
+        tensors[dense + "q_layernorm.weight"] = tensors.pop(attn + "q_norm.weight")
+        tensors[dense + "k_layernorm.weight"] = tensors.pop(attn + "k_norm.weight")
+        if not config.use_attention_gate:
+            tensors[attn + "out_proj.weight"] = tensors.pop(attn + "o_proj.weight")
         return tensors
 
     def decode_layers(self, hidden: torch.Tensor, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:

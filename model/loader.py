@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,7 @@ from model.lfm2 import Lfm2ForCausalLM
 from model.linears import bf16_cpu_linear, replace_linears
 from model.memory import return_large_frees_to_os
 from model.quantize import QUANTIZED_LINEARS, quantize_linears
-from model.weights import TensorLocation, load_state_dict, locate_tensor, read_tensor
+from model.weights import CheckpointTensors, TensorLocation, layer_groups, locate_tensor, read_tensor
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -34,28 +35,60 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     return DTYPES[name]
 
 
+EMBEDDING = "model.embed_tokens.weight"
+TensorSource = Callable[[list[str]], dict[str, torch.Tensor]]  # checkpoint names -> their tensors
+
+
 def build_model(
     config: Lfm2Config,
-    state_dict: dict[str, torch.Tensor],
+    tensors: dict[str, torch.Tensor] | TensorSource,
+    dtype: torch.dtype,
     device: torch.device | str = "cpu",
+    convert: Callable[[nn.Module], object] | None = None,
+    progress: Callable[[float], None] | None = None,
 ) -> Lfm2ForCausalLM:
-    """Wrap validated checkpoint tensors (consumed) in the module, without a random init (meta device)."""
+    """The module of ``config``'s architecture holding a checkpoint's tensors, built a layer at a time.
+
+    ``tensors``: the checkpoint's tensors (consumed), or a function reading them by name. The model
+    starts on the meta device (no random init); then, for each decoder layer and last for the rest
+    (embedding, final norm, head), its tensors are read, fused into the module's layout, cast to the
+    dtype the module keeps each in (``empty``) and assigned, and ``convert`` (packing or quantizing
+    linears) runs on that layer before the next is read. So the checkpoint's form of the weights
+    exists one layer at a time: a bf16 LFM2-8B-A1B (16 GB) quantizes to int8 in ~9 GB.
+    ``progress(fraction)`` after each layer, counted in weights.
+    """
     causal_lm = architecture(config.model_type).causal_lm
-    with torch.device("meta"):
-        model = causal_lm(config)
-    tensors = causal_lm.fuse_checkpoint(state_dict, config)  # consumes state_dict
-    if config.tie_word_embeddings:
-        tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"]
-    model.load_state_dict(tensors, strict=True, assign=True)
-    # The module owns the tensors now; the caller's dict must not keep them alive, or packing and
-    # quantizing would hold both layouts of every weight at once (+520 MB peak at 350M).
-    tensors.clear()
-    model.tie_weights()
+    read = tensors if callable(tensors) else (lambda names: {name: tensors.pop(name) for name in names})
+    model = causal_lm.empty(config, dtype)
+    dtypes = {name: tensor.dtype for name, tensor in model.state_dict().items()}
+    shapes = config.expected_shapes()
+    groups = layer_groups(config)
+    total, done = sum(math.prod(shape) for shape in shapes.values()), 0
+    for layer, names in groups:
+        part = read(names)
+        if layer is not None:
+            part = causal_lm.fuse_layer(part, config, layer)
+        part = {name: tensor.to(dtypes[name]) for name, tensor in part.items()}
+        if layer is None and config.tie_word_embeddings:
+            part["lm_head.weight"] = part[EMBEDDING]
+        model.load_state_dict(part, strict=False, assign=True)
+        # The module owns the tensors now; this dict must not keep them alive, or packing and
+        # quantizing would hold both layouts of the layer's weights at once.
+        part.clear()
+        if layer is None:
+            model.tie_weights()
+        if convert is not None:
+            convert(model if layer is None else model.model.layers[layer])
+        done += sum(math.prod(shapes[name]) for name in names)
+        if progress is not None:
+            progress(done / max(total, 1))
+    unfilled = [name for name, tensor in model.state_dict().items() if tensor.is_meta]
+    if unfilled:
+        raise RuntimeError(f"{causal_lm.__name__} has tensors no checkpoint tensor filled: {unfilled[:3]}")
     return model.to(device).eval()
 
 
 QUANTIZATIONS = ("none", *QUANTIZED_LINEARS)
-EMBEDDING = "model.embed_tokens.weight"
 Progress = Callable[[str, "float | None"], None]
 
 
@@ -98,14 +131,17 @@ def load_model(
         load = _QuantizedLoad(checkpoint_dir, config, torch_dtype, quantize, kernels, report)
         model = load.run(device, cache_dir, embedding=None if from_file else table)
     else:
-        model = build_model(config, _read_weights(checkpoint_dir, config, torch_dtype, report), device)
         make_linear = bf16_cpu_linear(kernels) if wants_kernels else None
-        if make_linear is not None:
-            # A repacked tied head needs its own copy of the table (128 MB at 350M), paid back by
-            # reading embedding rows from the file. Where that can't be done, the head stays
-            # unpacked and shares the in-memory table (plain F.linear: slower decode).
-            skip = ("lm_head",) if config.tie_word_embeddings and not from_file else ()
-            replace_linears(model, make_linear, skip=skip)
+        # A repacked tied head needs its own copy of the table (128 MB at 350M), paid back by
+        # reading embedding rows from the file. Where that can't be done, the head stays
+        # unpacked and shares the in-memory table (plain F.linear: slower decode).
+        skip = ("lm_head",) if config.tie_word_embeddings and not from_file else ()
+        convert = None if make_linear is None else (lambda module: replace_linears(module, make_linear, skip))
+        report("loading weights", 0.0)
+        source = CheckpointTensors(checkpoint_dir, config).read
+        model = build_model(
+            config, source, torch_dtype, device, convert, lambda fraction: report("loading weights", fraction)
+        )
     if kernels is not None:
         heads = (config.head_dim, config.num_attention_heads, config.num_key_value_heads)
         model.use_native_kernels(kernels, paged_attention=native_attention(*heads))
@@ -113,16 +149,6 @@ def load_model(
     if from_file and not head_shares_table:
         model.model.embed_tokens = FileEmbedding(table)
     return model
-
-
-def _read_weights(
-    checkpoint_dir: Path, config: Lfm2Config, dtype: torch.dtype, report: Progress
-) -> dict[str, torch.Tensor]:
-    """The checkpoint's tensors in ``dtype``, validated, with the "loading weights" stage reported."""
-    report("loading weights", 0.0)
-    return load_state_dict(
-        checkpoint_dir, config, dtype, lambda done, total: report("loading weights", done / total)
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,8 +190,7 @@ class _QuantizedLoad:
         cached = quantized.read(path, key, lambda fraction: self.report(stage, fraction))
         if cached is None:
             return None
-        with torch.device("meta"):
-            model = architecture(self.config.model_type).causal_lm(self.config).to(self.dtype)
+        model = architecture(self.config.model_type).causal_lm.empty(self.config, self.dtype)
         try:
             quantized.restore(model, cached, self.scheme, self.kernels, skip=(EMBEDDING,))
         except quantized.StaleCache as exc:
@@ -178,10 +203,16 @@ class _QuantizedLoad:
         return model.eval()
 
     def quantize(self, device: torch.device | str) -> Lfm2ForCausalLM:
-        model = build_model(
-            self.config, _read_weights(self.checkpoint_dir, self.config, self.dtype, self.report), device
-        )
+        """Read and quantize the checkpoint a layer at a time (build_model)."""
+        self.report("loading weights", 0.0)
+        source = CheckpointTensors(self.checkpoint_dir, self.config).read
         stage = f"quantizing weights ({self.scheme})"
         self.report(stage, 0.0)
-        quantize_linears(model, self.scheme, self.kernels, lambda fraction: self.report(stage, fraction))
-        return model
+        return build_model(
+            self.config,
+            source,
+            self.dtype,
+            device,
+            lambda module: quantize_linears(module, self.scheme, self.kernels),
+            lambda fraction: self.report(stage, fraction),
+        )

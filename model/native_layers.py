@@ -133,6 +133,12 @@ NATIVE_SUBCLASS = {
 REFERENCE_CLASS = {native: reference for reference, native in NATIVE_SUBCLASS.items()}
 
 
+def register_native_layer(reference: type[nn.Module], native: type[nn.Module]) -> None:
+    """Another architecture's layer and its native subclass (model/moe.py's router), swapped as these are."""
+    NATIVE_SUBCLASS[reference] = native
+    REFERENCE_CLASS[native] = reference
+
+
 def use_native_layers(model: nn.Module, kernels: ModuleType, attention: bool = True) -> nn.Module:
     """Swap every layer below ``model`` (``model`` included) for its native subclass, in place.
 

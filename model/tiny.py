@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,7 @@ from tokenizers import decoders, models, pre_tokenizers, processors, trainers
 
 from model.config import ATTENTION, CONV, Lfm2Config
 from model.tokenizer import BOS_TOKEN, IM_END, LFM2_CHAT_TEMPLATE, LFM2_SPECIAL_TOKENS
-from model.weights import random_state_dict, save_state_dict
+from model.weights import save_random_weights
 
 # Named shapes for parity tests: each differs in width, head layout, layer pattern, head tying, conv bias.
 TINY_CONFIGS: dict[str, dict[str, Any]] = {
@@ -207,7 +208,7 @@ def save_random_checkpoint(
     raw_config = config.to_dict()
     raw_config["dtype"] = str(dtype).removeprefix("torch.")
     (out / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n", encoding="utf-8")
-    save_state_dict(random_state_dict(config, seed=seed, std=weight_std, dtype=dtype), out)
+    save_random_weights(config, out, seed=seed, std=weight_std, dtype=dtype)
     tokenizer_json = tiny_tokenizer_json(config.vocab_size, specials_last)
     (out / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
     tokenizer_config = _tokenizer_config(config.max_position_embeddings)
@@ -217,14 +218,25 @@ def save_random_checkpoint(
     return out
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m model.tiny", description=__doc__.splitlines()[0])
+def write_preset_cli(
+    argv: list[str] | None,
+    module: str,
+    presets: dict[str, dict[str, Any]],
+    write: Callable[..., Path],
+    label: str,
+) -> None:
+    """``python -m MODULE OUT_DIR [--preset NAME] [--seed N]``: one tiny checkpoint of ``presets``."""
+    parser = argparse.ArgumentParser(prog=f"python -m {module}", description=f"Write a tiny random {label}.")
     parser.add_argument("out_dir", type=Path, help="directory to write the checkpoint into")
-    parser.add_argument("--preset", choices=sorted(TINY_CONFIGS), default="default")
+    parser.add_argument("--preset", choices=sorted(presets), default=next(iter(presets)))
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
-    path = write_tiny_checkpoint(args.out_dir, seed=args.seed, **TINY_CONFIGS[args.preset])
-    print(f"wrote tiny LFM2 checkpoint ({args.preset}) to {path}")
+    path = write(args.out_dir, seed=args.seed, **presets[args.preset])
+    print(f"wrote tiny {label} checkpoint ({args.preset}) to {path}")
+
+
+def main(argv: list[str] | None = None) -> None:
+    write_preset_cli(argv, "model.tiny", TINY_CONFIGS, write_tiny_checkpoint, "LFM2")
 
 
 if __name__ == "__main__":

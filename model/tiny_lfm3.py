@@ -9,7 +9,6 @@ names those ids. Windows are short, so a conversation of a few hundred tokens sp
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +16,7 @@ import torch
 
 from model.config import ATTENTION, CONV, SLIDING
 from model.lfm3_config import Lfm3Config, RopeParameters
-from model.tiny import save_random_checkpoint
+from model.tiny import save_random_checkpoint, write_preset_cli
 from model.tokenizer import BOS_TOKEN, IM_END, LFM2_SPECIAL_TOKENS
 
 # Named shapes for parity tests; each differs in head layout, window, RoPE, gate, norms and head tying.
@@ -83,13 +82,7 @@ def write_tiny_lfm3_checkpoint(
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m model.tiny_lfm3", description=__doc__.splitlines()[0])
-    parser.add_argument("out_dir", type=Path, help="directory to write the checkpoint into")
-    parser.add_argument("--preset", choices=sorted(TINY_LFM3_CONFIGS), default="lfm3")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    path = write_tiny_lfm3_checkpoint(args.out_dir, seed=args.seed, **TINY_LFM3_CONFIGS[args.preset])
-    print(f"wrote tiny LFM3 checkpoint ({args.preset}) to {path}")
+    write_preset_cli(argv, "model.tiny_lfm3", TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint, "LFM3")
 
 
 if __name__ == "__main__":

@@ -8,10 +8,11 @@ reported by tensor name, because "size mismatch" alone never tells a user what i
 from __future__ import annotations
 
 import ctypes
+import itertools
 import json
 import math
 import struct
-from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -170,43 +171,68 @@ def _refuse(checkpoint_dir: Path, problem: str, names: list[str]) -> None:
         raise CheckpointError(f"checkpoint {checkpoint_dir} {problem} {names[0]}{more}")
 
 
-def load_state_dict(
-    checkpoint_dir: Path,
-    config: Lfm2Config,
-    dtype: torch.dtype,
-    progress: Callable[[int, int], None] | None = None,
-) -> dict[str, torch.Tensor]:
-    """Read and validate all tensors, converted to ``dtype``; raise on any missing/extra/mis-shaped one.
+class CheckpointTensors:
+    """A checkpoint's tensors, checked against config.json from the headers alone, then read by name
+    on demand: a layer at a time, so a model far larger than memory in bf16 can be quantized as it
+    loads (model/loader.py).
+
+    Plain reads into anonymous memory rather than safetensors' memory map: pages of a mapped file
+    count toward the process's RSS for as long as any tensor keeps the mapping alive, including
+    pages of tensors already fused into new weights (~400 MB extra at 350M).
+    """
+
+    def __init__(self, checkpoint_dir: Path, config: Lfm2Config) -> None:
+        self.found = checkpoint_tensors(checkpoint_dir)
+        _check_against_config(self.found, config, checkpoint_dir)
+
+    def read(self, names: list[str], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
+        """The tensors ``names``, in file order, each converted to ``dtype`` as read (None: as stored)."""
+        tensors: dict[str, torch.Tensor] = {}
+        for path in dict.fromkeys(self.found[name].path for name in names):
+            with path.open("rb") as file:
+                for _, name in sorted((self.found[n].offset, n) for n in names if self.found[n].path == path):
+                    tensor = read_tensor(file, self.found[name], name)
+                    tensors[name] = tensor if dtype is None else tensor.to(dtype)
+        return tensors
+
+
+def layer_groups(config: Lfm2Config) -> list[tuple[int | None, list[str]]]:
+    """The checkpoint's tensor names by decoder layer, in layer order, then (None) the rest: the
+    embedding, the final norm and an untied head."""
+    groups: dict[int | None, list[str]] = {}
+    for name in config.expected_shapes():
+        layer = int(name.split(".")[2]) if name.startswith("model.layers.") else None
+        groups.setdefault(layer, []).append(name)
+    rest = groups.pop(None, [])
+    return [*sorted(groups.items()), (None, rest)]
+
+
+def load_state_dict(checkpoint_dir: Path, config: Lfm2Config, dtype: torch.dtype) -> dict[str, torch.Tensor]:
+    """Every tensor, validated and converted to ``dtype``; raise on any missing/extra/mis-shaped one.
 
     Everything is checked from the headers first: a header claiming a huge tensor is an error,
-    not an allocation. Then plain reads into anonymous memory rather than safetensors' memory map:
-    pages of a mapped file count toward the process's RSS for as long as any tensor keeps the
-    mapping alive, including pages of tensors already fused into new weights (~400 MB extra at 350M).
+    not an allocation.
     """
-    found = checkpoint_tensors(checkpoint_dir)
-    _check_against_config(found, config, checkpoint_dir)
-    wanted = config.expected_shapes()
-    tensors: dict[str, torch.Tensor] = {}
-    for path in dict.fromkeys(found[name].path for name in wanted):
-        with path.open("rb") as file:
-            for _, name in sorted((found[n].offset, n) for n in wanted if found[n].path == path):
-                tensors[name] = read_tensor(file, found[name], name).to(dtype)
-                if progress is not None:
-                    progress(len(tensors), len(wanted))
-    return tensors
+    return CheckpointTensors(checkpoint_dir, config).read(list(config.expected_shapes()), dtype)
 
 
 def random_state_dict(
     config: Lfm2Config, seed: int = 0, std: float = 0.02, dtype: torch.dtype = torch.float32
 ) -> dict[str, torch.Tensor]:
-    """Random weights in checkpoint layout, for tests, benchmarks and the offline demo.
+    """Random weights in checkpoint layout, for tests, benchmarks and the offline demo (`random_tensors`)."""
+    return dict(random_tensors(config, seed, std, dtype))
+
+
+def random_tensors(
+    config: Lfm2Config, seed: int = 0, std: float = 0.02, dtype: torch.dtype = torch.float32
+) -> Iterator[tuple[str, torch.Tensor]]:
+    """Random weights in checkpoint layout, drawn one tensor at a time in expected_shapes' order.
 
     Norm weights are drawn around 1 so the network stays well-conditioned; matrices use
     ``std``. A larger std gives peakier logits, which keeps greedy tests free of ties. Drawn in
     fp32 and stored in ``dtype`` tensor by tensor, so a bf16 1.7B never exists in fp32 whole.
     """
     gen = torch.Generator().manual_seed(seed)
-    out = {}
     for name, shape in config.expected_shapes().items():
         if "norm" in name:
             tensor = 1.0 + 0.1 * torch.randn(shape, generator=gen)
@@ -214,8 +240,7 @@ def random_state_dict(
             tensor = 0.02 * torch.randn(shape, generator=gen)
         else:
             tensor = std * torch.randn(shape, generator=gen)
-        out[name] = tensor.to(dtype)
-    return out
+        yield name, tensor.to(dtype)
 
 
 def save_state_dict(tensors: dict[str, torch.Tensor], checkpoint_dir: Path) -> None:
@@ -223,3 +248,38 @@ def save_state_dict(tensors: dict[str, torch.Tensor], checkpoint_dir: Path) -> N
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
     contiguous = {k: v.contiguous() for k, v in tensors.items()}
     save_file(contiguous, str(checkpoint_dir / SINGLE_FILE), metadata={"format": "pt"})
+
+
+SHARD_BYTES = 2 << 30  # a sharded checkpoint's files hold at most this much each (one tensor may be more)
+
+
+def save_random_weights(
+    config: Lfm2Config, checkpoint_dir: Path, seed: int, std: float, dtype: torch.dtype
+) -> None:
+    """`random_tensors` written as they are drawn: one ``model.safetensors``, or shards of SHARD_BYTES
+    and their index (as the Hub's larger checkpoints are), so a bf16 LFM2-8B-A1B (17 GB) is never
+    in memory whole."""
+    shards: list[list[str]] = [[]]
+    size = 0
+    for name, shape in config.expected_shapes().items():
+        nbytes = math.prod(shape) * dtype.itemsize
+        if shards[-1] and size + nbytes > SHARD_BYTES:
+            shards.append([])
+            size = 0
+        shards[-1].append(name)
+        size += nbytes
+    tensors = random_tensors(config, seed, std, dtype)
+    if len(shards) == 1:
+        save_state_dict(dict(tensors), checkpoint_dir)
+        return
+    checkpoint_dir.mkdir(parents=True, exist_ok=True)
+    weight_map, total = {}, 0
+    for number, names in enumerate(shards, 1):
+        shard = dict(itertools.islice(tensors, len(names)))
+        file = f"model-{number:05d}-of-{len(shards):05d}.safetensors"
+        save_file(shard, str(checkpoint_dir / file), metadata={"format": "pt"})
+        weight_map |= dict.fromkeys(shard, file)
+        total += sum(tensor.nbytes for tensor in shard.values())
+        del shard  # before the next is drawn: two shards at once would double the peak
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (checkpoint_dir / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")

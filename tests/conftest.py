@@ -7,7 +7,8 @@
 ``bf16_kernels``       each way a bf16 model runs here: every native build, then PyTorch's kernels.
 ``tiny_ckpt``          Path of the "default" preset (conv-first, GQA, tied head), made once per session.
 ``tiny_ckpt_factory``  ``make(preset="default", **overrides) -> Path``: a checkpoint for a named preset
-                       of ``model.tiny.TINY_CONFIGS`` (LFM2) or ``model.tiny_lfm3.TINY_LFM3_CONFIGS``,
+                       of ``model.tiny.TINY_CONFIGS`` (LFM2), ``model.tiny_lfm3.TINY_LFM3_CONFIGS`` or
+                       ``model.tiny_moe.TINY_MOE_CONFIGS`` (LFM2-MoE),
                        with any keyword of its writer overridden (``seed=1``, ``dtype=torch.bfloat16``,
                        ``layer_types=[...]``...).
                        Each distinct request is written once per session and reused; treat the
@@ -32,6 +33,7 @@ import torch
 from model import kernels, quantized_cache
 from model.tiny import TINY_CONFIGS, write_tiny_checkpoint
 from model.tiny_lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
+from model.tiny_moe import TINY_MOE_CONFIGS, write_tiny_moe_checkpoint
 
 TinyCheckpointFactory = Callable[..., Path]
 RUNNABLE_ISAS = kernels.runnable_isas()
@@ -39,6 +41,7 @@ RUNNABLE_ISAS = kernels.runnable_isas()
 TINY_PRESETS: dict[str, tuple[Callable[..., Path], dict[str, Any]]] = {
     **{name: (write_tiny_checkpoint, fields) for name, fields in TINY_CONFIGS.items()},
     **{name: (write_tiny_lfm3_checkpoint, fields) for name, fields in TINY_LFM3_CONFIGS.items()},
+    **{name: (write_tiny_moe_checkpoint, fields) for name, fields in TINY_MOE_CONFIGS.items()},
 }
 
 

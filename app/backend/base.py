@@ -75,6 +75,7 @@ class Backend(Protocol):
 
     model_name: str
     title: str  # the chat screen's title bar
+    architecture: str | None  # what the model is, for the dashboard ("LFM2-MoE · 4/32 experts per token")
     max_model_len: int | None
     warning: str | None  # shown once when the chat screen opens (e.g. slow kernels)
 

@@ -27,8 +27,9 @@ class LocalBackend:
         self.max_model_len: int | None = engine.max_model_len
         config = engine.config
         weights = config.dtype if config.quantize == "none" else f"{config.dtype} {config.quantize}"
+        self.architecture: str | None = engine.model_config.summary
         self.title = (
-            f"lfm-chat · {model_name} · {config.device} {weights} · "
+            f"lfm-chat · {model_name} · {self.architecture} · {config.device} {weights} · "
             f"context {engine.max_model_len} · batch {config.max_num_seqs}"
         )
         self.warning = (

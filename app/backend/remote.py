@@ -101,6 +101,7 @@ class RemoteBackend:
         context = f"context {self.max_model_len}" if self.max_model_len else "context ?"
         self.title = f"lfm-chat · {self.model_name} · server {self.url} · {context}"
         self.warning: str | None = None
+        self.architecture: str | None = None  # a server does not say
         self.poll_interval = poll_interval
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="lfm-remote", daemon=True).start()

@@ -87,7 +87,7 @@ class ChatScreen(Screen[None]):
         self.dashboard_wanted = True
         self._confirming: tuple[str, float] | None = None  # (what, until): a second press does it
         self.grid = Grid(id="panes")
-        self.dashboard = Dashboard(id="dashboard")
+        self.dashboard = Dashboard(id="dashboard", architecture=backend.architecture)
         self.save_warning = Static("", id="save-warning", markup=False)
         self.too_small = Static("", id="too-small", markup=False)
 

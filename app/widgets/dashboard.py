@@ -54,8 +54,9 @@ class Dashboard(Vertical):
     to tests, that several panes were batched together.
     """
 
-    def __init__(self, *, id: str | None = None) -> None:
+    def __init__(self, *, id: str | None = None, architecture: str | None = None) -> None:
         super().__init__(id=id)
+        self.architecture = architecture  # what the engine runs, in the border title
         self.peak_running = 0
         # Kept as attributes, not queried: a snapshot may still arrive while the screen is torn down.
         self.meters = Static(id="dash-meters")
@@ -78,7 +79,7 @@ class Dashboard(Vertical):
             yield self.table
 
     def on_mount(self) -> None:
-        self.border_title = "engine"
+        self.border_title = "engine" if self.architecture is None else f"engine · {self.architecture}"
         self.table.add_columns("pane", "phase", "tokens", "tok/s")
 
     def set_mode(self, mode: str) -> None:

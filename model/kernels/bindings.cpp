@@ -1,9 +1,10 @@
 // The Python module of model/kernels: one binding per entry point of cpu_linear.cpp,
-// cpu_linear_int4.cpp, cpu_attention.cpp and cpu_layer_ops.cpp (kept apart so each source file holds one kind of kernel).
+// cpu_linear_int4.cpp, cpu_attention.cpp, cpu_layer_ops.cpp and cpu_moe.cpp (kept apart so each source file holds one kind of kernel).
 
 #include <torch/extension.h>
 
 #include <optional>
+#include <vector>
 
 #include "cpu_vec.h"
 
@@ -32,6 +33,9 @@ torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_we
                              double eps, const torch::Tensor& cos, const torch::Tensor& sin,
                              const torch::Tensor& positions, torch::Tensor& k_cache, torch::Tensor& v_cache,
                              const torch::Tensor& write_slots, int64_t heads);
+std::vector<torch::Tensor> moe_route(const torch::Tensor& logits, const std::optional<torch::Tensor>& bias,
+                                     int64_t k, bool normalize, double scale);
+torch::Tensor moe_combine(const torch::Tensor& outputs, const torch::Tensor& positions, const torch::Tensor& weights);
 }  // namespace lfm_kernels
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
@@ -53,4 +57,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("swiglu", &lfm_kernels::swiglu, "silu(gate) * up from w13's [gate | up] output");
   m.def("short_conv", &lfm_kernels::short_conv, "LFM2's gated short conv between in_proj and out_proj");
   m.def("attention_prep", &lfm_kernels::attention_prep, "q/k norms and RoPE; k and v written to the KV pool");
+  m.def("moe_route", &lfm_kernels::moe_route, "each token's experts and weights, and the pairs grouped by expert",
+        py::arg("logits"), py::arg("bias"), py::arg("k"), py::arg("normalize"), py::arg("scale"));
+  m.def("moe_combine", &lfm_kernels::moe_combine, "each token's weighted sum of its experts' outputs");
 }

@@ -22,6 +22,7 @@ _SOURCE_FILES = (
     "cpu_linear_int4.cpp",
     "cpu_attention.cpp",
     "cpu_layer_ops.cpp",
+    "cpu_moe.cpp",
     "bindings.cpp",
 )
 SOURCES = tuple(Path(__file__).with_name(name) for name in _SOURCE_FILES)

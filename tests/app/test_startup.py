@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -65,6 +66,18 @@ async def test_a_data_dir_the_app_cannot_use_shows_the_store_error(
     async with app.run_test() as pilot:
         text = await error_text(app, pilot)
     assert "a-file" in text and "--data-dir" in text and "Traceback" not in text
+
+
+async def test_an_moe_checkpoint_shows_its_experts_per_token(
+    make_options: MakeOptions, tiny_ckpt_factory: Callable[..., Path]
+) -> None:
+    """The title bar and the dashboard name the architecture, with the experts a token runs through."""
+    app = LfmChatApp(make_options(model=str(tiny_ckpt_factory("moe"))))
+    async with app.run_test() as pilot:
+        screen = await chat_screen(app, pilot)
+        expected = "LFM2-MoE · 2/8 experts per token"
+        assert expected in str(screen.query_one("#title-bar").render())
+        assert screen.dashboard.border_title == f"engine · {expected}"
 
 
 async def test_the_options_and_store_the_cli_makes_run_the_app(tmp_path: Path) -> None:

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 
 from bench import stats
 from bench.checkpoint import SHAPES, tiny_checkpoint
+from bench.decode_bytes import measure
 from bench.rss import peak_rss_mib
 from bench.scenario import RequestSpec, RequestTrace, Scenario
 from bench.sliding_kv import report, run_conversation
@@ -82,7 +84,8 @@ def test_the_kernel_benchmark_covers_every_linear_of_a_step():
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_each_random_shape_is_its_model_and_its_tiny_run_is_that_architecture(shape, tmp_path):
-    """--shape's random weights have the published size (LFM2-350M, LFM3-1.7B), --tiny its architecture."""
+    """--shape's random weights have the published size (LFM2-350M, LFM3-1.7B, LFM2-8B-A1B's 8.3B in
+    all), --tiny its architecture."""
     spec = SHAPES[shape]
     fields = {k: v for k, v in spec.fields.items() if k != "weight_std"}
     tiny = load_config(tiny_checkpoint(tmp_path, shape))
@@ -91,7 +94,8 @@ def test_each_random_shape_is_its_model_and_its_tiny_run_is_that_architecture(sh
     for name, value in fields.items():
         assert getattr(config, name) == value, name
     parameters = sum(math.prod(s) for s in config.expected_shapes().values())
-    published = float(shape.rpartition("-")[2].rstrip("mb")) * (1e6 if shape.endswith("m") else 1e9)
+    size, unit = re.search(r"-([\d.]+)([mb])\b", shape).groups()  # lfm2-8b-a1b: 8b in all, a1b active
+    published = float(size) * (1e6 if unit == "m" else 1e9)
     assert abs(parameters - published) < 0.1 * published
 
 
@@ -104,3 +108,12 @@ def test_the_sliding_kv_measurement_reports_a_bounded_peak_against_every_positio
     # every one of the 120 blocks' positions kept, against the peak held: the same bytes per block
     assert figures.sliding_bytes_unbounded * figures.sliding_blocks_peak == 120 * figures.sliding_bytes_peak
     assert "sliding-window KV held, peak" in report(figures)
+
+
+@pytest.mark.parametrize("quantize", ["none", "int8"])
+def test_an_moe_decode_step_reads_its_active_parameters_and_no_other_expert(tmp_path, quantize):
+    """bench.decode_bytes: a 1-stream step runs k experts per MoE layer, so it reads what is active."""
+    figures = measure(tiny_checkpoint(tmp_path, "lfm2-8b-a1b"), quantize, prompt_tokens=20)
+    assert figures.experts_per_layer == 2  # the tiny "moe" preset: 2 of 8
+    assert 0.95 <= figures.read / figures.active <= 1.0  # a conv's taps and q/k norms go uncounted
+    assert figures.read < 0.75 * figures.total

@@ -1,5 +1,6 @@
 """Greedy outputs of many requests batched together equal transformers' `generate` on each alone
-(LFM2 and LFM3: LFM3's tiny windows are 5 and 12 positions, so the longer prompts span dozens)."""
+(LFM2, LFM3 and LFM2-MoE: LFM3's tiny windows are 5 and 12 positions, so the longer prompts span
+dozens; the tiny MoEs' few experts are shared by many tokens of a step)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ MAX_TOKENS = 12
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 
-@pytest.mark.parametrize("preset", ["default", "lfm2_like", "lfm3", "lfm3_plain"])
+@pytest.mark.parametrize("preset", ["default", "lfm2_like", "lfm3", "lfm3_plain", "moe", "moe_plain"])
 def test_batched_greedy_equals_reference_alone(
     preset, tiny_ckpt_factory, make_engine, prompts, reference_greedy
 ):
@@ -38,7 +39,7 @@ def test_batched_greedy_equals_reference_alone(
 
 
 @pytest.mark.parametrize(  # float32 int4: PyTorch's path, exact integer sums
-    ("preset", "quantize"), [("default", "none"), ("default", "int4"), ("lfm3", "none")]
+    ("preset", "quantize"), [("default", "none"), ("default", "int4"), ("lfm3", "none"), ("moe", "none")]
 )
 def test_outputs_do_not_depend_on_budget_block_size_or_prefix_caching(
     preset, quantize, tiny_ckpt_factory, make_engine, prompts

@@ -12,7 +12,7 @@ from model.quantize_int4 import Int4Linear
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 
 
-@pytest.mark.parametrize("preset", ["default", "lfm3"])
+@pytest.mark.parametrize("preset", ["default", "lfm3", "moe"])
 @pytest.mark.parametrize(
     ("scheme", "layer"), [("int8", Int8Linear), ("w8a8", W8A8Linear), ("int4", Int4Linear)]
 )
@@ -43,6 +43,25 @@ def test_bf16_batched_tokens_equal_each_prompt_alone(tiny_ckpt, make_engine, pro
     )
     expected = [alone.generate([prompt], GREEDY)[0].token_ids for prompt in batch]
     assert [out.token_ids for out in together.generate(batch, GREEDY)] == expected
+
+
+@pytest.mark.parametrize("scheme", ["none", "int8", "w8a8", "int4"])
+def test_bf16_moe_batched_tokens_equal_each_prompt_alone(
+    tiny_ckpt_factory, make_engine, prompts, native_models, scheme
+):
+    """On every native build, with bf16 and quantized experts: a request's tokens do not depend on
+    what it is batched with. Each prompt is one chunk both ways (a chunk attending through SDPA
+    rounds unlike the same tokens in other chunks, and an expert score near a tie turns that into
+    another expert: tests/model/test_parity.py), so only the batch differs. Chunked prompts:
+    test_batch_invariance.py, in fp32."""
+    path = tiny_ckpt_factory("moe")
+    batch = prompts([90, 5, 40, 130, 1, 77], seed=4)
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    whole = {"max_num_batched_tokens": 512, "max_prefill_with_decodes": 512, "max_decode_slowdown": None}
+    alone = make_engine(path, dtype="bfloat16", quantize=scheme, max_num_seqs=1, **whole)
+    together = make_engine(path, dtype="bfloat16", quantize=scheme, max_num_seqs=6, **whole)
+    expected = [alone.generate([prompt], params)[0].token_ids for prompt in batch]
+    assert [out.token_ids for out in together.generate(batch, params)] == expected
 
 
 def test_unknown_quantization_is_a_clear_config_error():

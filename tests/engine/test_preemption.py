@@ -11,7 +11,7 @@ MAX_TOKENS = 24
 GREEDY = SamplingParams(temperature=0.0, max_tokens=MAX_TOKENS, ignore_eos=True)
 
 
-@pytest.mark.parametrize("preset", ["default", "lfm3"])
+@pytest.mark.parametrize("preset", ["default", "lfm3", "moe"])
 @pytest.mark.parametrize("prefix_caching", [False, True])
 def test_tiny_block_budget_preempts_yet_outputs_and_streams_are_exact(
     preset, prefix_caching, tiny_ckpt_factory, make_engine, prompts, reference_greedy

@@ -16,9 +16,9 @@ BS = 16
 GREEDY = SamplingParams(temperature=0.0, max_tokens=20, ignore_eos=True)
 
 
-@pytest.fixture(params=["default", "lfm3"])
+@pytest.fixture(params=["default", "lfm3", "moe"])
 def tiny_ckpt(request, tiny_ckpt_factory):
-    """Each test on LFM2 and on LFM3 (whose 12-position window is shorter than a block here)."""
+    """Each test on LFM2, on LFM3 (whose 12-position window is shorter than a block here) and on LFM2-MoE."""
     return tiny_ckpt_factory(request.param)
 
 

@@ -47,6 +47,12 @@ def test_config_name_or_path_names_a_local_copy() -> None:
     assert recommended_sampling(config, "/data/ckpt").name == "LFM2.5 card defaults"
 
 
+def test_lfm2_moe_checkpoints_take_the_lfm2_card() -> None:
+    """LiquidAI/LFM2-8B-A1B's card: temperature 0.3, min_p 0.15, repetition_penalty 1.05, as LFM2's."""
+    family = recommended_sampling({"model_type": "lfm2_moe"}, "LiquidAI/LFM2-8B-A1B")
+    assert family == recommended_sampling({"model_type": "lfm2"}, "LiquidAI/LFM2-350M")
+
+
 def test_another_model_type_has_no_card_here() -> None:
     family = recommended_sampling({"model_type": "llama"}, "LiquidAI/LFM2.5-1.2B-Instruct")
     assert family == FamilySampling("no card defaults for llama", SAMPLING_OFF)

@@ -139,7 +139,7 @@ def test_bf16_model_on_native_kernels_is_as_exact_as_torch(
     served_from_file = stored_as == torch.bfloat16
     assert isinstance(model.lm_head, NativeLinear) == (served_from_file or not config.tie_word_embeddings)
     assert isinstance(model.model.embed_tokens, FileEmbedding) == served_from_file
-    plain = build_model(config, load_state_dict(path, config, torch.bfloat16))
+    plain = build_model(config, load_state_dict(path, config, torch.bfloat16), torch.bfloat16)
     ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     exact = logits(load_model(path), ids)
     torch_error = (logits(plain, ids) - exact).abs().max().item()
@@ -156,7 +156,7 @@ def test_without_native_kernels_onednn_packs_bit_for_bit(tiny_ckpt_factory, pres
     path = tiny_ckpt_factory(preset, dtype=stored_as)
     packed = load_model(path, dtype="bfloat16")
     config = load_config(path)
-    plain = build_model(config, load_state_dict(path, config, torch.bfloat16))
+    plain = build_model(config, load_state_dict(path, config, torch.bfloat16), torch.bfloat16)
     assert any(isinstance(m, PackedLinear) for m in packed.modules())
     assert not any(isinstance(m, NativeLinear) for m in packed.modules())
     ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
@@ -171,7 +171,7 @@ def test_without_native_kernels_or_onednn_bf16_runs_plain_linears(tiny_ckpt_fact
     model = load_model(path, dtype="bfloat16")
     config = model.config
     assert not any(isinstance(m, (PackedLinear, NativeLinear)) for m in model.modules())
-    plain = build_model(config, load_state_dict(path, config, torch.bfloat16))
+    plain = build_model(config, load_state_dict(path, config, torch.bfloat16), torch.bfloat16)
     ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
     assert torch.equal(logits(model, ids), logits(plain, ids))
 

@@ -7,12 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.architectures import load_config
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.file_embedding import FileEmbedding
-from model.loader import load_model
-from model.quantize import Int8Linear, W8A8Linear, quantize_rows
+from model.loader import build_model, load_model
+from model.quantize import Int8Linear, W8A8Linear, quantize_linears, quantize_rows
 from model.quantize_int4 import Int4Linear
+from model.weights import CheckpointTensors
 
 
 def all_logits(model, ids: list[int], dtype: torch.dtype) -> torch.Tensor:
@@ -90,3 +92,24 @@ def test_a_quantized_head_leaves_embedding_rows_in_the_file(tiny_ckpt_factory):
     assert isinstance(stored_bf16.model.embed_tokens, FileEmbedding)
     stored_fp32 = load_model(tiny_ckpt_factory("default"), dtype="bfloat16", quantize="w8a8")
     assert not isinstance(stored_fp32.model.embed_tokens, FileEmbedding)  # the file has no bf16 rows
+
+
+def test_a_quantizing_load_converts_each_layer_before_it_reads_the_next(tiny_ckpt_factory):
+    """The checkpoint's form of the weights exists one layer at a time (a bf16 8B MoE would not fit
+    beside its int8 copy): every read but the first follows the conversion of what was read before."""
+    path = tiny_ckpt_factory("lfm2_like", dtype=torch.bfloat16)
+    config = load_config(path)
+    checkpoint = CheckpointTensors(path, config)
+    events: list[str] = []
+
+    def read(names: list[str]) -> dict[str, torch.Tensor]:
+        events.append("read")
+        return checkpoint.read(names)
+
+    def convert(module: nn.Module) -> None:
+        events.append("convert")
+        quantize_linears(module, "int8")
+
+    model = build_model(config, read, torch.bfloat16, convert=convert)
+    assert events == ["read", "convert"] * (config.num_hidden_layers + 1)
+    assert not any(isinstance(m, nn.Linear) for m in model.modules())
