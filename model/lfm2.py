@@ -20,6 +20,7 @@ from model.config import CONV, Lfm2Config
 from model.layers import DecoderLayer, RMSNorm, RotaryTable
 from model.linears import logits_into
 from model.native_layers import use_native_layers
+from model.native_stack import build_decode_stack, run_decode_stack, single_query_step
 
 # With the paged attention kernel, prompt chunks up to this long attend row by row instead of
 # gathering their context for SDPA: the small chunks paced in beside decoding streams (a 2k
@@ -77,6 +78,9 @@ class Lfm2ForCausalLM(nn.Module):
         self._cache_index = [
             config.layers_of_kind(kind).index(i) for i, kind in enumerate(config.layer_types)
         ]
+        # the decoder stack as one native call for decode steps, where the kernels run all of it
+        # (model/native_stack.py); set by use_native_kernels
+        self.native_stack = None
 
     @classmethod
     def empty(cls, config: Lfm2Config, dtype: torch.dtype) -> Lfm2ForCausalLM:
@@ -128,6 +132,7 @@ class Lfm2ForCausalLM(nn.Module):
         use_native_layers(self.model, kernels, attention=paged_attention)
         if paged_attention:
             self.row_query_limit = ROW_QUERY_LIMIT
+        self.native_stack = build_decode_stack(self.model.layers)
 
     @torch.inference_mode()
     def forward(
@@ -150,6 +155,8 @@ class Lfm2ForCausalLM(nn.Module):
         """Run the decoder stack over ``hidden`` (updated in place); returns the last sublayer's
         output, which the caller adds into ``hidden`` (the final norm does it in one pass)."""
         rope = self.rotary.at(batch.positions)
+        if self.native_stack is not None and single_query_step(batch):
+            return run_decode_stack(self.native_stack, hidden, batch, rope, cache)
         pending = None  # the last sublayer's output, added into hidden by the next norm
         for layer, index in zip(self.model.layers, self._cache_index, strict=True):
             normed = layer.operator_norm(hidden, pending)

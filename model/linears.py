@@ -35,6 +35,12 @@ class NativeLinear(nn.Module):
         self.bias = None if linear.bias is None else linear.bias.detach()
         self.kernels = kernels
 
+    native_kind = "bf16"
+
+    def native_operands(self) -> list[torch.Tensor]:
+        """The packed weight ``linear_bf16`` reads (model/native_stack.py's LinearRef takes it)."""
+        return [self.packed_weight]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).contiguous()
         out = self.kernels.linear_bf16(flat, self.packed_weight, self.out_features)

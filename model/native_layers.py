@@ -163,4 +163,6 @@ def use_reference_layers(model: nn.Module) -> nn.Module:
         if type(module) in REFERENCE_CLASS:
             module.__class__ = REFERENCE_CLASS[type(module)]
             del module.kernels
+        if getattr(module, "native_stack", None) is not None:  # a model's native decode stack
+            module.native_stack = None
     return model

@@ -84,8 +84,10 @@ class _Int8Rows(QuantizedLinear):
 class Int8Linear(_Int8Rows):
     """Weight-only int8: ``x @ dequant(W).T`` with activations kept in the model dtype."""
 
-    def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.kernels.linear_int8(flat, self.packed_int8, self.padded_scales, self.out_features, out)
+    native_kind = "int8"
+
+    def native_operands(self) -> list[torch.Tensor]:
+        return [self.packed_int8, self.padded_scales]
 
     def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         if flat.device.type == "cpu" and self.in_features % _INT8PACK_K_MULTIPLE == 0:
@@ -98,6 +100,7 @@ class W8A8Linear(_Int8Rows):
     """int8 weights times per-token int8 activations, accumulated exactly in int32."""
 
     group = QUAD
+    native_kind = "w8a8"
 
     def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
         super().__init__(linear, kernels)
@@ -105,10 +108,8 @@ class W8A8Linear(_Int8Rows):
             sums = self.packed_int8.sum(dim=(1, 3), dtype=torch.int32).flatten()
             self.register_buffer("padded_row_sums", sums)
 
-    def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.kernels.linear_w8a8(
-            flat, self.packed_int8, self.padded_row_sums, self.padded_scales, self.out_features, out
-        )
+    def native_operands(self) -> list[torch.Tensor]:
+        return [self.packed_int8, self.padded_row_sums, self.padded_scales]
 
     def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         activations, row_scales = quantize_rows(flat)

@@ -157,6 +157,8 @@ class Int4Linear(QuantizedLinear):
     uint8 [N, Kp / 2] (k even in the low nibble), ``codes`` [N, groups, 2], ``steps`` [N, blocks, 2].
     """
 
+    native_kind = "int4"
+
     _CHUNK_VALUES = 1 << 22  # PyTorch path: fp32 temporaries of 16 MB at most (outputs at a time)
 
     def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
@@ -172,10 +174,8 @@ class Int4Linear(QuantizedLinear):
             self.register_buffer("packed_codes", panel_vectors(codes, kernels.PANEL))
             self.register_buffer("packed_steps", panel_vectors(steps, kernels.PANEL))
 
-    def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return self.kernels.linear_int4(
-            flat, self.packed_int4, self.packed_codes, self.packed_steps, self.out_features, out
-        )
+    def native_operands(self) -> list[torch.Tensor]:
+        return [self.packed_int4, self.packed_codes, self.packed_steps]
 
     def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         """The kernel's sum by PyTorch ops: exact integer sums per group (whole numbers below 2^16,

@@ -38,9 +38,16 @@ class QuantizedLinear(nn.Module):
             return out.copy_(self(x))
         return self.native_matmul(x.contiguous(), out)
 
+    native_kind: str  # which kernel multiplies by the native operands: linear_<kind>
+
+    def native_operands(self) -> list[torch.Tensor]:
+        """The packed buffers the native kernel reads, in its argument order."""
+        raise NotImplementedError
+
     def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``flat @ W.T`` by the native kernels: bf16 [M, N], or float32 written into ``out``."""
-        raise NotImplementedError
+        kernel = getattr(self.kernels, f"linear_{self.native_kind}")
+        return kernel(flat, *self.native_operands(), self.out_features, out)
 
     def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         """``flat @ W.T`` by PyTorch, in ``flat``'s dtype."""

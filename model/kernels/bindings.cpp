@@ -1,42 +1,13 @@
 // The Python module of model/kernels: one binding per entry point of cpu_linear.cpp,
-// cpu_linear_int4.cpp, cpu_attention.cpp, cpu_layer_ops.cpp and cpu_moe.cpp (kept apart so each source file holds one kind of kernel).
+// cpu_linear_int4.cpp, cpu_attention.cpp, cpu_layer_ops.cpp and cpu_moe.cpp (kept apart so each
+// source file holds one kind of kernel, declared in cpu_ops.h), and cpu_decode_stack.cpp's classes.
 
 #include <torch/extension.h>
 
-#include <optional>
-#include <vector>
-
+#include "cpu_decode_stack.h"
+#include "cpu_ops.h"
 #include "cpu_vec.h"
 
-namespace lfm_kernels {
-int64_t linear_panel();
-torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
-                          const std::optional<torch::Tensor>& out);
-torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N,
-                          const std::optional<torch::Tensor>& out);
-torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& row_sums,
-                          const torch::Tensor& scales, int64_t N, const std::optional<torch::Tensor>& out);
-torch::Tensor linear_int4(const torch::Tensor& x, const torch::Tensor& q, const torch::Tensor& codes,
-                          const torch::Tensor& steps, int64_t N, const std::optional<torch::Tensor>& out);
-torch::Tensor decode_attention(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
-                               const torch::Tensor& block_tables, const torch::Tensor& context_lens,
-                               int64_t block_size, double scale,
-                               const std::optional<torch::Tensor>& context_starts);
-torch::Tensor add_rms_norm(torch::Tensor& hidden, const std::optional<torch::Tensor>& delta,
-                           const torch::Tensor& weight, double eps);
-torch::Tensor swiglu(const torch::Tensor& gate_up);
-torch::Tensor short_conv(const torch::Tensor& bcx, torch::Tensor& state, const torch::Tensor& taps,
-                         const std::optional<torch::Tensor>& bias, const torch::Tensor& src_rows,
-                         const torch::Tensor& window, const torch::Tensor& write_index,
-                         const torch::Tensor& write_rows);
-torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_weight, const torch::Tensor& k_weight,
-                             double eps, const torch::Tensor& cos, const torch::Tensor& sin,
-                             const torch::Tensor& positions, torch::Tensor& k_cache, torch::Tensor& v_cache,
-                             const torch::Tensor& write_slots, int64_t heads);
-std::vector<torch::Tensor> moe_route(const torch::Tensor& logits, const std::optional<torch::Tensor>& bias,
-                                     int64_t k, bool normalize, double scale);
-torch::Tensor moe_combine(const torch::Tensor& outputs, const torch::Tensor& positions, const torch::Tensor& weights);
-}  // namespace lfm_kernels
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = LFM_ISA_NAME;              // the instruction set this build was compiled for
@@ -60,4 +31,39 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("moe_route", &lfm_kernels::moe_route, "each token's experts and weights, and the pairs grouped by expert",
         py::arg("logits"), py::arg("bias"), py::arg("k"), py::arg("normalize"), py::arg("scale"));
   m.def("moe_combine", &lfm_kernels::moe_combine, "each token's weighted sum of its experts' outputs");
+
+  // a decode step's whole decoder stack in one call (model/native_stack.py builds it); module_local:
+  // each instruction set's build is its own module, and tests load several into one process
+  using lfm_kernels::DecodeLayer;
+  using lfm_kernels::DecodeStack;
+  using lfm_kernels::LinearRef;
+  py::class_<LinearRef>(m, "LinearRef", py::module_local(), "a native linear's packed operands and the kernel that reads them")
+      .def(py::init<const std::string&, int64_t, std::vector<torch::Tensor>>(), py::arg("kind"),
+           py::arg("out_features"), py::arg("operands"))
+      .def("__call__", &LinearRef::operator(), py::arg("x"));
+  py::class_<DecodeLayer>(m, "DecodeLayer", py::module_local(), "one decoder layer of a DecodeStack");
+  m.def("conv_layer", &lfm_kernels::conv_layer, "a short-conv decoder layer", py::arg("operator_norm"),
+        py::arg("ffn_norm"), py::arg("eps"), py::arg("in_proj"), py::arg("taps"), py::arg("bias"),
+        py::arg("out_proj"), py::arg("w13"), py::arg("w2"));
+  m.def("attention_layer", &lfm_kernels::attention_layer, "an attention decoder layer", py::arg("operator_norm"),
+        py::arg("ffn_norm"), py::arg("eps"), py::arg("qkv_proj"), py::arg("q_norm"), py::arg("k_norm"),
+        py::arg("qk_eps"), py::arg("heads"), py::arg("scale"), py::arg("out_proj"), py::arg("w13"), py::arg("w2"));
+  py::class_<DecodeStack>(m, "DecodeStack", py::module_local(), "every decoder layer of a decode step, run in one call")
+      .def(py::init<std::vector<DecodeLayer>>(), py::arg("layers"))
+      .def(
+          "run",
+          [](const DecodeStack& stack, torch::Tensor hidden, std::vector<torch::Tensor> conv_states,
+             std::vector<torch::Tensor> k_caches, std::vector<torch::Tensor> v_caches, torch::Tensor conv_src_rows,
+             torch::Tensor conv_window, torch::Tensor conv_write_index, torch::Tensor conv_write_rows,
+             torch::Tensor cos, torch::Tensor sin, torch::Tensor positions, torch::Tensor kv_write_slots,
+             torch::Tensor kv_blocks, torch::Tensor context_lens, std::optional<torch::Tensor> context_starts,
+             int64_t block_size) {
+            const lfm_kernels::DecodeStepInputs step{
+                std::move(conv_states), std::move(k_caches), std::move(v_caches), std::move(conv_src_rows),
+                std::move(conv_window), std::move(conv_write_index), std::move(conv_write_rows), std::move(cos),
+                std::move(sin), std::move(positions), std::move(kv_write_slots), std::move(kv_blocks),
+                std::move(context_lens), std::move(context_starts), block_size};
+            return stack.run(std::move(hidden), step);
+          },
+          "hidden [T, hidden] through every layer (in place); returns the last feed-forward's output");
 }

@@ -23,6 +23,7 @@ _SOURCE_FILES = (
     "cpu_attention.cpp",
     "cpu_layer_ops.cpp",
     "cpu_moe.cpp",
+    "cpu_decode_stack.cpp",
     "bindings.cpp",
 )
 SOURCES = tuple(Path(__file__).with_name(name) for name in _SOURCE_FILES)
