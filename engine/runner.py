@@ -29,7 +29,7 @@ class ModelRunner:
         self.model = model
         self.cache = cache
         self.device = torch.device(device)
-        self.sampler = Sampler()
+        self.sampler = Sampler(model.kernels)
         # float32 logits, reused every step and grown to the most sampling rows seen
         self._logits = torch.empty(0, model.config.vocab_size, device=self.device)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import array
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import ModuleType
 
 import torch
 
@@ -31,8 +32,11 @@ NUCLEUS_PREFIX = 256
 ARGMAX_BLOCK = 1024
 
 
-def greedy_tokens(logits: torch.Tensor) -> torch.Tensor:
-    """``logits.argmax(-1)`` for [B, V] logits, the first index on ties, in two vectorized passes."""
+def greedy_tokens(logits: torch.Tensor, kernels: ModuleType | None = None) -> torch.Tensor:
+    """``logits.argmax(-1)`` for [B, V] logits, the first index on ties: by the native kernels'
+    ``argmax_rows`` where given (float32 on CPU), else in two vectorized passes."""
+    if kernels is not None and logits.dtype == torch.float32 and logits.device.type == "cpu":
+        return kernels.argmax_rows(logits.contiguous())
     rows, vocab = logits.shape
     if vocab % ARGMAX_BLOCK:
         return logits.argmax(dim=-1)
@@ -202,7 +206,13 @@ def sample_from(logits: torch.Tensor, generators: Sequence[torch.Generator]) -> 
 
 
 class Sampler:
-    """The runner's single entry point: logits of the sampling rows in, one token id per row out."""
+    """The runner's single entry point: logits of the sampling rows in, one token id per row out.
+
+    ``kernels``: the model's native kernels, whose argmax greedy rows take (None: PyTorch's).
+    """
+
+    def __init__(self, kernels: ModuleType | None = None) -> None:
+        self.kernels = kernels
 
     def sample(self, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> list[int]:
         """Pick one token for each row of float32 `logits` [B, V], row i using `rows[i]`."""
@@ -211,11 +221,11 @@ class Sampler:
         logits = apply_penalties(logits, rows)
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         if len(greedy) == len(rows):
-            return greedy_tokens(logits).tolist()
+            return greedy_tokens(logits, self.kernels).tolist()
         drawn = [i for i, row in enumerate(rows) if not row.params.is_greedy]
         tokens = torch.empty(len(rows), dtype=torch.long, device=logits.device)
         if greedy:
-            tokens[greedy] = greedy_tokens(logits[greedy])
+            tokens[greedy] = greedy_tokens(logits[greedy], self.kernels)
         drawn_rows = [rows[i] for i in drawn]
         processed = process_logits(logits[drawn], drawn_rows)
         tokens[drawn] = sample_from(processed, [row.generator for row in drawn_rows])

@@ -81,6 +81,7 @@ class Lfm2ForCausalLM(nn.Module):
         # the decoder stack as one native call for decode steps, where the kernels run all of it
         # (model/native_stack.py); set by use_native_kernels
         self.native_stack = None
+        self.kernels: ModuleType | None = None  # the native kernels, where they run (use_native_kernels)
 
     @classmethod
     def empty(cls, config: Lfm2Config, dtype: torch.dtype) -> Lfm2ForCausalLM:
@@ -129,6 +130,7 @@ class Lfm2ForCausalLM(nn.Module):
         and the paged decode kernel), and prompt chunks up to ``ROW_QUERY_LIMIT`` tokens attend
         row by row; off where the head shape is outside what the kernel takes.
         """
+        self.kernels = kernels
         use_native_layers(self.model, kernels, attention=paged_attention)
         if paged_attention:
             self.row_query_limit = ROW_QUERY_LIMIT
@@ -146,7 +148,10 @@ class Lfm2ForCausalLM(nn.Module):
         hidden = self.model.embed_tokens(batch.input_ids)
         pending = self.decode_layers(hidden, batch, cache)
         rows = batch.logits_index
-        last = self.model.embedding_norm(hidden[rows], pending[rows])
+        if rows.numel() == batch.num_tokens:  # every row, in order (a decode step): no gather
+            last = self.model.embedding_norm(hidden, pending)
+        else:
+            last = self.model.embedding_norm(hidden[rows], pending[rows])
         if logits_out is None:
             logits_out = torch.empty(rows.numel(), self.config.vocab_size, device=last.device)
         return logits_into(self.lm_head, last, logits_out)

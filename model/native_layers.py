@@ -163,6 +163,6 @@ def use_reference_layers(model: nn.Module) -> nn.Module:
         if type(module) in REFERENCE_CLASS:
             module.__class__ = REFERENCE_CLASS[type(module)]
             del module.kernels
-        if getattr(module, "native_stack", None) is not None:  # a model's native decode stack
-            module.native_stack = None
+        if hasattr(module, "native_stack"):  # a causal LM: its native decode stack and argmax
+            module.native_stack = module.kernels = None
     return model

@@ -1,6 +1,7 @@
 // The Python module of model/kernels: one binding per entry point of cpu_linear.cpp,
-// cpu_linear_int4.cpp, cpu_attention.cpp, cpu_layer_ops.cpp and cpu_moe.cpp (kept apart so each
-// source file holds one kind of kernel, declared in cpu_ops.h), and cpu_decode_stack.cpp's classes.
+// cpu_linear_int4.cpp, cpu_attention.cpp, cpu_layer_ops.cpp, cpu_moe.cpp and cpu_sampling.cpp
+// (kept apart so each source file holds one kind of kernel, declared in cpu_ops.h), and
+// cpu_decode_stack.cpp's classes.
 
 #include <torch/extension.h>
 
@@ -31,6 +32,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("moe_route", &lfm_kernels::moe_route, "each token's experts and weights, and the pairs grouped by expert",
         py::arg("logits"), py::arg("bias"), py::arg("k"), py::arg("normalize"), py::arg("scale"));
   m.def("moe_combine", &lfm_kernels::moe_combine, "each token's weighted sum of its experts' outputs");
+  m.def("argmax_rows", &lfm_kernels::argmax_rows, "torch.argmax(logits, -1) of float32 [B, V] logits",
+        py::arg("logits"));
 
   // a decode step's whole decoder stack in one call (model/native_stack.py builds it); module_local:
   // each instruction set's build is its own module, and tests load several into one process

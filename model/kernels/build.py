@@ -23,6 +23,7 @@ _SOURCE_FILES = (
     "cpu_attention.cpp",
     "cpu_layer_ops.cpp",
     "cpu_moe.cpp",
+    "cpu_sampling.cpp",
     "cpu_decode_stack.cpp",
     "bindings.cpp",
 )

@@ -35,5 +35,6 @@ torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_we
                              const torch::Tensor& write_slots, int64_t heads);
 std::vector<torch::Tensor> moe_route(const torch::Tensor& logits, const std::optional<torch::Tensor>& bias,
                                      int64_t k, bool normalize, double scale);
+torch::Tensor argmax_rows(const torch::Tensor& logits);
 torch::Tensor moe_combine(const torch::Tensor& outputs, const torch::Tensor& positions, const torch::Tensor& weights);
 }  // namespace lfm_kernels

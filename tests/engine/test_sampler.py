@@ -197,6 +197,35 @@ def test_greedy_tokens_are_torch_argmax_including_ties(vocab):
     assert torch.equal(greedy_tokens(logits[3:]), logits[3:].argmax(dim=-1))
 
 
+@pytest.mark.parametrize("vocab", [65536, 3 * ARGMAX_BLOCK + 5, 1000, 7, 1])
+def test_the_native_argmax_is_torch_argmax_ties_nan_and_infinities_included(native, vocab):
+    """Every row a case: ties across and inside blocks, all equal, all negative, NaN (torch takes the
+    first NaN), +inf and -inf, and the tail past the last whole vector or block."""
+    logits = random_logits(10, vocab, seed=12)
+    top = logits.max() + 1
+    last = vocab - 1
+    logits[0, [min(7, last), last]] = top
+    logits[1, [max(last - 2, 0), max(last - 1, 0)]] = top
+    logits[2] = 0.0
+    logits[3] = -logits[3].abs() - 1.0
+    logits[4, [last, 0]] = torch.tensor([math.nan, top])  # NaN after the max: the NaN still wins
+    logits[5, last // 2] = math.inf
+    logits[6] = -math.inf
+    logits[7, last] = top  # the max in the tail
+    logits[8, 0] = -math.inf
+    for rows in (logits, logits[4:5], logits[7:8]):
+        assert torch.equal(native.argmax_rows(rows.contiguous()), rows.argmax(dim=-1))
+    tokens = Sampler(native).sample(logits, [make_row(temperature=0.0) for _ in range(10)])
+    assert tokens == logits.argmax(dim=-1).tolist()
+
+
+def test_the_native_argmax_refuses_what_it_cannot_read(native):
+    with pytest.raises(RuntimeError, match="contiguous float32"):
+        native.argmax_rows(torch.zeros(2, 8, dtype=torch.bfloat16))
+    with pytest.raises(RuntimeError, match="contiguous float32"):
+        native.argmax_rows(torch.zeros(8))
+
+
 def test_greedy_takes_argmax_of_penalized_logits():
     logits = torch.tensor([[4.0, 3.5, 1.0, -2.0]])
     row = make_row(temperature=0.0, output=[0, 0], frequency_penalty=0.5)
