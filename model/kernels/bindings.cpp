@@ -66,6 +66,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
                 std::move(conv_window), std::move(conv_write_index), std::move(conv_write_rows), std::move(cos),
                 std::move(sin), std::move(positions), std::move(kv_write_slots), std::move(kv_blocks),
                 std::move(context_lens), std::move(context_starts), block_size};
+            // a step is one call of up to tens of ms: let the app's UI thread run meanwhile, as it
+            // could between the Python layers' calls (nothing below touches a Python object)
+            py::gil_scoped_release release;
             return stack.run(std::move(hidden), step);
           },
           "hidden [T, hidden] through every layer (in place); returns the last feed-forward's output");
