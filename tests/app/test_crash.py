@@ -29,7 +29,13 @@ CHILD = textwrap.dedent(
     from app.conversation import ChatSettings
     from app.options import AppOptions
     from engine import EngineConfig
+    from dataclasses import replace
     from tests.app.pilot_helpers import ENGINE, chat_screen, submit
+
+    # the reply must still be streaming when the test kills the app: a tiny model's EOS can end
+    # it within the first second, before any partial save
+    _params = ChatSettings.sampling_params
+    ChatSettings.sampling_params = lambda self, n=None: replace(_params(self, n), ignore_eos=True)
 
     async def main() -> None:
         options = AppOptions(
