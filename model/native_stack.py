@@ -9,7 +9,8 @@ the Python layers, so it changes no bit of any output; it only drops the Python 
 It covers what LFM2's dense layers are when the kernels run everything: native norms, short
 convs, paged attention and SwiGLUs, every linear native and bias-free. Anything else (an MoE
 feed-forward, LFM3's layers, a linear left to PyTorch) keeps the Python layers; so does every
-step that is not all single-query rows (a prompt chunk attends through SDPA).
+step that is not all single-query rows (a prompt chunk longer than the model's row_query_limit
+attends through SDPA). Decode steps, and short prompt chunks paced in beside them, take it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ def build_decode_stack(layers: nn.ModuleList) -> Any | None:
 
 
 def single_query_step(batch: ForwardBatch) -> bool:
-    """Every token of the step is one sequence's single query (a pure decode step)."""
+    """Every token of the step attends as a single-query row (decode tokens, short prompt chunks)."""
     groups = batch.attention_groups
     return batch.sliding is None and len(groups) == 1 and groups[0].context_lens is not None
 

@@ -46,7 +46,7 @@ PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefi
 PARTIAL_SAVE_SECONDS = 1.0
 # At most this often a streaming pane redraws (30 a second). Drawing every token cost the UI
 # thread most of a core at one fast stream, taken from the engine on a 2-core machine: the
-# same decode ran at ~55 tok/s in the app against ~120 alone.
+# same decode ran at ~55-63 tok/s in the app against ~120 alone (75 paced).
 FRAME_SECONDS = 1 / 30
 DRAFT_SAVE_SECONDS = 1.0
 
