@@ -90,6 +90,12 @@ class ForwardBatch:
     def __post_init__(self) -> None:
         _check_block_size(self.block_size)
 
+    def single_query_group(self) -> AttentionGroup | None:
+        """The step's only attention group when every token attends as a single-query row (decode
+        tokens, short prompt chunks), else None: what the paged kernel and the native stack take."""
+        groups = self.attention_groups
+        return groups[0] if len(groups) == 1 and groups[0].context_lens is not None else None
+
 
 def _check_block_size(block_size: int) -> None:
     """Slots are block * block_size + offset: a size below 1 would divide by zero or alias every slot."""

@@ -76,11 +76,11 @@ class NativeAttention(Attention):
         k_cache: torch.Tensor,
         v_cache: torch.Tensor,
     ) -> torch.Tensor:
-        groups = batch.attention_groups
-        if len(groups) == 1 and groups[0].context_lens is not None:
+        group = batch.single_query_group()
+        if group is not None:
             # every token is a single-query row, in packed order: no gather or scatter of q
             q = self._project(x, batch, rope, k_cache, v_cache)
-            out = self._attend(q, groups[0], batch, k_cache, v_cache)
+            out = self._attend(q, group, batch, k_cache, v_cache)
             return self.out_proj(out.view(x.shape[0], -1))
         return super().forward(x, batch, rope, k_cache, v_cache)
 

@@ -37,16 +37,15 @@ def build_decode_stack(layers: nn.ModuleList) -> Any | None:
 
 
 def single_query_step(batch: ForwardBatch) -> bool:
-    """Every token of the step attends as a single-query row (decode tokens, short prompt chunks)."""
-    groups = batch.attention_groups
-    return batch.sliding is None and len(groups) == 1 and groups[0].context_lens is not None
+    """Every token of the step attends as a single-query row, and no layer slides a window."""
+    return batch.sliding is None and batch.single_query_group() is not None
 
 
 def run_decode_stack(
     stack: Any, hidden: torch.Tensor, batch: ForwardBatch, rope: Rope, cache: HybridCache
 ) -> torch.Tensor:
     """The step through ``stack``: ``hidden`` updated in place; returns the last layer's output."""
-    (group,) = batch.attention_groups
+    group = batch.single_query_group()
     return stack.run(
         hidden,
         cache.conv,

@@ -10,10 +10,20 @@ namespace lfm_kernels {
 
 LinearRef::LinearRef(const std::string& kind, int64_t out_features, std::vector<torch::Tensor> operands)
     : N_(out_features), t_(std::move(operands)) {
-  const size_t expected = kind == "bf16" ? 1 : kind == "int8" ? 2 : kind == "w8a8" ? 3 : kind == "int4" ? 3 : 0;
-  TORCH_CHECK(expected > 0, "unknown linear kind ", kind, " (bf16, int8, w8a8 or int4)");
-  TORCH_CHECK(t_.size() == expected, kind, " linear takes ", expected, " operands, not ", t_.size());
-  kind_ = kind == "bf16" ? Kind::kBf16 : kind == "int8" ? Kind::kInt8 : kind == "w8a8" ? Kind::kW8A8 : Kind::kInt4;
+  struct Known {
+    const char* name;
+    Kind kind;
+    size_t operands;
+  };
+  static constexpr Known known[] = {
+      {"bf16", Kind::kBf16, 1}, {"int8", Kind::kInt8, 2}, {"w8a8", Kind::kW8A8, 3}, {"int4", Kind::kInt4, 3}};
+  for (const Known& k : known) {
+    if (kind != k.name) continue;
+    TORCH_CHECK(t_.size() == k.operands, kind, " linear takes ", k.operands, " operands, not ", t_.size());
+    kind_ = k.kind;
+    return;
+  }
+  TORCH_CHECK(false, "unknown linear kind ", kind, " (bf16, int8, w8a8 or int4)");
 }
 
 torch::Tensor LinearRef::operator()(const torch::Tensor& input) const {
