@@ -86,23 +86,44 @@ struct Int4Panel {
   const bf16* steps;
 };
 
-// R activation rows against one panel; store(r, j, LANES fp32 sums). Per group, each load of
-// nibbles serves every row (its 2 * R activation quads broadcast once per load, not once per
-// vector: hoisted by hand, they leave the integer sums in registers where GCC's own hoisting
-// spilled them; 5-8% faster at 8-64 rows).
+// A panel's fp32 scales and minimums, [groups][scale, minimum][PANEL]: code * step, once per
+// panel for all its row tiles rather than once per tile (the same fp32 products either way).
+void panel_scales(const Int4Panel& w, int64_t groups, float* out) {
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* codes = w.codes + g * 2 * PANEL;
+    const bf16* steps = w.steps + g / BLOCK * 2 * PANEL;
+    UNROLL for (int j = 0; j < 2 * VECS; ++j)  // the scales' VECS vectors, then the minimums'
+      store(out + g * 2 * PANEL + j * LANES, mul(load_bf16(steps + j * LANES), load_u8(codes + j * LANES)));
+  }
+}
+
+// Vectors of a panel one pass of a tile covers: all of them for a single row (decode: nothing
+// to share, and fewer passes over the activations); half for several rows, so that the fp32
+// sums, the integer sums and the broadcast activations of R rows stay in registers (all VECS
+// spilled a third of the loop's instructions to the stack on AVX2, and on AVX-512 at 4 rows).
+template <int R>
+constexpr int PASS_VECS = R == 1 ? VECS : VECS / 2;
+
+// R activation rows against vectors [j0, j0 + PASS_VECS<R>) of one panel; store(r, j, LANES fp32
+// sums). Per group, each load of nibbles serves every row (its 2 * R activation quads broadcast
+// once per load, not once per vector).
+//
+// A single row takes its scales straight from the codes and steps (one tile per panel: nothing to
+// share, and a decode step's bandwidth is better spent on the weights); more rows take the
+// panel's precomputed ones (``scales``).
 template <int R, typename Store>
-inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const Int4Panel& w, Store&& store) {
-  vf acc[R][VECS];
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero();
+inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const Int4Panel& w, const float* scales,
+                      int j0, Store&& store) {
+  constexpr int NJ = PASS_VECS<R>;
+  vf acc[R][NJ];
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j) acc[r][j] = zero();
   const int8_t* xq = x.q.data() + m0 * x.stride;
   const float* xe = x.scale.data() + m0 * groups;
   const float* xs = x.sum.data() + m0 * groups;
   for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* qg = w.q + g * GROUP_BYTES;
-    const uint8_t* codes = w.codes + g * 2 * PANEL;
-    const bf16* steps = w.steps + g / BLOCK * 2 * PANEL;
-    U4Sums sums[R][VECS];
-    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) sums[r][j] = zero_i32();
+    const uint8_t* qg = w.q + g * GROUP_BYTES + j0 * LOADS * 4 * LANES;
+    U4Sums sums[R][NJ];
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j) sums[r][j] = zero_i32();
     UNROLL for (int t = 0; t < LOADS; ++t) {
       Quads xlo[R], xhi[R];
       UNROLL for (int r = 0; r < R; ++r) {
@@ -110,22 +131,59 @@ inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const In
         xlo[r] = broadcast_quad(a);
         xhi[r] = broadcast_quad(a + GROUP / 2);
       }
-      UNROLL for (int j = 0; j < VECS; ++j) {
+      UNROLL for (int j = 0; j < NJ; ++j) {
         Quads lo, hi;
         load_nibbles(qg + (j * LOADS + t) * 4 * LANES, lo, hi);
         UNROLL for (int r = 0; r < R; ++r) sums[r][j] = dot_u4(dot_u4(sums[r][j], lo, xlo[r]), hi, xhi[r]);
       }
     }
-    UNROLL for (int j = 0; j < VECS; ++j) {
-      const vf scale = mul(load_bf16(steps + j * LANES), load_u8(codes + j * LANES));
-      const vf minimum = mul(load_bf16(steps + PANEL + j * LANES), load_u8(codes + PANEL + j * LANES));
-      UNROLL for (int r = 0; r < R; ++r) {
-        const vf part = fnmadd(minimum, set1(xs[r * groups + g]), mul(scale, to_float(u4_total(sums[r][j]))));
-        acc[r][j] = fmadd(set1(xe[r * groups + g]), part, acc[r][j]);
+    vf scale[NJ], minimum[NJ];
+    if constexpr (R == 1) {
+      const uint8_t* codes = w.codes + g * 2 * PANEL + j0 * LANES;
+      const bf16* steps = w.steps + g / BLOCK * 2 * PANEL + j0 * LANES;
+      UNROLL for (int j = 0; j < NJ; ++j) {
+        scale[j] = mul(load_bf16(steps + j * LANES), load_u8(codes + j * LANES));
+        minimum[j] = mul(load_bf16(steps + PANEL + j * LANES), load_u8(codes + PANEL + j * LANES));
+      }
+    } else {
+      const float* precomputed = scales + g * 2 * PANEL + j0 * LANES;
+      UNROLL for (int j = 0; j < NJ; ++j) {
+        scale[j] = load(precomputed + j * LANES);
+        minimum[j] = load(precomputed + PANEL + j * LANES);
+      }
+    }
+    UNROLL for (int r = 0; r < R; ++r) {
+      const vf e = set1(xe[r * groups + g]), s = set1(xs[r * groups + g]);
+      UNROLL for (int j = 0; j < NJ; ++j) {
+        const vf part = fnmadd(minimum[j], s, mul(scale[j], to_float(u4_total(sums[r][j]))));
+        acc[r][j] = fmadd(e, part, acc[r][j]);
       }
     }
   }
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j) store(r, j0 + j, acc[r][j]);
+}
+
+// Every panel (split between threads) against all M rows, MR at a time, in passes of PASS_VECS.
+template <typename Store>
+void for_each_int4_tile(const Activations& x, int64_t M, int64_t panels, int64_t groups, const Int4Panel& first,
+                        Store&& store) {
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<float> scales(M > 1 ? groups * 2 * PANEL : 0);
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t blocks = (groups + BLOCK - 1) / BLOCK;
+      const Int4Panel w{first.q + p * groups * GROUP_BYTES, first.codes + p * groups * 2 * PANEL,
+                        first.steps + p * blocks * 2 * PANEL};
+      if (M > 1) panel_scales(w, groups, scales.data());
+      const auto tile = [&](auto R, int64_t m0, int64_t) {
+        for (int j0 = 0; j0 < VECS; j0 += PASS_VECS<R.value>)
+          tile_int4<R.value>(x, m0, groups, w, scales.data(), j0,
+                             [&](int r, int j, vf sums) { store(m0 + r, p * PANEL + LANES * j, sums); });
+      };
+      int64_t m = 0;
+      for (; m + MR <= M; m += MR) tile(std::integral_constant<int, MR>{}, m, p);
+      remainder_tile<MR - 1>(M - m, m, p, tile);
+    }
+  });
 }
 
 void check_int4(const at::Tensor& t, at::ScalarType dtype, int64_t numel, const char* what) {
@@ -150,15 +208,9 @@ at::Tensor linear_int4(const at::Tensor& x, const at::Tensor& q, const at::Tenso
   check_int4(steps, at::kBFloat16, panels * blocks * 2 * PANEL, "int4 steps");
   const Output result(x, N, out);
   const Activations xq = quantize_groups(x.data_ptr<bf16>(), M, K, groups);
-  const uint8_t* qp = q.data_ptr<uint8_t>();
-  const uint8_t* cp = codes.data_ptr<uint8_t>();
-  const bf16* sp = steps.data_ptr<bf16>();
-  for_each_tile(M, panels, [&](auto R, int64_t m0, int64_t p) {
-    const Int4Panel panel{qp + p * groups * GROUP_BYTES, cp + p * groups * 2 * PANEL, sp + p * blocks * 2 * PANEL};
-    tile_int4<R.value>(xq, m0, groups, panel, [&](int r, int j, vf sums) {
-      result.store(m0 + r, p * PANEL + LANES * j, sums);
-    });
-  });
+  const Int4Panel weights{q.data_ptr<uint8_t>(), codes.data_ptr<uint8_t>(), steps.data_ptr<bf16>()};
+  for_each_int4_tile(xq, M, panels, groups, weights,
+                     [&](int64_t row, int64_t n0, vf sums) { result.store(row, n0, sums); });
   return result.tensor();
 }
 
