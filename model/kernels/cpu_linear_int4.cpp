@@ -167,21 +167,18 @@ inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const In
 template <typename Store>
 void for_each_int4_tile(const Activations& x, int64_t M, int64_t panels, int64_t groups, const Int4Panel& first,
                         Store&& store) {
+  const int64_t blocks = (groups + BLOCK - 1) / BLOCK;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<float> scales(M > 1 ? groups * 2 * PANEL : 0);
     for (int64_t p = p0; p < p1; ++p) {
-      const int64_t blocks = (groups + BLOCK - 1) / BLOCK;
       const Int4Panel w{first.q + p * groups * GROUP_BYTES, first.codes + p * groups * 2 * PANEL,
                         first.steps + p * blocks * 2 * PANEL};
       if (M > 1) panel_scales(w, groups, scales.data());
-      const auto tile = [&](auto R, int64_t m0, int64_t) {
+      row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
         for (int j0 = 0; j0 < VECS; j0 += PASS_VECS<R.value>)
           tile_int4<R.value>(x, m0, groups, w, scales.data(), j0,
                              [&](int r, int j, vf sums) { store(m0 + r, p * PANEL + LANES * j, sums); });
-      };
-      int64_t m = 0;
-      for (; m + MR <= M; m += MR) tile(std::integral_constant<int, MR>{}, m, p);
-      remainder_tile<MR - 1>(M - m, m, p, tile);
+      });
     }
   });
 }

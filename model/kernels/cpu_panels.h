@@ -36,16 +36,20 @@ inline void remainder_tile(int64_t rows, int64_t m, int64_t p, Tile&& tile) {
   }
 }
 
-// Every panel (split between threads) against all M rows, MR at a time.
-// tile(R, m0, panel_index) runs one register tile; R is passed as a compile-time constant.
+// All M rows against panel p, MR at a time. tile(R, m0, p) runs one register tile; R is passed
+// as a compile-time constant.
+template <typename Tile>
+inline void row_tiles(int64_t M, int64_t p, Tile&& tile) {
+  int64_t m = 0;
+  for (; m + MR <= M; m += MR) tile(std::integral_constant<int, MR>{}, m, p);
+  remainder_tile<MR - 1>(M - m, m, p, tile);
+}
+
+// Every panel (split between threads) against all M rows.
 template <typename Tile>
 void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
-    for (int64_t p = p0; p < p1; ++p) {
-      int64_t m = 0;
-      for (; m + MR <= M; m += MR) tile(std::integral_constant<int, MR>{}, m, p);
-      remainder_tile<MR - 1>(M - m, m, p, tile);
-    }
+    for (int64_t p = p0; p < p1; ++p) row_tiles(M, p, tile);
   });
 }
 
