@@ -143,7 +143,11 @@ class ChatScreen(Screen[None]):
         self.grid.styles.grid_size_columns, self.grid.styles.grid_size_rows = layout.columns, layout.rows
         self.dashboard.set_mode(layout.dashboard)
         self.too_small.update(f"{layout.too_small}\nEnlarge the window, or close a pane (ctrl+w).")
+        was_too_small = self.has_class("-too-small")
         self.set_class(layout.too_small is not None, "-too-small")
+        if was_too_small and layout.too_small is None and self.focused is None:
+            # hiding the panes took the focus away: give it back, so typing goes where it went before
+            self.call_after_refresh(self.active_pane.focus_input)
 
     # ------------------------------------------------------------------ backend -> panes
     @work(thread=True, exclusive=True, group="monitor")

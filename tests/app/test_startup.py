@@ -159,6 +159,10 @@ async def test_80x24_renders_usable_panes_and_tiny_terminals_get_a_notice(make_o
         assert screen.query_one("#too-small").region.height > 0
         await pilot.resize_terminal(80, 24)
         await wait_until(pilot, lambda: not screen.has_class("-too-small"), "the panes to come back")
+        # typing goes to the pane it went to before the terminal shrank
+        await wait_until(pilot, lambda: app.focused is screen.panes[0].prompt_input, "the input's focus")
+        await pilot.press("h", "i")
+        assert screen.panes[0].prompt_input.text == "hi"
 
 
 async def test_a_quantized_model_from_the_command_line_answers_and_says_so(tmp_path: Path) -> None:
