@@ -86,15 +86,18 @@ struct Int4Panel {
   const bf16* steps;
 };
 
-// A panel's fp32 scales and minimums, [groups][scale, minimum][PANEL]: code * step, once per
-// panel for all its row tiles rather than once per tile (the same fp32 products either way).
+// LANES scales (or minimums) of group g: code * step. The one formula both ways of getting them
+// use, so that a row's result does not depend on which way its tile took.
+inline vf group_scale(const Int4Panel& w, int64_t g, int offset) {
+  return mul(load_bf16(w.steps + g / BLOCK * 2 * PANEL + offset), load_u8(w.codes + g * 2 * PANEL + offset));
+}
+
+// A panel's fp32 scales and minimums, [groups][scale, minimum][PANEL], once per panel for all
+// its row tiles rather than once per tile.
 void panel_scales(const Int4Panel& w, int64_t groups, float* out) {
-  for (int64_t g = 0; g < groups; ++g) {
-    const uint8_t* codes = w.codes + g * 2 * PANEL;
-    const bf16* steps = w.steps + g / BLOCK * 2 * PANEL;
+  for (int64_t g = 0; g < groups; ++g)
     UNROLL for (int j = 0; j < 2 * VECS; ++j)  // the scales' VECS vectors, then the minimums'
-      store(out + g * 2 * PANEL + j * LANES, mul(load_bf16(steps + j * LANES), load_u8(codes + j * LANES)));
-  }
+      store(out + g * 2 * PANEL + j * LANES, group_scale(w, g, j * LANES));
 }
 
 // Vectors of a panel one pass of a tile covers: all of them for a single row (decode: nothing
@@ -139,11 +142,9 @@ inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const In
     }
     vf scale[NJ], minimum[NJ];
     if constexpr (R == 1) {
-      const uint8_t* codes = w.codes + g * 2 * PANEL + j0 * LANES;
-      const bf16* steps = w.steps + g / BLOCK * 2 * PANEL + j0 * LANES;
       UNROLL for (int j = 0; j < NJ; ++j) {
-        scale[j] = mul(load_bf16(steps + j * LANES), load_u8(codes + j * LANES));
-        minimum[j] = mul(load_bf16(steps + PANEL + j * LANES), load_u8(codes + PANEL + j * LANES));
+        scale[j] = group_scale(w, g, (j0 + j) * LANES);
+        minimum[j] = group_scale(w, g, PANEL + (j0 + j) * LANES);
       }
     } else {
       const float* precomputed = scales + g * 2 * PANEL + j0 * LANES;
