@@ -23,9 +23,10 @@ _BLANKS = " \t"
 _NAME = re.compile(r"[a-zA-Z_:][a-zA-Z0-9_:]*")
 _LABEL = re.compile(r'[ \t]*([a-zA-Z_][a-zA-Z0-9_]*)[ \t]*=[ \t]*"((?:[^"\\\n]|\\[\\"n])*)"[ \t]*(,?)[ \t]*')
 _LABELS_END = re.compile(r"[ \t]*\}")
-_VALUE = re.compile(
-    r"[ \t]*([+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?|[iI][nN][fF](?:[iI][nN][iI][tT][yY])?)|[nN][aA][nN])"
-    r"(?:[ \t]+(-?\d{1,19}))?[ \t]*"
+_VALUE = re.compile(  # a Go float, then an optional int64 timestamp (more than 19 digits is not one)
+    r"[ \t]*([+-]?(?:(?:\d+(?:\.\d*)?|\.\d+)(?:e[+-]?\d+)?|inf(?:inity)?)|nan)"
+    r"(?:[ \t]+(-?\d{1,19}))?[ \t]*",
+    re.IGNORECASE,
 )
 _UNESCAPE = re.compile(r"\\(.)")
 _ESCAPED = {"\\": "\\", '"': '"', "n": "\n"}
