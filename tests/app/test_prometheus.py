@@ -11,7 +11,8 @@ from hypothesis import strategies as st
 
 from app.backend import prometheus
 from app.backend.prometheus import MAX_LABELS, MAX_LINES, Sample
-from app.backend.server_metrics import from_samples, from_slots, generated_total
+from app.backend.server_metrics import MAX_COUNT, MAX_TOKENS, from_samples, from_slots, generated_total
+from app.widgets.server_dashboard import server_line, server_lines
 from tests.app.fake_openai import VLLM_METRICS
 
 LLAMA_SERVER = """\
@@ -205,3 +206,31 @@ def test_valid_samples_round_trip(samples: list[Sample]) -> None:
     for got, sent in zip(parsed.samples, samples, strict=True):
         assert (got.name, got.labels, got.timestamp) == (sent.name, sent.labels, sent.timestamp)
         assert got.value == sent.value or (math.isnan(got.value) and math.isnan(sent.value))
+
+
+VLLM_NAMES = [
+    "vllm:num_requests_running",
+    "vllm:num_requests_waiting",
+    "vllm:kv_cache_usage_perc",
+    "vllm:prefix_cache_queries_total",
+    "vllm:prefix_cache_hits_total",
+    "vllm:num_preemptions_total",
+    "vllm:generation_tokens_total",
+]
+
+
+@PROPERTY
+@given(st.lists(st.tuples(st.sampled_from(VLLM_NAMES), st.floats()), min_size=1))
+def test_any_values_become_figures_that_can_be_true(values: list[tuple[str, float]]) -> None:
+    text = "vllm:num_requests_running 0\n" + "".join(f"{name} {value!r}\n" for name, value in values)
+    samples = prometheus.parse(text).totals()
+    snap = from_samples(samples)
+    assert snap is not None
+    for figure in (snap.running, snap.waiting, snap.preemptions):
+        assert figure is None or (isinstance(figure, int) and 0 <= figure <= MAX_COUNT)
+    for share in (snap.kv_usage, snap.prefix_hit_rate):
+        assert share is None or 0 <= share <= 1
+    total = generated_total(samples)
+    assert total is None or 0 <= total <= MAX_TOKENS
+    shown = str(server_lines(snap)) + server_line(snap)
+    assert not re.search(r"nan|inf|\d{11}|[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown.lower())
