@@ -40,6 +40,7 @@ class FakeServer:
         self.busy_times = 0  # answer 503 this many times first
         self.drop_after: int | None = None  # close the connection after this many words
         self.delay = 0.0  # seconds between words
+        self.metrics_body: bytes | str | None = None  # served verbatim at /metrics when set
         self.bodies: list[dict[str, Any]] = []
         self.running = 0
         self.generated = 0
@@ -83,6 +84,13 @@ class FakeServer:
                     return
                 if self.path == "/v1/models":
                     self.reply(200, json.dumps({"data": [{"id": "fake", "max_model_len": 4096}]}))
+                elif self.path == "/metrics" and server.metrics_body is not None:
+                    body = server.metrics_body
+                    data = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(len(data)))
+                    self.end_headers()
+                    self.wfile.write(data)
                 elif self.path == "/metrics" and server.metrics:
                     text = VLLM_METRICS % {"running": server.running, "generated": server.generated}
                     self.reply(200, text, "text/plain")
