@@ -333,13 +333,18 @@ class ChatTemplate:
             **plain_data(variables),
         }
         try:
-            return template_worker.render(self.source, context, time_limit)
-        except template_worker.WorkerUnavailable:
-            return self.render_here(context, time_limit)
+            return self._render_isolated(context, time_limit)
         except TemplateRefusal:
             raise
         except ChatTemplateError as exc:
             raise ChatTemplateError(f"{exc}, in {self.origin}") from None
+
+    def _render_isolated(self, context: dict[str, Any], time_limit: float) -> str:
+        """In a worker process; in this one where no worker can start (the module docstring says why)."""
+        try:
+            return template_worker.render(self.source, context, time_limit)
+        except template_worker.WorkerUnavailable:
+            return self.render_here(context, time_limit)
 
     def render_here(self, context: Mapping[str, Any], time_limit: float) -> str:
         """The render in this process, bounded by the deadline and the prices (the worker runs this).

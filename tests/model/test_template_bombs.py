@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from model import template_worker
 from model.errors import ChatTemplateError, CheckpointError
 from model.tokenizer import Tokenizer
 
@@ -72,6 +73,14 @@ BOMBS = {
 }
 
 
+@pytest.fixture(params=["worker", "in-process"])
+def render_mode(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Each bomb in a worker process, and in this process: the fallback where none can start."""
+    if request.param == "in-process":
+        monkeypatch.setattr(template_worker, "POOL", template_worker.WorkerPool(executable=""))
+    return request.param
+
+
 def _peak_rss() -> int:
     """This process's peak resident set (VmHWM) in bytes."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -104,7 +113,7 @@ def _render_in_thread(tokenizer: Tokenizer) -> tuple[threading.Thread, list[Base
 @pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads VmHWM from /proc")
 @pytest.mark.parametrize("name", BOMBS)
 def test_a_bomb_is_a_clear_error_within_seconds_and_memory_stays_bounded(
-    name: str, tiny_ckpt: Path, tmp_path: Path
+    name: str, render_mode: str, tiny_ckpt: Path, tmp_path: Path
 ) -> None:
     ckpt = _checkpoint(tiny_ckpt, tmp_path, BOMBS[name])
     tokenizer = Tokenizer.from_pretrained(ckpt)
@@ -119,7 +128,9 @@ def test_a_bomb_is_a_clear_error_within_seconds_and_memory_stays_bounded(
     assert _peak_rss() - peak_before < RSS_BOUND
 
 
-def test_other_threads_keep_running_python_while_a_bomb_renders(tiny_ckpt: Path, tmp_path: Path) -> None:
+def test_other_threads_keep_running_python_while_a_bomb_renders(
+    render_mode: str, tiny_ckpt: Path, tmp_path: Path
+) -> None:
     """The render must not hold the GIL: this thread counts loop steps all along, with no long gap."""
     tokenizer = Tokenizer.from_pretrained(_checkpoint(tiny_ckpt, tmp_path, BOMBS["power"]))
     thread, outcome = _render_in_thread(tokenizer)
@@ -174,3 +185,20 @@ def test_a_bad_chat_template_in_tokenizer_config_is_a_checkpoint_error_naming_th
     with pytest.raises(CheckpointError, match=message) as info:
         Tokenizer.from_pretrained(ckpt)
     assert str(ckpt / "tokenizer_config.json") in str(info.value)
+
+
+def test_the_worker_caps_memory_the_prices_allow(tiny_ckpt: Path, tmp_path: Path) -> None:
+    """Twenty distinct 64 MB strings, each within the caps: the worker's address-space limit ends it."""
+    sets = "".join(f"{{% set ns.s{i} = big ~ {i} %}}" for i in range(20))
+    template = (
+        "{% set ns = namespace() %}{% set big = '\U0001f600' * 16000000 %}" + sets + "{{ ns.s0|length }}"
+    )
+    tokenizer = Tokenizer.from_pretrained(_checkpoint(tiny_ckpt, tmp_path, template))
+    peak_before = _peak_rss()
+    with pytest.raises(ChatTemplateError, match="memory") as info:
+        tokenizer.render_chat(CONVERSATION)
+    assert "chat_template.jinja" in str(info.value)
+    assert _peak_rss() - peak_before < RSS_BOUND
+    assert tokenizer.render_chat is not None and Tokenizer.from_pretrained(tiny_ckpt).render_chat(
+        CONVERSATION
+    )
