@@ -6,8 +6,23 @@ helpers: the ``generation`` tag (it marks the assistant's span for training mask
 body), ``tojson`` with json.dumps' arguments, ``strftime_now`` and ``raise_exception``. The inputs
 go through the same normalisation (keys set to None dropped, reasoning aliased to ``thinking``,
 plain JSON data only), so the same conversation gives the same text, and therefore the same
-tokens. On top of the sandbox a render has a deadline: a template that loops for hours is an error
-after ``RENDER_TIME_LIMIT`` seconds, not a frozen app.
+tokens.
+
+The sandbox stops a template reaching Python's internals, not a template computing or allocating
+without end, so a render is bounded three ways:
+
+- time: a deadline (``RENDER_TIME_LIMIT``), checked at every loop step and every call;
+- size: every operator, method and filter that can grow a value is priced before it runs
+  (model/template_limits.py), because one such operation is one C call that holds the GIL
+  (``(10*n)**(10**8)`` runs for minutes, ``'a'*3000000000`` allocates 3 GB) and no deadline can
+  interrupt it; the output, and each ``{{ value }}`` and ``~``, are priced the same way;
+- a backstop: the render runs in a worker process (model/template_worker.py) with an address-space
+  limit, killed if it outlives its deadline, so a bomb the pricing misses costs that process and
+  a clear error, never this one. Where no process can be started, renders fall back to the first
+  two bounds in this process (said once, in the log).
+
+An attribute a sandbox refuses (``__class__``, ``__globals__``...) is an error at once, rather than
+transformers' silent empty string: only a hostile template reaches for one.
 """
 
 from __future__ import annotations
@@ -24,9 +39,11 @@ from jinja2 import nodes
 from jinja2.ext import Extension
 from jinja2.parser import Parser
 from jinja2.runtime import Context, Macro
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from jinja2.utils import Namespace
+from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+from jinja2.utils import Namespace, generate_lorem_ipsum
 
+from model import template_limits as limits
+from model import template_worker
 from model.errors import ChatTemplateError
 
 RENDER_TIME_LIMIT = 2.0  # seconds a chat template may run before a render gives up on it
@@ -77,6 +94,9 @@ LFM2_CHAT_TEMPLATE = """\
 # When the render running in this thread (or task) must stop; no limit outside a render.
 _deadline: ContextVar[float] = ContextVar("chat_template_deadline", default=math.inf)
 _LOOP_GUARD = "__loop_guard"  # the template global every {% for %} iterates through
+_CONCAT = "__concat"  # the template global every ``a ~ b`` calls
+# A failure's message is one line for the user; a template can make its exception's text any size.
+MESSAGE_LIMIT = 500
 
 
 class _TimeUp(Exception):
@@ -95,9 +115,18 @@ def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
         yield item
 
 
+class TemplateRefusal(ChatTemplateError):
+    """The template's own ``raise_exception``: its message is for the user, as it stands."""
+
+
 def _raise_exception(message: str) -> None:
     """Hub templates call this to refuse a conversation ("roles must alternate"): the message is the error."""
-    raise ChatTemplateError(str(message))
+    raise TemplateRefusal(_one_line(str(message)))
+
+
+def _one_line(message: str) -> str:
+    line = " ".join(message.split())
+    return line if len(line) <= MESSAGE_LIMIT else line[: MESSAGE_LIMIT - 1] + "…"
 
 
 def _tojson(
@@ -108,13 +137,32 @@ def _tojson(
     sort_keys: bool = False,
 ) -> str:
     """transformers' ``tojson``: json.dumps with its arguments in transformers' order, no HTML escaping."""
+    limits.check_json_layout(indent, separators)
     return json.dumps(
         value, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys
     )
 
 
 def _strftime_now(format: str) -> str:
+    limits.check_strftime(format)
     return datetime.now().strftime(format)
+
+
+def _lipsum(n: int = 5, html: bool = True, min: int = 20, max: int = 100) -> str:
+    limits.check_lipsum(n, html, min, max)
+    return generate_lorem_ipsum(n, html, min, max)
+
+
+def _concat(*values: Any) -> str:
+    """``a ~ b ~ ...`` as Jinja joins it (str of each), priced first: doubling a string in a loop stops."""
+    limits.check_text(sum(limits.text_size(value) for value in values), "a joined string")
+    return "".join(map(str, values))
+
+
+def _finalize(value: Any) -> Any:
+    """Each ``{{ value }}``, priced before Jinja makes it text (a list of a million copies of a string)."""
+    limits.check_text(limits.text_size(value), "an output value")
+    return value
 
 
 class _TemplateDict:
@@ -162,36 +210,54 @@ class _GenerationTag(Extension):
 
 
 class _ChatSandbox(ImmutableSandboxedEnvironment):
-    """transformers' sandbox, plus the clock: every call a template makes checks the render's deadline.
+    """transformers' sandbox, plus the clock and the prices of what a template computes.
 
-    With the loop guard (every loop step checks it too) this covers what can run long in template
-    code: loops, and macros calling macros.
+    Every call a template makes checks the render's deadline (with the loop guard, which checks it
+    at every loop step, this covers what can run long in template code: loops, and macros calling
+    macros); operators, calls and attributes are checked as the module docstring says.
     """
+
+    intercepted_binops = frozenset({"*", "**", "+", "%"})
 
     def call(self, context: Context, obj: Any, /, *args: Any, **kwargs: Any) -> Any:
         _check_deadline()
-        return super().call(context, obj, *args, **kwargs)
+        limits.check_method_call(obj, args, kwargs)
+        return limits.check_result(super().call(context, obj, *args, **kwargs), "a call's result")
+
+    def call_binop(self, context: Context, operator: str, left: Any, right: Any) -> Any:
+        limits.check_binop(operator, left, right)
+        return super().call_binop(context, operator, left, right)
+
+    def unsafe_undefined(self, obj: Any, attribute: str) -> Any:
+        raise SecurityError(f"access to attribute {attribute!r} of a {type(obj).__name__!r} is unsafe")
 
 
-def _guard_loops(template: nodes.Template) -> nodes.Template:
-    """Rewrite every ``{% for x in items %}`` as ``{% for x in __loop_guard(items) %}``."""
+def _guard_tree(template: nodes.Template) -> nodes.Template:
+    """Rewrite every ``{% for x in items %}`` as ``{% for x in __loop_guard(items) %}``, and every
+    ``a ~ b`` as ``__concat(a, b)``."""
     for loop in template.find_all(nodes.For):
         guard = nodes.Name(_LOOP_GUARD, "load", lineno=loop.lineno)
         loop.iter = nodes.Call(guard, [loop.iter], [], None, None, lineno=loop.lineno)
+    for concat in template.find_all(nodes.Concat):
+        joined = nodes.Call(nodes.Name(_CONCAT, "load"), concat.nodes, [], None, None, lineno=concat.lineno)
+        concat.nodes = [joined]  # a Concat of one item: that item's text
     return template
 
 
 def _environment() -> _ChatSandbox:
     extensions = [_GenerationTag, "jinja2.ext.loopcontrols"]
-    env = _ChatSandbox(trim_blocks=True, lstrip_blocks=True, extensions=extensions)
+    env = _ChatSandbox(trim_blocks=True, lstrip_blocks=True, extensions=extensions, finalize=_finalize)
     env.filters["tojson"] = _tojson
+    env.filters = limits.priced_filters(env.filters)
     env.globals.update(
         raise_exception=_raise_exception,
         strftime_now=_strftime_now,
         dict=_TemplateDict(),
         namespace=_TemplateNamespace,
+        lipsum=_lipsum,
     )
     env.globals[_LOOP_GUARD] = _loop_guard
+    env.globals[_CONCAT] = _concat
     return env
 
 
@@ -230,12 +296,16 @@ def template_messages(messages: Sequence[Mapping[str, Any]]) -> list[dict[str, A
 
 
 class ChatTemplate:
-    """One compiled chat template; jinja2's TemplateError if the source does not parse."""
+    """One compiled chat template; jinja2's TemplateError if the source does not parse.
 
-    def __init__(self, source: str) -> None:
+    ``origin`` names the template in every error a render gives (its file, or "LFM2's template").
+    """
+
+    def __init__(self, source: str, origin: str = "the built-in template") -> None:
         env = _environment()
         self.source = source
-        self._template = env.from_string(_guard_loops(env.parse(source)))
+        self.origin = origin
+        self._template = env.from_string(_guard_tree(env.parse(source)))
 
     def render(
         self,
@@ -249,25 +319,59 @@ class ChatTemplate:
     ) -> str:
         """The prompt text; ``variables`` are the template's own (special tokens, ``keep_past_thinking``...).
 
-        ChatTemplateError if the template refuses the conversation, fails, or runs longer than
-        ``time_limit`` seconds (a render is normally well under 1 ms).
+        ChatTemplateError if the template refuses the conversation, fails, builds more than the
+        caps allow, or runs longer than ``time_limit`` seconds (a render is normally well under
+        1 ms); apart from a refusal (the template's own words), the message names ``origin``.
         """
         if tools is not None and not all(isinstance(tool, Mapping) for tool in tools):
             raise ChatTemplateError("tools must be JSON schemas (mappings)")
+        context = {
+            "messages": template_messages(messages),
+            "tools": plain_data(None if tools is None else list(tools)),
+            "documents": plain_data(None if documents is None else list(documents)),
+            "add_generation_prompt": add_generation_prompt,
+            **plain_data(variables),
+        }
+        try:
+            return self._render_isolated(context, time_limit)
+        except TemplateRefusal:
+            raise
+        except ChatTemplateError as exc:
+            raise ChatTemplateError(f"{exc}, in {self.origin}") from None
+
+    def _render_isolated(self, context: dict[str, Any], time_limit: float) -> str:
+        """In a worker process; in this one where no worker can start (the module docstring says why)."""
+        try:
+            return template_worker.render(self.source, context, time_limit)
+        except template_worker.WorkerUnavailable:
+            return self.render_here(context, time_limit)
+
+    def render_here(self, context: Mapping[str, Any], time_limit: float) -> str:
+        """The render in this process, bounded by the deadline and the prices (the worker runs this).
+
+        ChatTemplateError whose message does not name the template yet (the caller knows its origin).
+        """
         token = _deadline.set(time.monotonic() + time_limit)
         try:
-            return self._template.render(
-                messages=template_messages(messages),
-                tools=plain_data(None if tools is None else list(tools)),
-                documents=plain_data(None if documents is None else list(documents)),
-                add_generation_prompt=add_generation_prompt,
-                **plain_data(variables),
-            )
+            return self._bounded_output(context)
         except ChatTemplateError:
             raise
         except _TimeUp:
             raise ChatTemplateError(f"the chat template took longer than {time_limit:g} s") from None
+        except limits.RenderLimitError as exc:
+            raise ChatTemplateError(f"the chat template was stopped: {exc}") from None
+        except MemoryError:
+            raise ChatTemplateError("the chat template needed more memory than a render may use") from None
         except Exception as exc:  # anything else the template's code raised: still the template's fault
-            raise ChatTemplateError(f"the chat template failed ({type(exc).__name__}: {exc})") from None
+            reason = _one_line(f"{type(exc).__name__}: {exc}")
+            raise ChatTemplateError(f"the chat template failed ({reason})") from None
         finally:
             _deadline.reset(token)
+
+    def _bounded_output(self, context: Mapping[str, Any]) -> str:
+        parts, size = [], 0
+        for part in self._template.generate(context):
+            size += len(part)
+            limits.check_text(size, "the rendered prompt")
+            parts.append(part)
+        return "".join(parts)

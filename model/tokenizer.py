@@ -14,7 +14,6 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from jinja2 import TemplateError
 from tokenizers import Tokenizer as BackendTokenizer
 
 from model.chat_template import LFM2_CHAT_TEMPLATE, RENDER_TIME_LIMIT, ChatTemplate
@@ -58,6 +57,9 @@ _TEMPLATE_TOKEN_NAMES = (
     "mask_token",
 )
 DEFAULT_TEMPLATE = "default"
+# A chat template's source: real ones are 1-30 KiB; parsing one costs memory and time in proportion.
+TEMPLATE_SOURCE_LIMIT = 2**20
+_LFM2_TEMPLATE = ChatTemplate(LFM2_CHAT_TEMPLATE, "LFM2's built-in chat template")
 TOOL_TEMPLATE = "tool_use"  # transformers' choice for a render with tools, when a checkpoint names one
 
 
@@ -68,25 +70,60 @@ def _token_content(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _read_chat_templates(root: Path, tokenizer_config: Mapping[str, Any]) -> dict[str, str]:
-    """Template sources by name, found as transformers finds them.
+def _read_chat_templates(root: Path, tokenizer_config: Mapping[str, Any]) -> dict[str, ChatTemplate]:
+    """Templates by name, found as transformers finds them, each compiled and named by its file.
 
     Files win over tokenizer_config.json: chat_template.jinja is "default", and each
     additional_chat_templates/NAME.jinja is NAME. In the config, "chat_template" is one template
-    or a list of {"name", "template"}.
+    or a list of {"name", "template"}. CheckpointError naming the file for anything else.
     """
     files = {"default": root / "chat_template.jinja"}
     files.update((path.stem, path) for path in sorted((root / "additional_chat_templates").glob("*.jinja")))
-    found = {name: path.read_text(encoding="utf-8") for name, path in files.items() if path.is_file()}
+    found = {name: path for name, path in files.items() if path.is_file()}
     if found:
-        return found
+        return {name: _compile(_read_template_file(path), str(path)) for name, path in found.items()}
     template = tokenizer_config.get("chat_template")
+    origin = f"the chat_template of {root / 'tokenizer_config.json'}"
+    if template is None:
+        return {}
     if isinstance(template, str):
-        return {"default": template}
-    if isinstance(template, list):
-        named = (t for t in template if isinstance(t, Mapping))
-        return {t["name"]: t["template"] for t in named if isinstance(t.get("template"), str)}
-    return {}
+        return {"default": _compile(template, origin)}
+    named = template if isinstance(template, list) else [None]
+    if not all(isinstance(t, Mapping) and isinstance(t.get("template"), str) for t in named):
+        raise CheckpointError(f"{origin} is not a template (a string, or a list of name and template)")
+    return {str(t.get("name")): _compile(t["template"], f"{origin} named {t.get('name')!r}") for t in named}
+
+
+def _read_template_file(path: Path) -> str:
+    """A template file's text: UTF-8, at most TEMPLATE_SOURCE_LIMIT bytes."""
+    try:
+        with path.open("rb") as file:
+            data = file.read(TEMPLATE_SOURCE_LIMIT + 1)
+    except OSError as exc:
+        raise CheckpointError(f"{path} cannot be read ({exc.strerror or exc})") from None
+    _check_source_size(len(data), str(path))
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise CheckpointError(f"{path} is not UTF-8 (byte {exc.start} is {data[exc.start]:#04x})") from None
+
+
+def _check_source_size(size: int, origin: str) -> None:
+    if size > TEMPLATE_SOURCE_LIMIT:
+        raise CheckpointError(
+            f"{origin} is larger than {TEMPLATE_SOURCE_LIMIT >> 10} KiB: not a chat template"
+        )
+
+
+def _compile(source: str, origin: str) -> ChatTemplate:
+    _check_source_size(len(source.encode("utf-8", "surrogatepass")), origin)
+    try:
+        return ChatTemplate(source, origin)
+    except Exception as exc:  # a TemplateSyntaxError, or a nesting deep enough for a RecursionError
+        reason = " ".join(str(exc).split())[:300] or type(exc).__name__
+        raise CheckpointError(
+            f"the checkpoint's chat template does not compile ({reason}), in {origin}"
+        ) from None
 
 
 class Tokenizer:
@@ -95,17 +132,13 @@ class Tokenizer:
     def __init__(
         self,
         backend: BackendTokenizer,
-        chat_templates: Mapping[str, str],
+        chat_templates: Mapping[str, ChatTemplate],
         template_tokens: Mapping[str, str],
         extra_stop_ids: Iterable[int] = (),
     ) -> None:
         """``chat_templates`` by name (_read_chat_templates); without a "default", LFM2's ChatML is it."""
         self._backend = backend
-        sources = {DEFAULT_TEMPLATE: LFM2_CHAT_TEMPLATE, **chat_templates}
-        try:
-            self._templates = {name: ChatTemplate(source) for name, source in sources.items()}
-        except TemplateError as exc:
-            raise CheckpointError(f"the checkpoint's chat template does not compile ({exc})") from None
+        self._templates = {DEFAULT_TEMPLATE: _LFM2_TEMPLATE, **chat_templates}
         self._template_tokens = dict(template_tokens)
         self._special_ids = frozenset(
             i for i, tok in backend.get_added_tokens_decoder().items() if tok.special
