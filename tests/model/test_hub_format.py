@@ -10,19 +10,26 @@ from pathlib import Path
 
 import pytest
 import torch
+from safetensors.torch import load_file, save_file
 
 from engine import Engine, EngineConfig, SamplingParams
 from model.config import ATTENTION, CONV, SLIDING
+from model.errors import CheckpointError
 from model.loader import load_model
 from model.tiny import write_tiny_tokenizer
 from model.tokenizer import LFM2_SPECIAL_TOKENS
-from model.weights import INDEX_FILE
+from model.weights import INDEX_FILE, SINGLE_FILE
 
 transformers = pytest.importorskip("transformers")
 
 FP32_TOL = 1e-4
 VOCAB = 320
-HEAD = {"num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": VOCAB, "max_position_embeddings": 512}
+HEAD = {
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "vocab_size": VOCAB,
+    "max_position_embeddings": 512,
+}
 # transformers' own config classes, filled in as a user's fine-tune would be
 FAMILIES = {
     "lfm2": lambda: transformers.Lfm2Config(
@@ -36,7 +43,8 @@ FAMILIES = {
     ),
     "lfm3": lambda: transformers.Lfm3Config(
         hidden_size=64, intermediate_size=96, num_hidden_layers=4, head_dim=32, sliding_window=6,
-        layer_types=[CONV, SLIDING, ATTENTION, SLIDING], pad_token_id=0, bos_token_id=1, eos_token_id=7, **HEAD,
+        layer_types=[CONV, SLIDING, ATTENTION, SLIDING], pad_token_id=0, bos_token_id=1, eos_token_id=7,
+        **HEAD,
     ),
     "lfm3_ungated": lambda: transformers.Lfm3Config(
         hidden_size=64, intermediate_size=96, num_hidden_layers=4, head_dim=16, sliding_window=5,
@@ -109,3 +117,61 @@ def test_a_sharded_save_pretrained_checkpoint_loads(tmp_path: Path, family: str)
     index = json.loads((tmp_path / INDEX_FILE).read_text())
     assert len(set(index["weight_map"].values())) > 2
     assert_same_answer(tmp_path, reference)
+
+
+@pytest.mark.parametrize("family", ["lfm3", "lfm2_moe"])
+def test_transformers_in_memory_names_load_too(tmp_path: Path, family: str):
+    """A state_dict saved as it is in transformers' memory (LFM3's g_proj, LFM2-MoE's stacked
+    gate_up_proj/down_proj), as other tools write it: transformers loads it, so do we."""
+    reference = saved_by_transformers(FAMILIES[family](), tmp_path)
+    in_memory = {
+        name: t.contiguous() for name, t in reference.state_dict().items() if name != "lm_head.weight"
+    }
+    assert any("g_proj" in name or "gate_up_proj" in name for name in in_memory)
+    save_file(in_memory, str(tmp_path / SINGLE_FILE), metadata={"format": "pt"})
+    assert_same_answer(tmp_path, reference)
+
+
+def _rewrite(path: Path, change) -> None:
+    tensors = load_file(str(path / SINGLE_FILE))
+    change(tensors)
+    save_file(tensors, str(path / SINGLE_FILE), metadata={"format": "pt"})
+
+
+def test_a_stacked_expert_tensor_of_the_wrong_shape_is_refused_by_name(tmp_path: Path):
+    reference = saved_by_transformers(FAMILIES["lfm2_moe"](), tmp_path)
+    stacked = "model.layers.2.feed_forward.experts.gate_up_proj"
+    save_file(
+        {stacked: reference.state_dict()[stacked][:3].contiguous()}, str(tmp_path / "extra.safetensors")
+    )
+    (tmp_path / INDEX_FILE).write_text(
+        json.dumps(
+            {
+                "weight_map": {
+                    stacked: "extra.safetensors",
+                    **dict.fromkeys(load_file(str(tmp_path / SINGLE_FILE)), SINGLE_FILE),
+                }
+            }
+        )
+    )
+    with pytest.raises(
+        CheckpointError, match=rf"tensor {stacked} has shape \(3, 64, 64\), expected \(4, 64, 64\)"
+    ):
+        load_model(tmp_path)
+
+
+def test_a_tensor_under_both_its_names_is_refused_by_name(tmp_path: Path):
+    saved_by_transformers(FAMILIES["lfm3"](), tmp_path)
+    gate = "model.layers.1.self_attn.gate_proj.weight"
+    _rewrite(tmp_path, lambda tensors: tensors.update({gate.replace("gate_proj", "g_proj"): tensors[gate].clone()}))
+    with pytest.raises(CheckpointError, match=f"holds tensor {gate} twice"):
+        load_model(tmp_path)
+
+
+def test_a_missing_gate_is_refused_by_its_on_disk_name(tmp_path: Path):
+    saved_by_transformers(FAMILIES["lfm3"](), tmp_path)
+    _rewrite(tmp_path, lambda tensors: tensors.pop("model.layers.2.self_attn.gate_proj.weight"))
+    with pytest.raises(
+        CheckpointError, match=r"missing tensor model\.layers\.2\.self_attn\.gate_proj\.weight$"
+    ):
+        load_model(tmp_path)
