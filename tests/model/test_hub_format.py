@@ -163,7 +163,8 @@ def test_a_stacked_expert_tensor_of_the_wrong_shape_is_refused_by_name(tmp_path:
 def test_a_tensor_under_both_its_names_is_refused_by_name(tmp_path: Path):
     saved_by_transformers(FAMILIES["lfm3"](), tmp_path)
     gate = "model.layers.1.self_attn.gate_proj.weight"
-    _rewrite(tmp_path, lambda tensors: tensors.update({gate.replace("gate_proj", "g_proj"): tensors[gate].clone()}))
+    in_memory = gate.replace("gate_proj", "g_proj")
+    _rewrite(tmp_path, lambda tensors: tensors.update({in_memory: tensors[gate].clone()}))
     with pytest.raises(CheckpointError, match=f"holds tensor {gate} twice"):
         load_model(tmp_path)
 
