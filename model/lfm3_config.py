@@ -200,6 +200,8 @@ class Lfm3Config(Lfm2Config):
         return fields | {
             "block_auto_adjust_ff_dim": False,
             "model_type": cls.MODEL_TYPE,
+            # rms_norm_eps: another name of it in transformers' Lfm3Config (its attribute_map)
+            "norm_eps": raw.get("norm_eps", raw.get("rms_norm_eps", 1e-5)),
             "head_dim": raw.get("head_dim", 128),
             "sliding_window": raw.get("sliding_window", 256),
             "use_sandwich_norm": raw.get("use_sandwich_norm", True),
