@@ -3,7 +3,8 @@
 Read beside transformers' modular_lfm3.py. What differs from LFM2 (model/lfm2.py, model/layers.py):
 
 * ``GatedAttention``: the dense attention's heads, each scaled by ``sigmoid(g_proj(x))`` before
-  the output projection ``o_proj`` (Qwen3 names in the checkpoint: q/k/v/o_proj, q_norm, k_norm).
+  the output projection ``o_proj`` (Qwen3 names in the checkpoint: q/k/v/o_proj, q_norm, k_norm; the
+  gate is ``gate_proj`` on disk, transformers' ``g_proj`` in memory: model/checkpoint_names.py).
 * sliding-window layers: the same attention over the last ``sliding_window`` positions, with
   their KV in a pool of their own (``HybridCache.sliding_k``; ``ForwardBatch.sliding``).
 * ``rotary_table``: one RoPE per attention layer type; "proportional" RoPE turns only the first
@@ -95,7 +96,7 @@ class Lfm3ForCausalLM(Lfm2ForCausalLM):
         cls, tensors: dict[str, torch.Tensor], config: Lfm3Config, layer: int
     ) -> dict[str, torch.Tensor]:
         """One layer's checkpoint tensors -> module layout: w1/w3 and q/k/v concatenated (one matmul
-        each), the Qwen3 names of the dense attention's parts renamed to ours."""
+        each), the Qwen3 names of the dense attention's parts and the gate's on-disk name renamed to ours."""
         p = f"model.layers.{layer}."
         cls.fuse_feed_forward(tensors, config, layer, p + "feed_forward.")
         if config.layer_types[layer] == CONV:
@@ -106,7 +107,9 @@ class Lfm3ForCausalLM(Lfm2ForCausalLM):
         tensors[dense + "qkv_proj.weight"] = torch.cat((q, k, v))
         tensors[dense + "q_layernorm.weight"] = tensors.pop(attn + "q_norm.weight")
         tensors[dense + "k_layernorm.weight"] = tensors.pop(attn + "k_norm.weight")
-        if not config.use_attention_gate:
+        if config.use_attention_gate:
+            tensors[attn + "g_proj.weight"] = tensors.pop(attn + "gate_proj.weight")
+        else:
             tensors[attn + "out_proj.weight"] = tensors.pop(attn + "o_proj.weight")
         return tensors
 

@@ -139,7 +139,8 @@ class Lfm3Config(Lfm2Config):
         return shapes
 
     def attention_shapes(self, prefix: str) -> dict[str, tuple[int, ...]]:
-        """Qwen3-style names (o_proj, q_norm, k_norm) and the per-head gate g_proj."""
+        """Qwen3-style names (o_proj, q_norm, k_norm) and the per-head gate, ``gate_proj`` on disk
+        (transformers' ``g_proj`` in memory: model/checkpoint_names.py)."""
         h, hd = self.hidden_size, self.head_dim
         q_dim, kv_dim = self.num_attention_heads * hd, self.num_key_value_heads * hd
         shapes = {
@@ -151,7 +152,7 @@ class Lfm3Config(Lfm2Config):
             prefix + "k_norm.weight": (hd,),
         }
         if self.use_attention_gate:
-            shapes[prefix + "g_proj.weight"] = (self.num_attention_heads, h)
+            shapes[prefix + "gate_proj.weight"] = (self.num_attention_heads, h)
         return shapes
 
     # ------------------------------------------------------------------ checks
@@ -199,6 +200,8 @@ class Lfm3Config(Lfm2Config):
         return fields | {
             "block_auto_adjust_ff_dim": False,
             "model_type": cls.MODEL_TYPE,
+            # rms_norm_eps: another name of it in transformers' Lfm3Config (its attribute_map)
+            "norm_eps": raw.get("norm_eps", raw.get("rms_norm_eps", 1e-5)),
             "head_dim": raw.get("head_dim", 128),
             "sliding_window": raw.get("sliding_window", 256),
             "use_sandwich_norm": raw.get("use_sandwich_norm", True),

@@ -209,13 +209,17 @@ def save_random_checkpoint(
     raw_config["dtype"] = str(dtype).removeprefix("torch.")
     (out / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n", encoding="utf-8")
     save_random_weights(config, out, seed=seed, std=weight_std, dtype=dtype)
-    tokenizer_json = tiny_tokenizer_json(config.vocab_size, specials_last)
-    (out / "tokenizer.json").write_text(tokenizer_json, encoding="utf-8")
-    tokenizer_config = _tokenizer_config(config.max_position_embeddings)
+    write_tiny_tokenizer(out, config.vocab_size, specials_last, config.max_position_embeddings)
+    return out
+
+
+def write_tiny_tokenizer(out: Path, vocab_size: int, specials_last: bool, model_max_length: int) -> None:
+    """tokenizer.json (`tiny_tokenizer_json`) and tokenizer_config.json with LFM2's chat template."""
+    (out / "tokenizer.json").write_text(tiny_tokenizer_json(vocab_size, specials_last), encoding="utf-8")
+    tokenizer_config = _tokenizer_config(model_max_length)
     (out / "tokenizer_config.json").write_text(
         json.dumps(tokenizer_config, indent=2) + "\n", encoding="utf-8"
     )
-    return out
 
 
 def write_preset_cli(

@@ -1,7 +1,8 @@
 """Checkpoint tensors: the expected name/shape table, and loading ``*.safetensors`` against it.
 
-Names are the Hugging Face ones (``model.layers.N.self_attn.q_proj.weight``...), so a
-checkpoint written by ``save_pretrained`` loads with no renaming. Every problem is
+Names are the Hugging Face ones as on disk (``model.layers.N.self_attn.q_proj.weight``...): what
+``save_pretrained`` writes and the Hub holds; the other names transformers also loads are mapped to
+them first (model/checkpoint_names.py). Every problem is
 reported by tensor name, because "size mismatch" alone never tells a user what is wrong.
 """
 
@@ -20,6 +21,7 @@ from typing import Any, BinaryIO
 import torch
 from safetensors.torch import save_file
 
+from model.checkpoint_names import on_disk_names
 from model.config import Lfm2Config
 from model.errors import CheckpointError
 
@@ -182,7 +184,8 @@ class CheckpointTensors:
     """
 
     def __init__(self, checkpoint_dir: Path, config: Lfm2Config) -> None:
-        self.found = checkpoint_tensors(checkpoint_dir)
+        found = checkpoint_tensors(checkpoint_dir)
+        self.found = on_disk_names(found, config.expected_shapes(), config.model_type)
         _check_against_config(self.found, config, checkpoint_dir)
 
     def read(self, names: list[str], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:

@@ -11,6 +11,9 @@
                        ``model.tiny_moe.TINY_MOE_CONFIGS`` (LFM2-MoE),
                        with any keyword of its writer overridden (``seed=1``, ``dtype=torch.bfloat16``,
                        ``layer_types=[...]``...).
+                       Written as the Hub holds checkpoints: by transformers' save_pretrained
+                       (tests/transformers_writer.py), from the writer's seeded weights; by the writer
+                       alone where transformers is not installed (tests/model/test_tiny.py: both agree).
                        Each distinct request is written once per session and reused; treat the
                        directories as read-only (copy one with shutil.copytree before editing).
 
@@ -66,6 +69,16 @@ def _kernels_built() -> None:
     kernels.load()
 
 
+def in_hub_format(ours: Path, out: Path) -> Path:
+    """``ours`` written again by transformers' save_pretrained (tests/transformers_writer.py), as the Hub
+    holds checkpoints; ``ours`` itself where transformers is not installed."""
+    try:
+        from tests.transformers_writer import resave_with_transformers
+    except ImportError:
+        return ours
+    return resave_with_transformers(ours, out)
+
+
 @pytest.fixture(scope="session")
 def tiny_ckpt_factory(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpointFactory:
     made: dict[str, Path] = {}
@@ -75,9 +88,9 @@ def tiny_ckpt_factory(tmp_path_factory: pytest.TempPathFactory) -> TinyCheckpoin
             raise KeyError(f"unknown tiny preset {preset!r}; choose from {sorted(TINY_PRESETS)}")
         key = json.dumps([preset, overrides], sort_keys=True, default=str)
         if key not in made:
-            out = tmp_path_factory.mktemp(f"tiny-{preset}")
             write, fields = TINY_PRESETS[preset]
-            made[key] = write(out, **{**fields, **overrides})
+            ours = write(tmp_path_factory.mktemp(f"tiny-{preset}-ours"), **{**fields, **overrides})
+            made[key] = in_hub_format(ours, tmp_path_factory.mktemp(f"tiny-{preset}"))
         return made[key]
 
     return make

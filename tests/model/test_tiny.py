@@ -10,11 +10,13 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from model.architectures import load_config
+from model.architectures import config_from_dict, load_config
 from model.config import ATTENTION, CONV, Lfm2Config
+from model.errors import CheckpointError
 from model.tiny import TINY_CONFIGS, main, tiny_tokenizer_json, write_tiny_checkpoint
 from model.tokenizer import LFM2_SPECIAL_TOKENS, Tokenizer
-from model.weights import load_state_dict
+from model.weights import checkpoint_tensors, load_state_dict
+from tests.conftest import TINY_PRESETS
 
 TinyCheckpointFactory = Callable[..., Path]
 
@@ -94,3 +96,48 @@ def test_cli_writes_a_preset(tmp_path: Path, capsys: pytest.CaptureFixture[str])
     config = load_config(tmp_path / "demo")
     assert config.layer_types == TINY_CONFIGS["lfm2_like"]["layer_types"]
     assert str(tmp_path / "demo") in capsys.readouterr().out
+
+
+def _header_shapes(ckpt: Path) -> dict[str, tuple[int, ...]]:
+    return {name: location.shape for name, location in checkpoint_tensors(ckpt).items()}
+
+
+def _keys_the_loader_reads(raw: dict) -> set[str]:
+    """The config.json keys whose removal changes what the loader makes of ``raw``."""
+    parsed = config_from_dict(raw)
+    return {key for key in raw if key != "model_type" and _parsed_without(raw, key) != parsed}
+
+
+def _parsed_without(raw: dict, key: str) -> object:
+    try:
+        return config_from_dict({k: v for k, v in raw.items() if k != key})
+    except CheckpointError:
+        return None
+
+
+def _ids(value: object) -> object:
+    return value if isinstance(value, list) else [value]  # eos_token_id: an id or a list of them
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["fp32", "bf16"])
+@pytest.mark.parametrize("preset", sorted(TINY_PRESETS))
+def test_our_writer_and_save_pretrained_write_the_same_checkpoint(
+    tmp_path: Path, preset: str, dtype: torch.dtype
+) -> None:
+    """lfm-chat's writer (the one --demo and machines without transformers use) and transformers'
+    save_pretrained, given the same weights: the same tensor names and shapes, the same values of every
+    config key the loader reads, and the same model when loaded."""
+    pytest.importorskip("transformers")
+    from tests.transformers_writer import resave_with_transformers
+
+    write, fields = TINY_PRESETS[preset]
+    ours = write(tmp_path / "ours", **{**fields, "dtype": dtype})
+    theirs = resave_with_transformers(ours, tmp_path / "theirs")
+    assert _header_shapes(ours) == _header_shapes(theirs)
+    raw_ours, raw_theirs = (json.loads((p / "config.json").read_text()) for p in (ours, theirs))
+    for key in _keys_the_loader_reads(raw_ours) | _keys_the_loader_reads(raw_theirs):
+        if key == "eos_token_id":
+            assert _ids(raw_ours.get(key)) == _ids(raw_theirs.get(key))
+        else:
+            assert raw_ours.get(key) == raw_theirs.get(key), key
+    assert load_config(ours) == load_config(theirs)
