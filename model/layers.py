@@ -4,8 +4,11 @@ Parameter names match the Hugging Face checkpoint, so weights load without renam
 Only attention and the short conv look at sequence boundaries, through ``ForwardBatch``.
 
 Pure PyTorch, to read beside transformers' modular_lfm2: this is the reference and the
-fallback. model/native_layers.py swaps subclasses in that run the same steps in model/kernels'
-fused loops (bf16 on CPU).
+fallback. Each ``DecoderLayer`` owns its forward, and ``DecoderStack`` runs the layers in
+order; another architecture's layer (model/lfm3.py, model/moe.py) overrides only what differs.
+Nothing here knows the native kernels: the loader swaps implementations in underneath
+(model/accelerate.py): the linears, model/native_layers.py's subclasses that run these steps
+in model/kernels' fused loops (bf16 on CPU), and model/native_stack.py's stack for decode steps.
 """
 
 from __future__ import annotations
@@ -15,7 +18,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.batch import AttentionGroup, ForwardBatch
-from model.config import Lfm2Config
+from model.cache import HybridCache
+from model.config import CONV, Lfm2Config
 
 
 class RMSNorm(nn.Module):
@@ -193,12 +197,21 @@ class ShortConv(nn.Module):
         return self.out_proj(c_gate * conv.to(x.dtype))
 
 
-class DecoderLayer(nn.Module):
-    """operator_norm -> (attention | conv) -> residual -> ffn_norm -> SwiGLU -> residual."""
+Ropes = dict[str, Rope]  # one step's RoPE for each attention kind (layer_types' names)
 
-    def __init__(self, config: Lfm2Config, kind: str) -> None:
+
+class DecoderLayer(nn.Module):
+    """operator_norm -> (attention | conv) -> residual -> ffn_norm -> SwiGLU -> residual.
+
+    ``index``: the layer's place in the stack, which fixes its kind (``config.layer_types``) and
+    its slot among the cache's layers of that kind (k/v for attention, conv rows for conv).
+    """
+
+    def __init__(self, config: Lfm2Config, index: int) -> None:
         super().__init__()
-        self.is_attention = kind == "full_attention"
+        self.kind = config.layer_types[index]
+        self.cache_index = config.layers_of_kind(self.kind).index(index)
+        self.is_attention = self.kind != CONV
         if self.is_attention:
             self.self_attn = Attention(config)
         else:
@@ -206,3 +219,45 @@ class DecoderLayer(nn.Module):
         self.feed_forward = SwiGLU(config.hidden_size, config.ffn_dim)
         self.operator_norm = RMSNorm(config.hidden_size, config.norm_eps)
         self.ffn_norm = RMSNorm(config.hidden_size, config.norm_eps)
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        pending: torch.Tensor | None,
+        batch: ForwardBatch,
+        ropes: Ropes,
+        cache: HybridCache,
+    ) -> torch.Tensor:
+        """The layer over ``hidden``, which it updates in place; returns its feed-forward's output.
+
+        The residual adds are deferred: ``pending`` (the previous layer's output, None for the
+        first) is added into ``hidden`` by this layer's first norm, and the output returned is
+        added by the next layer's (or the final norm): an add and a norm in one pass.
+        """
+        mixed = self.mix(self.operator_norm(hidden, pending), batch, ropes, cache)
+        return self.feed_forward(self.ffn_norm(hidden, mixed))
+
+    def mix(self, x: torch.Tensor, batch: ForwardBatch, ropes: Ropes, cache: HybridCache) -> torch.Tensor:
+        """The token mixer: attention over this layer's KV pool, or the short conv over its state."""
+        i = self.cache_index
+        if self.is_attention:
+            return self.self_attn(x, batch, ropes[self.kind], cache.k[i], cache.v[i])
+        return self.conv(x, batch, cache.conv[i])
+
+
+class DecoderStack(nn.ModuleList):
+    """The decoder layers in order (checkpoint names ``model.layers.<i>``), run over one step.
+
+    A module of its own so the whole loop can be replaced in place: model/native_stack.py's
+    NativeDecoderStack takes the same call and runs decode steps as one native call.
+    """
+
+    def forward(
+        self, hidden: torch.Tensor, batch: ForwardBatch, ropes: Ropes, cache: HybridCache
+    ) -> torch.Tensor:
+        """Every layer over ``hidden`` (updated in place); returns the last layer's output, which
+        the caller adds into ``hidden`` (the final norm does it in one pass)."""
+        pending = None
+        for layer in self:
+            pending = layer(hidden, pending, batch, ropes, cache)
+        return pending

@@ -3,6 +3,11 @@
 ``Lfm2ForCausalLM(batch, cache)`` runs one engine step: every sequence's new tokens in one
 ``[T, hidden]`` tensor, caches read and written in place, logits only for the rows the
 batch asks for.
+
+Plain PyTorch: the layers own their forwards (model/layers.py) and the model calls its
+``DecoderStack`` once per step. It knows nothing of the native kernels: the loader swaps them in
+underneath (model/accelerate.py) and sets the two things the engine asks of the model,
+``kernels`` and ``row_query_limit``.
 """
 
 from __future__ import annotations
@@ -16,16 +21,9 @@ from torch import nn
 
 from model.batch import ForwardBatch
 from model.cache import HybridCache
-from model.config import CONV, Lfm2Config
-from model.layers import DecoderLayer, RMSNorm, RotaryTable
+from model.config import ATTENTION, CONV, Lfm2Config
+from model.layers import DecoderLayer, DecoderStack, RMSNorm, RotaryTable
 from model.linears import logits_into
-from model.native_layers import use_native_layers
-from model.native_stack import build_decode_stack, run_decode_stack, single_query_step
-
-# With the paged attention kernel, prompt chunks up to this long attend row by row instead of
-# gathering their context for SDPA: the small chunks paced in beside decoding streams (a 2k
-# prompt's 8-token chunks cost 15-40 ms each through SDPA, growing with the prompt).
-ROW_QUERY_LIMIT = 16
 
 
 def fuse_swiglu(tensors: dict[str, torch.Tensor], prefix: str) -> None:
@@ -52,36 +50,29 @@ class Embedding(nn.Module):
 class Lfm2Model(nn.Module):
     """Embedding, decoder stack and final ``embedding_norm`` (HF module names)."""
 
-    def __init__(self, config: Lfm2Config, decoder_layer: type[nn.Module] = DecoderLayer) -> None:
+    def __init__(self, config: Lfm2Config, decoder_layer: type[DecoderLayer] = DecoderLayer) -> None:
         super().__init__()
         self.embed_tokens = Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(decoder_layer(config, kind) for kind in config.layer_types)
+        self.layers = DecoderStack(decoder_layer(config, i) for i in range(len(config.layer_types)))
         self.embedding_norm = RMSNorm(config.hidden_size, config.norm_eps)
 
 
 class Lfm2ForCausalLM(nn.Module):
     """LFM2 with a tied or untied head."""
 
-    decoder_layer: ClassVar[type[nn.Module]] = DecoderLayer  # another architecture's block swaps in here
+    decoder_layer: ClassVar[type[DecoderLayer]] = DecoderLayer  # another architecture's layer swaps in here
 
     def __init__(self, config: Lfm2Config) -> None:
         super().__init__()
         self.config = config
         self.model = Lfm2Model(config, self.decoder_layer)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
-        self.rotary = RotaryTable(config.head_dim, config.rope_theta)
-        # chunks this short attend as single-query rows (model/batch.py); use_native_kernels
+        # each attention kind's cos/sin tables (another architecture's kinds may differ)
+        self.rotary = {ATTENTION: RotaryTable(config.head_dim, config.rope_theta)}
+        # chunks this short attend as single-query rows (model/batch.py); model/accelerate.py
         # raises it where attention runs the paged kernel, which reads each row's context in place
         self.row_query_limit = 1
-        # cache list index of each layer, among the layers of its kind: attention layers index k/v,
-        # conv layers index conv rows
-        self._cache_index = [
-            config.layers_of_kind(kind).index(i) for i, kind in enumerate(config.layer_types)
-        ]
-        # the decoder stack as one native call for decode steps, where the kernels run all of it
-        # (model/native_stack.py); set by use_native_kernels
-        self.native_stack = None
-        self.kernels: ModuleType | None = None  # the native kernels, where they run (use_native_kernels)
+        self.kernels: ModuleType | None = None  # the native kernels, where they run (model/accelerate.py)
 
     @classmethod
     def empty(cls, config: Lfm2Config, dtype: torch.dtype) -> Lfm2ForCausalLM:
@@ -121,21 +112,6 @@ class Lfm2ForCausalLM(nn.Module):
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
 
-    def use_native_kernels(self, kernels: ModuleType, paged_attention: bool) -> None:
-        """Run the elementwise work in model/kernels' fused loops (a bf16 model on CPU).
-
-        The norms, SwiGLUs and short convs become model/native_layers.py's subclasses, in place.
-
-        ``paged_attention``: attention layers also take the kernels (their fused projection side
-        and the paged decode kernel), and prompt chunks up to ``ROW_QUERY_LIMIT`` tokens attend
-        row by row; off where the head shape is outside what the kernel takes.
-        """
-        self.kernels = kernels
-        use_native_layers(self.model, kernels, attention=paged_attention)
-        if paged_attention:
-            self.row_query_limit = ROW_QUERY_LIMIT
-        self.native_stack = build_decode_stack(self.model.layers)
-
     @torch.inference_mode()
     def forward(
         self, batch: ForwardBatch, cache: HybridCache, logits_out: torch.Tensor | None = None
@@ -146,7 +122,8 @@ class Lfm2ForCausalLM(nn.Module):
         caller reuses every step; see `logits_into`).
         """
         hidden = self.model.embed_tokens(batch.input_ids)
-        pending = self.decode_layers(hidden, batch, cache)
+        ropes = {kind: table.at(batch.positions) for kind, table in self.rotary.items()}
+        pending = self.model.layers(hidden, batch, ropes, cache)  # added into hidden by the final norm
         rows = batch.logits_index
         if rows.numel() == batch.num_tokens:  # every row, in order (a decode step): no gather
             last = self.model.embedding_norm(hidden, pending)
@@ -155,19 +132,3 @@ class Lfm2ForCausalLM(nn.Module):
         if logits_out is None:
             logits_out = torch.empty(rows.numel(), self.config.vocab_size, device=last.device)
         return logits_into(self.lm_head, last, logits_out)
-
-    def decode_layers(self, hidden: torch.Tensor, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:
-        """Run the decoder stack over ``hidden`` (updated in place); returns the last sublayer's
-        output, which the caller adds into ``hidden`` (the final norm does it in one pass)."""
-        rope = self.rotary.at(batch.positions)
-        if self.native_stack is not None and single_query_step(batch):
-            return run_decode_stack(self.native_stack, hidden, batch, rope, cache)
-        pending = None  # the last sublayer's output, added into hidden by the next norm
-        for layer, index in zip(self.model.layers, self._cache_index, strict=True):
-            normed = layer.operator_norm(hidden, pending)
-            if layer.is_attention:
-                mixed = layer.self_attn(normed, batch, rope, cache.k[index], cache.v[index])
-            else:
-                mixed = layer.conv(normed, batch, cache.conv[index])
-            pending = layer.feed_forward(layer.ffn_norm(hidden, mixed))
-        return pending

@@ -10,7 +10,9 @@ Read beside transformers' modular_lfm3.py. What differs from LFM2 (model/lfm2.py
 * ``rotary_table``: one RoPE per attention layer type; "proportional" RoPE turns only the first
   pairs of head_dim and leaves the rest with frequency 0 (cos 1, sin 0), so the dense rotary
   code and the native ``attention_prep`` apply it unchanged.
-* ``Lfm3DecoderLayer``: sandwich norms, an RMSNorm on each sublayer's output before the add.
+* ``Lfm3DecoderLayer``: LFM2's layer overriding only these: its attention (gated), its mixer
+  (a sliding-window layer reads its own pool) and its forward (sandwich norms, an RMSNorm on
+  each sublayer's output before the add). The model runs LFM2's loop over them unchanged.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from torch import nn
 from model.batch import ForwardBatch
 from model.cache import HybridCache
 from model.config import ATTENTION, CONV, SLIDING
-from model.layers import Attention, RMSNorm, Rope, RotaryTable, ShortConv, SwiGLU
+from model.layers import Attention, DecoderLayer, RMSNorm, Rope, Ropes, RotaryTable
 from model.lfm2 import Lfm2ForCausalLM
 from model.lfm3_config import Lfm3Config, RopeParameters
 
@@ -58,25 +60,38 @@ class GatedAttention(nn.Module):
         return self.o_proj(gated.view(x.shape[0], -1))
 
 
-class Lfm3DecoderLayer(nn.Module):
+class Lfm3DecoderLayer(DecoderLayer):
     """operator_norm -> (attention | conv) -> post_operator_norm -> residual
     -> ffn_norm -> SwiGLU -> post_ffn_norm -> residual (post norms: identity without sandwich norms)."""
 
-    def __init__(self, config: Lfm3Config, kind: str) -> None:
-        super().__init__()
-        self.kind = kind
-        self.is_attention = kind != CONV
-        if self.is_attention:
-            self.self_attn = GatedAttention(config) if config.use_attention_gate else Attention(config)
-        else:
-            self.conv = ShortConv(config)
+    def __init__(self, config: Lfm3Config, index: int) -> None:
+        super().__init__(config, index)
+        if self.is_attention and config.use_attention_gate:
+            self.self_attn = GatedAttention(config)
         h = config.hidden_size
-        self.feed_forward = SwiGLU(h, config.ffn_dim)
-        self.operator_norm = RMSNorm(h, config.norm_eps)
-        self.ffn_norm = RMSNorm(h, config.norm_eps)
         sandwich = config.use_sandwich_norm
         self.post_operator_norm = RMSNorm(h, config.norm_eps) if sandwich else nn.Identity()
         self.post_ffn_norm = RMSNorm(h, config.norm_eps) if sandwich else nn.Identity()
+
+    def forward(
+        self,
+        hidden: torch.Tensor,
+        pending: torch.Tensor | None,
+        batch: ForwardBatch,
+        ropes: Ropes,
+        cache: HybridCache,
+    ) -> torch.Tensor:
+        """LFM2's layer (the same deferred residual adds) with each sublayer's output normed first."""
+        mixed = self.post_operator_norm(self.mix(self.operator_norm(hidden, pending), batch, ropes, cache))
+        return self.post_ffn_norm(self.feed_forward(self.ffn_norm(hidden, mixed)))
+
+    def mix(self, x: torch.Tensor, batch: ForwardBatch, ropes: Ropes, cache: HybridCache) -> torch.Tensor:
+        """LFM2's mixers; a sliding-window layer attends from its own pool, over the step as its
+        window sees it (``batch.sliding``)."""
+        if self.kind != SLIDING:
+            return super().mix(x, batch, ropes, cache)
+        i = self.cache_index
+        return self.self_attn(x, batch.sliding, ropes[SLIDING], cache.sliding_k[i], cache.sliding_v[i])
 
 
 class Lfm3ForCausalLM(Lfm2ForCausalLM):
@@ -88,8 +103,8 @@ class Lfm3ForCausalLM(Lfm2ForCausalLM):
     def __init__(self, config: Lfm3Config) -> None:
         super().__init__(config)
         tables = {kind: rotary_table(config.head_dim, rope) for kind, rope in config.rope_parameters.items()}
-        self.rotary = tables.get(ATTENTION, self.rotary)  # full-attention layers'
-        self.sliding_rotary = tables.get(SLIDING, self.rotary)
+        full = tables.get(ATTENTION, self.rotary[ATTENTION])
+        self.rotary = {ATTENTION: full, SLIDING: tables.get(SLIDING, full)}
 
     @classmethod
     def fuse_layer(
@@ -112,21 +127,3 @@ class Lfm3ForCausalLM(Lfm2ForCausalLM):
         else:
             tensors[attn + "out_proj.weight"] = tensors.pop(attn + "o_proj.weight")
         return tensors
-
-    def decode_layers(self, hidden: torch.Tensor, batch: ForwardBatch, cache: HybridCache) -> torch.Tensor:
-        """LFM2's loop with sliding-window layers reading their own pool, and the sandwich norms."""
-        rope = self.rotary.at(batch.positions)
-        sliding_rope = self.sliding_rotary.at(batch.positions)
-        pending = None
-        for layer, index in zip(self.model.layers, self._cache_index, strict=True):
-            normed = layer.operator_norm(hidden, pending)
-            if layer.kind == CONV:
-                mixed = layer.conv(normed, batch, cache.conv[index])
-            elif layer.kind == SLIDING:
-                k, v = cache.sliding_k[index], cache.sliding_v[index]
-                mixed = layer.self_attn(normed, batch.sliding, sliding_rope, k, v)
-            else:
-                mixed = layer.self_attn(normed, batch, rope, cache.k[index], cache.v[index])
-            ffn_in = layer.ffn_norm(hidden, layer.post_operator_norm(mixed))
-            pending = layer.post_ffn_norm(layer.feed_forward(ffn_in))
-        return pending

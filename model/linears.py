@@ -3,7 +3,8 @@
 - ``NativeLinear``: the weight packed in model/kernels' panel layout and multiplied by its
   loop (AVX-512 or AVX2), at every batch size: it streams weights at memory speed at one row and
   outpaces oneDNN at prefill sizes too (docs/ARCHITECTURE.md), and a row's result never
-  depends on the other rows of the batch.
+  depends on the other rows of the batch. A ``KernelLinear`` (model/kernel_linear.py), as the
+  quantized layers are, so the native decode stack takes either alike.
 - ``PackedLinear``: the fallback where the native kernels cannot be built but oneDNN does bf16
   (AVX-512 BW/VL/DQ or AVX-NE-CONVERT). oneDNN repacks a bf16 weight into its blocked layout on
   every ``F.linear`` call; packing once at load made a 1024x9216 product 1.6-1.9x faster at 1-8
@@ -20,10 +21,11 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from model.kernel_linear import KernelLinear
 from model.kernels.layout import PAIR, native_width, pack_panels
 
 
-class NativeLinear(nn.Module):
+class NativeLinear(KernelLinear):
     """A bf16 linear layer computed by model/kernels' ``linear_bf16``."""
 
     def __init__(self, linear: nn.Linear, kernels: ModuleType) -> None:
@@ -38,7 +40,7 @@ class NativeLinear(nn.Module):
     native_kind = "bf16"
 
     def native_operands(self) -> list[torch.Tensor]:
-        """The packed weight ``linear_bf16`` reads (model/native_stack.py's LinearRef takes it)."""
+        """The packed weight ``linear_bf16`` reads."""
         return [self.packed_weight]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

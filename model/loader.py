@@ -13,6 +13,7 @@ from torch import nn
 
 from model import kernels as native_kernels
 from model import quantized_cache as quantized
+from model.accelerate import use_native_kernels
 from model.architectures import architecture, load_config
 from model.config import Lfm2Config
 from model.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
@@ -144,7 +145,7 @@ def load_model(
         )
     if kernels is not None:
         heads = (config.head_dim, config.num_attention_heads, config.num_key_value_heads)
-        model.use_native_kernels(kernels, paged_attention=native_attention(*heads))
+        use_native_kernels(model, kernels, paged_attention=native_attention(*heads))
     head_shares_table = getattr(model.lm_head, "weight", None) is model.model.embed_tokens.weight
     if from_file and not head_shares_table:
         model.model.embed_tokens = FileEmbedding(table)

@@ -10,7 +10,9 @@ Read beside transformers' modeling_lfm2_moe.py. What differs from LFM2 (model/lf
 * `SparseMoe`: one SwiGLU per expert (model/layers.py's, so native, int8, w8a8 and int4 linears
   reach experts as they reach dense ones); each expert that has tokens this step runs once over
   all of them, and the others are not touched: a 1-stream decode step reads 4 of 32 experts.
-* `Lfm2MoeForCausalLM`: LFM2 whose layers from ``num_dense_layers`` on have a SparseMoe feed-forward.
+* `MoeDecoderLayer`: LFM2's layer whose feed-forward, from ``num_dense_layers`` on, is a SparseMoe;
+  `Lfm2MoeForCausalLM` is LFM2 over these layers. `NativeRouter` is the router's native form, which
+  model/native_layers.py's table pairs with `Router` (this module registers nothing on import).
 
 A token's output never depends on which other tokens share its experts: each linear computes a
 row alone (model/kernels), and its experts' outputs are summed in its own rank order
@@ -27,10 +29,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from model.kernels.layout import PAIR, native_width, pack_panels
-from model.layers import SwiGLU
+from model.layers import DecoderLayer, SwiGLU
 from model.lfm2 import Lfm2ForCausalLM, fuse_swiglu
 from model.moe_config import Lfm2MoeConfig
-from model.native_layers import register_native_layer
 
 
 class Routing(NamedTuple):
@@ -108,9 +109,6 @@ class NativeRouter(Router):
         return self.kernels.moe_combine(outputs, routing.positions, routing.weights)
 
 
-register_native_layer(Router, NativeRouter)
-
-
 class SparseMoe(nn.Module):
     """Each token through the experts its router chooses, every expert once over all its tokens."""
 
@@ -137,16 +135,20 @@ class SparseMoe(nn.Module):
         return self.gate.combine(outputs, routing)
 
 
+class MoeDecoderLayer(DecoderLayer):
+    """LFM2's layer, with a SparseMoe feed-forward from ``num_dense_layers`` on."""
+
+    def __init__(self, config: Lfm2MoeConfig, index: int) -> None:
+        super().__init__(config, index)
+        if config.is_moe_layer(index):
+            self.feed_forward = SparseMoe(config)
+
+
 class Lfm2MoeForCausalLM(Lfm2ForCausalLM):
     """LFM2 with a SparseMoe feed-forward in every layer from ``num_dense_layers`` on."""
 
+    decoder_layer = MoeDecoderLayer
     config: Lfm2MoeConfig
-
-    def __init__(self, config: Lfm2MoeConfig) -> None:
-        super().__init__(config)
-        for i, layer in enumerate(self.model.layers):
-            if config.is_moe_layer(i):
-                layer.feed_forward = SparseMoe(config)
 
     @classmethod
     def empty(cls, config: Lfm2MoeConfig, dtype: torch.dtype) -> Lfm2MoeForCausalLM:

@@ -3,8 +3,12 @@
 Why separate: layers.py stays plain PyTorch that reads like the reference, and these
 subclasses override only the steps the kernels replace (a norm, a gate, the short conv, the
 attention projection and single-query attention). `use_native_layers` swaps them into a model
-(the way `replace_linears` swaps linears) and `use_reference_layers` swaps them back;
-tests/model/test_layer_ops.py checks each against the PyTorch code it replaces.
+(the way `replace_linears` swaps linears) and `use_reference_layers` swaps them back; the loader
+does it once, through model/accelerate.py. tests/model/test_layer_ops.py checks each against the
+PyTorch code it replaces.
+
+``NATIVE_SUBCLASS`` is an explicit table of every (reference, native) pair, another
+architecture's too (model/moe.py's router): importing a module never changes it.
 
 The swap changes each module's ``__class__`` in place (as torch.nn.utils.parametrize does)
 instead of building a new module: the module keeps its parameters, buffers, hooks and caches
@@ -21,6 +25,7 @@ from torch import nn
 
 from model.batch import AttentionGroup, ForwardBatch
 from model.layers import Attention, RMSNorm, Rope, ShortConv, SwiGLU
+from model.moe import NativeRouter, Router
 
 
 class NativeRMSNorm(RMSNorm):
@@ -124,19 +129,14 @@ class NativeAttention(Attention):
         )
 
 
-NATIVE_SUBCLASS = {
+NATIVE_SUBCLASS: dict[type[nn.Module], type[nn.Module]] = {
     RMSNorm: NativeRMSNorm,
     SwiGLU: NativeSwiGLU,
     ShortConv: NativeShortConv,
     Attention: NativeAttention,
+    Router: NativeRouter,
 }
 REFERENCE_CLASS = {native: reference for reference, native in NATIVE_SUBCLASS.items()}
-
-
-def register_native_layer(reference: type[nn.Module], native: type[nn.Module]) -> None:
-    """Another architecture's layer and its native subclass (model/moe.py's router), swapped as these are."""
-    NATIVE_SUBCLASS[reference] = native
-    REFERENCE_CLASS[native] = reference
 
 
 def use_native_layers(model: nn.Module, kernels: ModuleType, attention: bool = True) -> nn.Module:
@@ -163,6 +163,4 @@ def use_reference_layers(model: nn.Module) -> nn.Module:
         if type(module) in REFERENCE_CLASS:
             module.__class__ = REFERENCE_CLASS[type(module)]
             del module.kernels
-        if hasattr(module, "native_stack"):  # a causal LM: its native decode stack and argmax
-            module.native_stack = module.kernels = None
     return model

@@ -6,11 +6,15 @@ through the caches leave the interpreter's own code and data cold (docs/ARCHITEC
 profile). The native stack calls the same kernels with the same arguments in the same order as
 the Python layers, so it changes no bit of any output; it only drops the Python between them.
 
-It covers what LFM2's dense layers are when the kernels run everything: native norms, short
-convs, paged attention and SwiGLUs, every linear native and bias-free. Anything else (an MoE
-feed-forward, LFM3's layers, a linear left to PyTorch) keeps the Python layers; so does every
-step that is not all single-query rows (a prompt chunk longer than the model's row_query_limit
-attends through SDPA). Decode steps, and short prompt chunks paced in beside them, take it.
+``NativeDecoderStack`` is model/layers.py's ``DecoderStack`` with the same call: the loader swaps
+it in place (`use_native_stack`, from model/accelerate.py), as model/native_layers.py swaps the
+layers, so the model calls its stack the same way whichever runs. It covers what LFM2's dense
+layers are when the kernels run everything: native norms, short convs, paged attention and
+SwiGLUs, every linear native and bias-free. Anything else (an MoE feed-forward, LFM3's layers, a
+linear left to PyTorch) keeps the Python stack; so does every step that is not all single-query
+rows (a prompt chunk longer than the model's row_query_limit attends through SDPA), which the
+native stack hands to the Python loop it replaces. Decode steps, and short prompt chunks paced in
+beside them, take it.
 """
 
 from __future__ import annotations
@@ -22,18 +26,61 @@ from torch import nn
 
 from model.batch import ForwardBatch
 from model.cache import HybridCache
-from model.layers import DecoderLayer, Rope
-from model.linears import NativeLinear
+from model.config import ATTENTION
+from model.kernel_linear import KernelLinear
+from model.layers import DecoderLayer, DecoderStack, Ropes
 from model.native_layers import NativeAttention, NativeRMSNorm, NativeShortConv, NativeSwiGLU
-from model.quantized_linear import QuantizedLinear
 
 
-def build_decode_stack(layers: nn.ModuleList) -> Any | None:
-    """``layers`` as a native ``DecodeStack``, or None where any part of them runs in Python."""
-    built = [_decode_layer(layer) for layer in layers]
-    if not built or any(layer is None for layer in built):
-        return None
-    return layers[0].operator_norm.kernels.DecodeStack(built)
+class NativeDecoderStack(DecoderStack):
+    """The layers of a `DecoderStack`, run by the kernels' DecodeStack on single-query steps."""
+
+    native: Any  # the kernels' DecodeStack over these layers (built by use_native_stack)
+
+    def forward(
+        self, hidden: torch.Tensor, batch: ForwardBatch, ropes: Ropes, cache: HybridCache
+    ) -> torch.Tensor:
+        if not single_query_step(batch):
+            return super().forward(hidden, batch, ropes, cache)
+        group = batch.single_query_group()
+        rope = ropes[ATTENTION]
+        return self.native.run(
+            hidden,
+            cache.conv,
+            cache.k,
+            cache.v,
+            batch.conv_src_rows,
+            batch.conv_window,
+            batch.conv_write_index,
+            batch.conv_write_rows,
+            rope.cos_table,
+            rope.sin_table,
+            rope.positions,
+            batch.kv_write_slots,
+            group.kv_blocks,
+            group.context_lens,
+            group.context_starts,
+            batch.block_size,
+        )
+
+
+def use_native_stack(stack: DecoderStack) -> DecoderStack:
+    """Swap ``stack`` for a `NativeDecoderStack` in place where the kernels run every part of its
+    layers (after model/native_layers.py's swap); else leave it as it is."""
+    built = [_decode_layer(layer) for layer in stack]
+    if built and all(layer is not None for layer in built):
+        native = stack[0].operator_norm.kernels.DecodeStack(built)
+        stack.__class__ = NativeDecoderStack
+        stack.native = native
+    return stack
+
+
+def use_python_stack(stack: DecoderStack) -> DecoderStack:
+    """Undo `use_native_stack`: every step runs the layers' Python loop again."""
+    if isinstance(stack, NativeDecoderStack):
+        stack.__class__ = DecoderStack
+        del stack.native
+    return stack
 
 
 def single_query_step(batch: ForwardBatch) -> bool:
@@ -41,41 +88,20 @@ def single_query_step(batch: ForwardBatch) -> bool:
     return batch.sliding is None and batch.single_query_group() is not None
 
 
-def run_decode_stack(
-    stack: Any, hidden: torch.Tensor, batch: ForwardBatch, rope: Rope, cache: HybridCache
-) -> torch.Tensor:
-    """The step through ``stack``: ``hidden`` updated in place; returns the last layer's output."""
-    group = batch.single_query_group()
-    return stack.run(
-        hidden,
-        cache.conv,
-        cache.k,
-        cache.v,
-        batch.conv_src_rows,
-        batch.conv_window,
-        batch.conv_write_index,
-        batch.conv_write_rows,
-        rope.cos_table,
-        rope.sin_table,
-        rope.positions,
-        batch.kv_write_slots,
-        group.kv_blocks,
-        group.context_lens,
-        group.context_starts,
-        batch.block_size,
-    )
-
-
 def _linear(module: nn.Module) -> Any | None:
     """A native, bias-free linear's ``LinearRef``; None for anything PyTorch computes."""
-    native = isinstance(module, NativeLinear | QuantizedLinear) and module.kernels is not None
-    if not native or module.bias is not None:
-        return None
-    return module.kernels.LinearRef(module.native_kind, module.out_features, module.native_operands())
+    return module.linear_ref() if isinstance(module, KernelLinear) else None
+
+
+def _runs_decoder_layer_steps(layer: nn.Module) -> bool:
+    """The layer computes exactly DecoderLayer's steps: LFM2's, or a subclass that only builds other
+    parts (an MoE layer; its sparse feed-forward is refused below), not LFM3's extra norms."""
+    steps = type(layer).forward, type(layer).mix
+    return isinstance(layer, DecoderLayer) and steps == (DecoderLayer.forward, DecoderLayer.mix)
 
 
 def _decode_layer(layer: nn.Module) -> Any | None:
-    if type(layer) is not DecoderLayer:
+    if not _runs_decoder_layer_steps(layer):
         return None
     norms, ffn = (layer.operator_norm, layer.ffn_norm), layer.feed_forward
     if any(type(norm) is not NativeRMSNorm for norm in norms) or type(ffn) is not NativeSwiGLU:

@@ -2,7 +2,8 @@
 
 model/quantize.py (int8, w8a8) and model/quantize_int4.py (int4) subclass it; each stores its
 weight in registered buffers (a packed layout for model/kernels where they run, else row-major
-for PyTorch) and says how to multiply by it.
+for PyTorch) and says how to multiply by it. It is a ``KernelLinear`` (model/kernel_linear.py),
+as the bf16 ``NativeLinear`` is: the native decode stack takes either alike.
 """
 
 from __future__ import annotations
@@ -12,8 +13,10 @@ from types import ModuleType
 import torch
 from torch import nn
 
+from model.kernel_linear import KernelLinear
 
-class QuantizedLinear(nn.Module):
+
+class QuantizedLinear(KernelLinear):
     """A bias-optional linear layer whose weight a subclass stores quantized.
 
     ``kernels`` is the native kernels module where they compute this layer, else None (PyTorch).
@@ -37,12 +40,6 @@ class QuantizedLinear(nn.Module):
         if self.kernels is None or self.bias is not None:
             return out.copy_(self(x))
         return self.native_matmul(x.contiguous(), out)
-
-    native_kind: str  # which kernel multiplies by the native operands: linear_<kind>
-
-    def native_operands(self) -> list[torch.Tensor]:
-        """The packed buffers the native kernel reads, in its argument order."""
-        raise NotImplementedError
 
     def native_matmul(self, flat: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
         """``flat @ W.T`` by the native kernels: bf16 [M, N], or float32 written into ``out``."""

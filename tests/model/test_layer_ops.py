@@ -14,15 +14,16 @@ from types import ModuleType
 import pytest
 import torch
 
+from model.accelerate import ROW_QUERY_LIMIT, undo_native_kernels, use_native_kernels
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.config import Lfm2Config
 from model.layers import Attention, RMSNorm, RotaryTable, ShortConv, SwiGLU
-from model.lfm2 import ROW_QUERY_LIMIT, Lfm2ForCausalLM
+from model.lfm2 import Lfm2ForCausalLM
 from model.lfm3 import rotary_table
 from model.lfm3_config import RopeParameters
 from model.loader import load_model
-from model.native_layers import NATIVE_SUBCLASS, NativeAttention, use_native_layers, use_reference_layers
+from model.native_layers import NATIVE_SUBCLASS, NativeAttention, use_native_layers
 
 BF16_ULP = 2**-7  # relative spacing of bf16 values
 
@@ -174,7 +175,7 @@ def test_whole_model_greedy_tokens_match_the_pytorch_elementwise_path(native_mod
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
     fused = load_model(path, dtype="bfloat16")
     reference = load_model(path, dtype="bfloat16")
-    use_reference_layers(reference)  # the linears keep their kernels
+    undo_native_kernels(reference)  # the linears keep their kernels
     assert fused.model.layers[0].operator_norm.kernels is native_models
     generator = torch.Generator().manual_seed(0)
     ids = torch.randint(20, fused.config.vocab_size, (24,), generator=generator).tolist()
@@ -195,7 +196,7 @@ def test_native_layers_swap_in_place_sharing_every_parameter(native, paged_atten
     model = Lfm2ForCausalLM(config()).to(torch.bfloat16)
     before = dict(model.named_parameters())
     classes = {name: type(module) for name, module in model.named_modules()}
-    model.use_native_kernels(native, paged_attention=paged_attention)
+    use_native_kernels(model, native, paged_attention=paged_attention)
     assert model.row_query_limit == (ROW_QUERY_LIMIT if paged_attention else 1)
     after = dict(model.named_parameters())
     assert after.keys() == before.keys() and all(after[name] is before[name] for name in before)
@@ -208,7 +209,7 @@ def test_native_layers_swap_in_place_sharing_every_parameter(native, paged_atten
             assert type(module) is Attention and not hasattr(module, "kernels")
         else:
             assert type(module) is subclass and module.kernels is native, name
-    use_reference_layers(model)
+    undo_native_kernels(model)
     assert {name: type(module) for name, module in model.named_modules()} == classes
     assert not any(getattr(module, "kernels", None) is not None for module in model.modules())
     assert all(after[name] is param for name, param in model.named_parameters())

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import torch
 
+from model.accelerate import undo_native_kernels
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.loader import load_model
-from model.native_layers import use_reference_layers
-from model.native_stack import single_query_step
+from model.native_stack import NativeDecoderStack, single_query_step, use_python_stack
 
 BLOCK = 4
 # the third is longer than ROW_QUERY_LIMIT, so the first step attends through SDPA, not the stack
@@ -45,8 +45,8 @@ def test_decode_steps_through_the_stack_are_the_python_layers_bit_for_bit(
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
     stacked = load_model(path, dtype="bfloat16", quantize=quantize)
     python = load_model(path, dtype="bfloat16", quantize=quantize)
-    assert stacked.native_stack is not None
-    python.native_stack = None
+    assert isinstance(stacked.model.layers, NativeDecoderStack)
+    use_python_stack(python.model.layers)
     ours, ours_cache, single = _decode(stacked, steps=6)
     theirs, their_cache, _ = _decode(python, steps=6)
     assert single == [False] + [True] * 6  # the prompts went through Python, every decode step the stack
@@ -61,11 +61,11 @@ def test_models_the_stack_cannot_run_keep_their_python_layers(native_models, tin
     """An MoE feed-forward or LFM3's layers leave no stack; swapping the layers back drops one."""
     for preset in ("moe", "lfm3"):
         model = load_model(tiny_ckpt_factory(preset, dtype=torch.bfloat16), dtype="bfloat16")
-        assert model.native_stack is None, preset
+        assert not isinstance(model.model.layers, NativeDecoderStack), preset
     model = load_model(tiny_ckpt_factory("default", dtype=torch.bfloat16), dtype="bfloat16")
-    assert model.native_stack is not None
-    use_reference_layers(model)
-    assert model.native_stack is None
+    assert isinstance(model.model.layers, NativeDecoderStack)
+    undo_native_kernels(model)
+    assert not isinstance(model.model.layers, NativeDecoderStack)
 
 
 def test_the_stack_refuses_caches_that_do_not_match_its_layers(native_models, tiny_ckpt_factory):
