@@ -1,4 +1,5 @@
-"""Continuous batching for LFM2: the public API the app and the benchmarks use (docs/ENGINE_API.md).
+"""Continuous batching for Liquid's models: the public API the app, server and benchmarks use
+(docs/ENGINE_API.md).
 
 The names are imported on first use (PEP 562): `from engine import SamplingParams` must not
 import torch, which takes seconds, so the app can draw its loading screen before paying for it.
@@ -7,6 +8,7 @@ A few names come from model/ (checkpoints, the model card's sampling, the demo c
 needs them and imports only `engine`, so the layers stay app -> engine -> model (tests/test_layers.py).
 """
 
+# ruff: noqa: F401  -- the TYPE_CHECKING imports name the exports for type checkers; __all__ is _MODULES' keys
 from __future__ import annotations
 
 import importlib
@@ -23,8 +25,7 @@ if TYPE_CHECKING:
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
     from model.errors import ChatTemplateError, CheckpointError, ModelNotAvailableError
     from model.family import SAMPLING_OFF, FamilySampling, checkpoint_sampling
-    from model.hub import DEFAULT_MODEL, download_checkpoint, resolve_checkpoint
-    from model.hub import _is_repo_id as is_repo_id
+    from model.hub import DEFAULT_MODEL, download_checkpoint, is_repo_id, resolve_checkpoint
     from model.tiny import write_tiny_checkpoint
 
 _MODULES = {
@@ -53,33 +54,8 @@ _MODULES = {
     "resolve_checkpoint": "model.hub",
     "write_tiny_checkpoint": "model.tiny",
 }
-_RENAMED = {"is_repo_id": "_is_repo_id"}  # private in model.hub; public here
 
-__all__ = [
-    "DEFAULT_MODEL",
-    "SAMPLING_OFF",
-    "ChatTemplateError",
-    "CheckpointError",
-    "Engine",
-    "EngineConfig",
-    "EngineSnapshot",
-    "EngineWorker",
-    "FamilySampling",
-    "ModelNotAvailableError",
-    "RequestError",
-    "RequestMetrics",
-    "RequestOutput",
-    "RequestSnapshot",
-    "SamplingParams",
-    "SamplingParamsError",
-    "StreamHandle",
-    "TokenEvent",
-    "checkpoint_sampling",
-    "download_checkpoint",
-    "is_repo_id",
-    "resolve_checkpoint",
-    "write_tiny_checkpoint",
-]
+__all__ = sorted(_MODULES)  # the table above is the one list to edit
 
 
 def __getattr__(name: str) -> object:
@@ -87,6 +63,6 @@ def __getattr__(name: str) -> object:
     module = _MODULES.get(name)
     if module is None:
         raise AttributeError(f"module 'engine' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), _RENAMED.get(name, name))
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value  # later lookups skip this function
     return value

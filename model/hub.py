@@ -69,7 +69,7 @@ def resolve_checkpoint(
         raise CheckpointError(
             f"{name_or_path!r} is a file; --model takes a checkpoint directory or a Hub repo id"
         )
-    if not _is_repo_id(name_or_path):
+    if not is_repo_id(name_or_path):
         raise CheckpointError(
             f"no checkpoint directory at {name_or_path!r} (and it is not a Hub repo id like {DEFAULT_MODEL})"
         )
@@ -111,7 +111,7 @@ def download_checkpoint(
     return folder
 
 
-def _is_repo_id(name: str) -> bool:
+def is_repo_id(name: str) -> bool:
     """``org/name`` as the Hub spells it. Bare names are taken as mistyped local paths."""
     if name.count("/") != 1:
         return False
