@@ -20,6 +20,7 @@ from app.screens.error import ErrorScreen, what_to_try
 from app.screens.loading import LoadingScreen
 from app.store import Store
 from app.store_errors import StoreError
+from app.store_rows import repairs_notice
 
 if TYPE_CHECKING:  # imports torch-based widgets: loaded after the loading screen is drawn
     from app.backend.base import Backend
@@ -93,6 +94,8 @@ class LfmChatApp(App[None]):
         assert self.store is not None
         backend = self.backend = message.backend
         conversations = self.store.open_conversations()[:MAX_PANES]
+        if self.store.repairs:
+            self.notify(repairs_notice(self.store.repairs), severity="warning", timeout=20, markup=False)
         missing = max(0, self.options.panes - len(conversations))
         conversations += [Conversation(settings=replace(self.options.chat)) for _ in range(missing)]
         self.chat_screen = ChatScreen(

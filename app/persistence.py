@@ -9,10 +9,14 @@ it until it clears) and writes it again when `retry()` is called from a timer.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Sequence
+from functools import partial
 
 from app.conversation import Conversation
 from app.store import Store
 from app.store_errors import StoreWriteError
+
+_Key = tuple[Hashable, ...]  # what a pending write is kept under: ("save", id), ("open",), ...
+_OPEN: _Key = ("open",)
 
 
 class Saver:
@@ -21,7 +25,7 @@ class Saver:
     def __init__(self, store: Store) -> None:
         self.store = store
         self.problem: str | None = None  # the last failure's sentence while anything is unsaved
-        self._pending: dict[Hashable, Callable[[], object]] = {}  # oldest first; one per thing written
+        self._pending: dict[_Key, Callable[[], object]] = {}  # oldest first; one per thing written
 
     def save(self, conversation: Conversation) -> bool:
         """Save now, or keep it for `retry()`.
@@ -33,8 +37,14 @@ class Saver:
         return self._attempt(lambda: self.store.save(conversation), lambda: ("save", conversation.id))
 
     def set_open(self, conversation_ids: Sequence[int]) -> bool:
+        """Which conversations are open. It names their rows, so while a save is pending (the row
+        may not exist yet) it waits for `retry()`: on a full disk it would "succeed" changing nothing."""
         ids = list(conversation_ids)
-        return self._attempt(lambda: self.store.set_open(ids), lambda: ("open",))
+        write = partial(self.store.set_open, ids)
+        if any(key[0] == "save" for key in self._pending):
+            self._keep(_OPEN, write)
+            return False
+        return self._attempt(write, lambda: _OPEN)
 
     def set_state(self, key: str, value: str) -> bool:
         return self._attempt(lambda: self.store.set_state(key, value), lambda: ("state", key))
@@ -48,21 +58,27 @@ class Saver:
         return self._attempt(lambda: self.store.delete(conversation_id), lambda: ("delete", conversation_id))
 
     def retry(self) -> bool:
-        """Write what is pending, oldest first; True once nothing is. Stops at the first failure:
-        each attempt on a locked file can wait the Store's busy timeout, on the UI thread."""
-        return all(self._attempt(write, lambda key=key: key) for key, write in list(self._pending.items()))
+        """Write what is pending, oldest first but the open panes last (they name rows the saves
+        create); True once nothing is. Stops at the first failure: each attempt on a locked file
+        can wait the Store's busy timeout, on the UI thread."""
+        writes = sorted(self._pending.items(), key=lambda item: item[0] == _OPEN)
+        return all(self._attempt(write, lambda key=key: key) for key, write in writes)
 
-    def _attempt(self, write: Callable[[], object], key: Callable[[], Hashable]) -> bool:
+    def _attempt(self, write: Callable[[], object], key: Callable[[], _Key]) -> bool:
         """Run `write`; on failure keep it as the newest pending write of its key. `key` is asked
         after the write, when a new conversation has its id."""
         try:
             write()
         except StoreWriteError as exc:
-            self._pending.pop(key(), None)
-            self._pending[key()] = write
+            self._keep(key(), write)
             self.problem = str(exc)
             return False
         self._pending.pop(key(), None)
         if not self._pending:
             self.problem = None
         return True
+
+    def _keep(self, key: _Key, write: Callable[[], object]) -> None:
+        """Make `write` the newest pending write of `key`."""
+        self._pending.pop(key, None)
+        self._pending[key] = write

@@ -21,12 +21,17 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
+from app.conversation import ChatMessage, Conversation
 from app.store_errors import StoreError, StoreWriteError
 from app.store_file import cause, check_writable, holds, identity, lock, move_aside, open_failed, unlock
+from app.store_rows import MESSAGE_LIMIT_CHARS, RowChecker
 from app.store_schema import upgrade
 
 _MESSAGES = "SELECT role, content, created_at FROM messages WHERE conversation_id = ? ORDER BY position"
+_LOADED_MESSAGES = (  # no more of a message than is loaded, so a huge row never reaches memory whole
+    f"SELECT role, substr(content, 1, {MESSAGE_LIMIT_CHARS + 1}), created_at FROM messages"
+    " WHERE conversation_id = ? ORDER BY position"
+)
 _MessageRow = tuple[str, str, float]  # role, content, created_at: what decides whether a row is rewritten
 
 
@@ -53,6 +58,7 @@ class Store:
         self._busy_timeout = busy_timeout
         self._written: dict[int, list[_MessageRow]] = {}  # per conversation, the rows as last committed
         self._last_id = 0  # ids are handed out here, see save()
+        self.repairs: list[str] = []  # what reads found damaged and repaired, for the app to say
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             check_writable(path)
@@ -85,6 +91,7 @@ class Store:
     def _connect(self) -> sqlite3.Connection:
         """A checked, upgraded connection; remembers which file it is so a vanished one is noticed."""
         db = sqlite3.connect(self.path, timeout=self._busy_timeout, isolation_level=None)
+        db.text_factory = _decode  # text that is not UTF-8 must not make a whole read fail
         try:
             db.execute("PRAGMA journal_mode = WAL")
             db.execute("PRAGMA synchronous = NORMAL")
@@ -250,6 +257,8 @@ class Store:
         return None if row is None else row[0]
 
     def load(self, conversation_id: int) -> Conversation | None:
+        """The conversation as far as it is sound: each column is checked (see store_rows), and
+        what had to be repaired is added to `repairs`."""
         with self._read() as db:
             row = db.execute(
                 "SELECT settings, created_at, updated_at, name, draft, prompt_cache FROM conversations"
@@ -258,18 +267,21 @@ class Store:
             ).fetchone()
             if row is None:
                 return None
-            messages = db.execute(_MESSAGES, (conversation_id,)).fetchall()
+            messages = db.execute(_LOADED_MESSAGES, (conversation_id,)).fetchall()
         settings, created_at, updated_at, name, draft, prompt_cache = row
-        return Conversation(
-            [ChatMessage(*message) for message in messages],
-            ChatSettings.from_dict(json.loads(settings)),
+        check, what = RowChecker(), f"conversation {conversation_id}"
+        conversation = Conversation(
+            [m for i, row in enumerate(messages) if (m := check.message(*row, f"{what} message {i + 1}"))],
+            check.settings(settings, f"{what}'s settings"),
             conversation_id,
-            created_at=created_at,
-            updated_at=updated_at,
-            name=name,
-            draft=draft,
-            prompt_cache=PromptCache([(text, ids) for text, ids in json.loads(prompt_cache)]),
+            created_at=check.number(created_at, f"{what}'s creation time"),
+            updated_at=check.number(updated_at, f"{what}'s update time"),
+            name=check.text(name, f"{what}'s name"),
+            draft=check.text(draft, f"{what}'s draft", MESSAGE_LIMIT_CHARS, clean=False),
+            prompt_cache=check.prompt_cache(prompt_cache, f"{what}'s prompt cache"),
         )
+        self.repairs += check.repairs
+        return conversation
 
     def summaries(self, query: str = "") -> list[ConversationSummary]:
         """Conversations with at least one message, most recently updated first; a query keeps those
@@ -284,12 +296,18 @@ class Store:
                    ORDER BY c.updated_at DESC, c.id DESC""",
                 {"q": query.casefold()},
             ).fetchall()
-        return [ConversationSummary(*row) for row in rows]
+        check = RowChecker()
+        return [
+            ConversationSummary(
+                cid, check.text(title, "a title"), check.number(updated_at, "an update time"), count
+            )
+            for cid, title, updated_at, count in rows
+        ]
 
     def open_conversations(self) -> list[Conversation]:
         with self._read() as db:
             ids = db.execute(
-                "SELECT id FROM conversations WHERE open_position IS NOT NULL ORDER BY open_position"
+                "SELECT id FROM conversations WHERE typeof(open_position) = 'integer' ORDER BY open_position"
             ).fetchall()
         return [c for (cid,) in ids if (c := self.load(cid)) is not None]
 
@@ -300,6 +318,11 @@ class Store:
         self._lock_fd = None
 
 
-def _folded_contains(text: str, folded_query: str) -> bool:
+def _folded_contains(text: object, folded_query: str) -> bool:
     """SQLite's LIKE folds ASCII only; this is the Unicode-aware case-insensitive search."""
-    return folded_query in text.casefold()
+    return isinstance(text, str) and folded_query in text.casefold()
+
+
+def _decode(raw: bytes) -> str:
+    """SQLite text as str; bytes that are not UTF-8 become U+FFFD instead of failing the read."""
+    return raw.decode("utf-8", "replace")

@@ -9,6 +9,7 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
+from app.paste import paste_refusal
 from app.sanitize import strip_control
 
 
@@ -130,10 +131,13 @@ class PromptInput(TextArea):
         self.move_cursor(self.document.end)
 
     async def _on_paste(self, event: events.Paste) -> None:
-        """A paste is text, never terminal controls (it may come from anywhere)."""
+        """A paste is text, never terminal controls (it may come from anywhere), and bounded: a
+        box too big to edit would freeze the whole UI."""
         event.prevent_default()
         event.stop()
-        if not self.read_only and (
-            text := strip_control(event.text.replace("\r\n", "\n").replace("\r", "\n"))
-        ):
+        if self.read_only:
+            return
+        if (refusal := paste_refusal(event.text, self.text)) is not None:
+            self.notify(refusal, severity="warning", timeout=10, markup=False)
+        elif text := strip_control(event.text.replace("\r\n", "\n").replace("\r", "\n")):
             self.replace(text, *self.selection)

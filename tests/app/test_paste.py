@@ -1,10 +1,13 @@
-"""Bracketed pastes reach the app as one Paste event with the text as sent, never as key presses."""
+"""Bracketed pastes reach the app as one Paste event with the text as sent, never as key presses;
+the prompt inserts them cleaned, and refuses one too big to edit with a notice naming the cap."""
 
 from __future__ import annotations
 
 from textual import events
 
-from app.paste import PasteSafeParser
+from app.app import LfmChatApp
+from app.paste import PASTE_LIMIT_BYTES, PasteSafeParser
+from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
 
 START, END = "\x1b[200~", "\x1b[201~"
 # What broke Textual's own parser: an ESC sequence over 32 characters (re-issued as keys, one
@@ -45,3 +48,41 @@ def test_keys_around_a_paste_are_still_keys() -> None:
 def test_a_paste_cut_off_by_the_end_of_input_is_still_delivered() -> None:
     parsed = parse(f"{START}half a pas", "te", "")
     assert [e.text for e in parsed if isinstance(e, events.Paste)] == ["half a paste"]
+
+
+# ---------------------------------------------------------------- the prompt input, in the real app
+ANSWER_LIMIT = 15.0  # seconds: a generous hang bound (a 5 MB paste used to freeze the UI ~50 s)
+
+
+async def _pasted_then_typed(make_options: MakeOptions, *pastes: str) -> tuple[str, str]:
+    """Paste into the focused input of a running app, then press a key: what the box holds once
+    the key shows, and every notice the app gave."""
+    app = LfmChatApp(make_options(panes=1))
+    async with app.run_test(size=(120, 36)) as pilot:
+        pane = (await chat_screen(app, pilot)).panes[0]
+        await wait_until(pilot, lambda: app.focused is pane.prompt_input, "focus")
+        for text in pastes:
+            pane.prompt_input.post_message(events.Paste(text))
+        pane.prompt_input.post_message(events.Key("z", "z"))
+        await wait_until(pilot, lambda: pane.prompt_input.text.endswith("z"), "the key", limit=ANSWER_LIMIT)
+        return pane.prompt_input.text, " ".join(str(n.message) for n in app._notifications)
+
+
+async def test_a_huge_paste_is_refused_with_its_size_and_the_cap(make_options: MakeOptions) -> None:
+    text, notices = await _pasted_then_typed(make_options, "pasted log line\n" * 312_500)  # 5.0 MB
+    assert text == "z"
+    assert "Paste of 5.0 MB is larger than 256 KiB: not inserted" in notices
+
+
+async def test_pastes_adding_up_past_the_cap_are_refused(make_options: MakeOptions) -> None:
+    chunk = "y" * (PASTE_LIMIT_BYTES // 2 + 1)
+    text, notices = await _pasted_then_typed(make_options, chunk, chunk)
+    assert text == chunk + "z"
+    assert "would make the message larger than 256 KiB: not inserted" in notices
+
+
+async def test_a_paste_under_the_cap_is_inserted_cleaned(make_options: MakeOptions) -> None:
+    pasted = "a \x1b]52;c;aGk=\x07 b\r\n" * 1000
+    text, notices = await _pasted_then_typed(make_options, pasted)
+    assert text == "a  b\n" * 1000 + "z"
+    assert "not inserted" not in notices

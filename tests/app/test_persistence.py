@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sqlite3
+
 from app.app import LfmChatApp
 from app.conversation import ChatSettings
 from app.screens.history import HistoryScreen
@@ -115,3 +117,29 @@ async def test_history_search_rename_and_delete(make_options: MakeOptions) -> No
         await wait_until(
             pilot, lambda: app.store is not None and len(app.store.summaries()) == 1, "the delete"
         )
+
+
+async def test_panes_saved_by_retries_after_failed_saves_are_restored(make_options: MakeOptions) -> None:
+    """The open-panes update names conversation rows that only the retried saves create: it must
+    be written after them, or the pane comes back as a new chat and the chat is only in History."""
+    options = make_options(panes=1, chat=ChatSettings(temperature=0.0, max_tokens=6))
+    app = LfmChatApp(options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        pane = screen.panes[0]
+        other = sqlite3.connect(options.store_path, isolation_level=None)
+        other.execute("BEGIN EXCLUSIVE")  # every write fails meanwhile, as on a full disk
+        await submit(pilot, pane, "Remember this pane")
+        await wait_replied(pilot, pane)
+        assert screen.save_warning.display
+        other.execute("ROLLBACK")
+        other.close()
+        screen._retry_saves()
+        assert not screen.save_warning.display
+        messages = list(pane.conversation.messages)
+        await pilot.press("ctrl+q")
+
+    again = LfmChatApp(options)
+    async with again.run_test(size=(120, 36)) as pilot:
+        [restored] = (await chat_screen(again, pilot)).panes
+        assert restored.conversation.messages == messages

@@ -261,3 +261,21 @@ def test_a_killed_process_leaves_a_sound_database_and_no_lock(path: Path) -> Non
     [(user, reply)] = read_back(path).values()
     assert user == "tell me a story"
     assert len(reply) >= 20 * len("word ") and reply == "word " * (len(reply) // 5)
+
+
+def test_the_open_panes_are_written_after_the_saves_that_create_their_rows(path: Path) -> None:
+    """On a full disk the open-panes update of a conversation not saved yet changes no row, so it
+    "succeeds"; it must still be written again once the conversation is."""
+    store = Store(path)
+    saver = Saver(store)
+    pages = store._db.execute("PRAGMA page_count").fetchone()[0]
+    store._db.execute(f"PRAGMA max_page_count = {pages}")
+    one = chat("x" * 100_000)
+    assert not saver.save(one)
+    saver.set_open([one.id])  # type: ignore[list-item]
+    store._db.execute("PRAGMA max_page_count = 1073741823")
+    assert saver.retry()
+    store.close()
+    again = Store(path)
+    assert [c.id for c in again.open_conversations()] == [one.id]
+    again.close()
