@@ -25,17 +25,26 @@ edit: a 5 MB paste froze the UI for ~50 s at 1.6 GB RSS. 256 KiB is a long docum
 more than most contexts) and stays responsive; a larger paste is refused whole, with a notice."""
 
 
+class OversizedPaste(events.Paste):
+    """A paste larger than PASTE_LIMIT_BYTES: only its size arrives, so a 400 MB paste costs no memory."""
+
+    def __init__(self, size: int) -> None:
+        super().__init__("")
+        self.size = size
+
+
 class PasteSafeParser(XTermParser):
     def __init__(self, debug: bool = False) -> None:
         super().__init__(debug)
         self._paste: list[str] | None = None  # the paste so far, while inside one
+        self._size = 0  # its UTF-8 bytes so far; past PASTE_LIMIT_BYTES the text is no longer kept
         self._tail = ""  # the end of a chunk that may be the start of the end marker
 
     def feed(self, data: str) -> Iterable[Message]:
         if not data:  # end of input: a paste never closed is still the user's text
             if self._paste is not None:
-                yield events.Paste("".join(self._paste) + self._tail)
-                self._paste, self._tail = None, ""
+                self._keep(self._tail)
+                yield self._finish()
             yield from super().feed(data)
             return
         while data:
@@ -44,17 +53,33 @@ class PasteSafeParser(XTermParser):
                 if before:
                     yield from super().feed(before)
                 if found:
-                    self._paste = []
+                    self._paste, self._size = [], 0
                 continue
             data = self._tail + data
             body, found, data = data.partition(BRACKETED_PASTE_END)
             if found:
-                yield events.Paste("".join([*self._paste, body]))
-                self._paste, self._tail = None, ""
+                self._keep(body)
+                yield self._finish()
             else:
                 keep = _partial_marker_length(body)
-                self._paste.append(body[: len(body) - keep])
+                self._keep(body[: len(body) - keep])
                 self._tail = body[len(body) - keep :]
+
+    def _keep(self, text: str) -> None:
+        """Add `text` to the paste, or only to its size once the paste is past the cap."""
+        self._size += len(text.encode("utf-8", "replace"))
+        if self._size > PASTE_LIMIT_BYTES:
+            self._paste = []
+        else:
+            self._paste.append(text)
+
+    def _finish(self) -> events.Paste:
+        if self._size > PASTE_LIMIT_BYTES:
+            paste: events.Paste = OversizedPaste(self._size)
+        else:
+            paste = events.Paste("".join(self._paste))
+        self._paste, self._tail, self._size = None, "", 0
+        return paste
 
 
 def _partial_marker_length(text: str) -> int:
@@ -72,9 +97,9 @@ def install() -> None:
     linux_driver.XTermParser = PasteSafeParser  # type: ignore[misc]
 
 
-def paste_refusal(pasted: str, held: str) -> str | None:
-    """Why `pasted` may not go into a box holding `held` (one sentence naming the cap), or None."""
-    size = len(pasted.encode("utf-8", "replace"))
+def paste_refusal(paste: events.Paste, held: str) -> str | None:
+    """Why `paste` may not go into a box holding `held` (one sentence naming the cap), or None."""
+    size = paste.size if isinstance(paste, OversizedPaste) else len(paste.text.encode("utf-8", "replace"))
     if size > PASTE_LIMIT_BYTES:
         return f"Paste of {_size(size)} is larger than {_size(PASTE_LIMIT_BYTES)}: not inserted."
     if size + len(held.encode("utf-8", "replace")) > PASTE_LIMIT_BYTES:

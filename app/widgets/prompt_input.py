@@ -137,7 +137,7 @@ class PromptInput(TextArea):
         event.stop()
         if self.read_only:
             return
-        if (refusal := paste_refusal(event.text, self.text)) is not None:
+        if (refusal := paste_refusal(event, self.text)) is not None:
             self.notify(refusal, severity="warning", timeout=10, markup=False)
         elif text := strip_control(event.text.replace("\r\n", "\n").replace("\r", "\n")):
             self.replace(text, *self.selection)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from textual import events
 
 from app.app import LfmChatApp
-from app.paste import PASTE_LIMIT_BYTES, PasteSafeParser
+from app.paste import PASTE_LIMIT_BYTES, OversizedPaste, PasteSafeParser
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
 
 START, END = "\x1b[200~", "\x1b[201~"
@@ -48,6 +48,23 @@ def test_keys_around_a_paste_are_still_keys() -> None:
 def test_a_paste_cut_off_by_the_end_of_input_is_still_delivered() -> None:
     parsed = parse(f"{START}half a pas", "te", "")
     assert [e.text for e in parsed if isinstance(e, events.Paste)] == ["half a paste"]
+
+
+def test_a_paste_past_the_cap_arrives_as_its_size_only() -> None:
+    """A 400 MB paste must not be held whole in memory before the prompt refuses it."""
+    parser = PasteSafeParser()
+    chunk = "é" * 4096  # 8 KiB of UTF-8 per read, as a terminal sends a big paste
+    reads = 2 * PASTE_LIMIT_BYTES // len(chunk.encode()) + 1
+    parsed = list(parser.feed(START))
+    for _ in range(reads):
+        parsed += parser.feed(chunk)
+        assert sum(len(part) for part in parser._paste or []) <= PASTE_LIMIT_BYTES
+    parsed += parser.feed(f"{END}ok")
+    pastes = [e for e in parsed if isinstance(e, events.Paste)]
+    assert len(pastes) == 1 and isinstance(pastes[0], OversizedPaste)
+    assert pastes[0].size == reads * len(chunk.encode()) and pastes[0].text == ""
+    assert [e.key for e in parsed if isinstance(e, events.Key)] == ["o", "k"]
+    assert parse(f"{START}{'x' * PASTE_LIMIT_BYTES}{END}")[0].text == "x" * PASTE_LIMIT_BYTES  # type: ignore[attr-defined]
 
 
 # ---------------------------------------------------------------- the prompt input, in the real app
