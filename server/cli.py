@@ -161,11 +161,9 @@ def main(argv: list[str]) -> int:
         if not options.demo:
             check_model(options.model)
         check_device(args.device)
-        import uvicorn
-
         from server.app import create_app
         from server.config import ServerConfig
-        from server.connections import uvicorn_config
+        from server.connections import make_server
     except SetupError as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")
     except ModuleNotFoundError as exc:
@@ -193,11 +191,11 @@ def main(argv: list[str]) -> int:
         note = f"at most {cap} connections: the file-descriptor limit (ulimit -n) allows no more"
         print(f"{parser.prog}: {note}", file=sys.stderr)
     app = create_app(engine, config)
-    server_config = uvicorn_config(
+    server = make_server(
         app, limits, host=args.host, port=args.port, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S
     )
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the Ctrl-C again once it has shut down
-        uvicorn.Server(server_config).run()
+        server.run()
     return 0
 
 

@@ -20,8 +20,10 @@ a request in progress is the newcomer turned away, with a 503.
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import logging
+import socket
 import time
 from typing import Any
 
@@ -30,12 +32,13 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from server.errors import error_body
-from server.limits import ConnectionLimits, connection_cap
+from server.limits import FD_RESERVE, ConnectionLimits, connection_cap
 
 logger = logging.getLogger(__name__)
 
 QUIET_PATHS = ("/health", "/metrics")  # polled several times a second by the TUI and by scrapers
-WARN_EVERY_S = 60.0  # the connection-cap warning, at most this often
+WARN_EVERY_S = 60.0  # the connection-cap and out-of-descriptors warnings, at most this often
+OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)  # asyncio's accept retries
 
 
 def _raw_response(status: int, reason: str, message: str) -> bytes:
@@ -195,10 +198,37 @@ class QuietPolls(logging.Filter):
         return True
 
 
-def uvicorn_config(app: Any, limits: ConnectionLimits, **options: Any) -> uvicorn.Config:
-    """uvicorn's Config for `app` with the guarded protocol; `options` are uvicorn's own (host, port...)."""
-    config = uvicorn.Config(app, http=guarded_protocol(limits), **options)
+class GuardedServer(uvicorn.Server):
+    """uvicorn's Server whose event loop reports running out of descriptors in one line a minute.
+
+    asyncio accepts up to `backlog` connections per wake-up before any of them reaches the Gate, so a
+    burst can still exhaust the descriptors; asyncio then stops accepting for a second (the right
+    back-pressure) but logs a traceback for every failed accept, hence this handler."""
+
+    async def serve(self, sockets: list[socket.socket] | None = None) -> None:
+        loop = asyncio.get_running_loop()
+        warned = [-WARN_EVERY_S]
+
+        def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+            error = context.get("exception")
+            if not (isinstance(error, OSError) and error.errno in OUT_OF_DESCRIPTORS):
+                loop.default_exception_handler(context)
+            elif time.monotonic() - warned[0] >= WARN_EVERY_S:
+                warned[0] = time.monotonic()
+                logger.warning("out of file descriptors (%s): pausing new connections for a second", error)
+
+        loop.set_exception_handler(handle)
+        await super().serve(sockets)
+
+
+def make_server(app: Any, limits: ConnectionLimits, **options: Any) -> GuardedServer:
+    """A server for `app` with the guarded protocol; `options` are uvicorn's Config's (host, port...)."""
+    protocol = guarded_protocol(limits)
+    # The listen backlog is also how many connections asyncio accepts per wake-up: keep one burst
+    # within the descriptors left beside the cap.
+    backlog = min(2048, max(16, FD_RESERVE // 2))
+    config = uvicorn.Config(app, http=protocol, backlog=backlog, **options)
     access = logging.getLogger("uvicorn.access")  # configured by Config(): add the filter after it
     if not any(isinstance(f, QuietPolls) for f in access.filters):
         access.addFilter(QuietPolls())
-    return config
+    return GuardedServer(config)

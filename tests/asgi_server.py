@@ -13,9 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import uvicorn
-
-from server.connections import uvicorn_config
+from server.connections import make_server
 from server.limits import ConnectionLimits
 
 
@@ -26,8 +24,7 @@ def serving(app: Any, limits: ConnectionLimits | None = None) -> Iterator[str]:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     limits = limits or ConnectionLimits()
-    config = uvicorn_config(app, limits, log_level="warning", timeout_graceful_shutdown=2)
-    server = uvicorn.Server(config)
+    server = make_server(app, limits, log_level="warning", timeout_graceful_shutdown=2)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30
