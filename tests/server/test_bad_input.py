@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -144,3 +146,35 @@ def test_a_full_queue_is_503_and_clears(serve: Callable[..., Any], make_engine: 
         open_streams.close()  # both clients leave: their requests are cancelled
         wait_for(lambda: idle(url))
         assert_still_serving(url)
+
+
+def test_prompts_too_big_to_fit_are_refused_before_tokenizing_and_health_answers_meanwhile(
+    server: str,
+) -> None:
+    """Four ~4 MB prompts at once (a few seconds of tokenizing each, holding the GIL): each is refused
+    with one clear error while /health keeps answering (generous bounds: without the byte bound the
+    tokenizer holds the event loop for tens of seconds)."""
+    text = "hello world, this is a long prompt. " * 110_000  # ~3.9 MB, under the 4 MiB body cap
+    bodies = [
+        (CHAT, {"messages": [{"role": "user", "content": text}]}),
+        (CHAT, {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]}),
+        ("/v1/completions", {"prompt": text}),
+        ("/v1/completions", {"prompt": [text]}),
+    ]
+    replies: list[httpx.Response] = []
+
+    def send(path: str, body: dict[str, Any]) -> None:
+        replies.append(httpx.post(f"{server}{path}", json=body, timeout=60))
+
+    threads = [threading.Thread(target=send, args=item) for item in bodies]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        started = time.monotonic()
+        assert httpx.get(f"{server}/health", timeout=10).status_code == 200
+        assert time.monotonic() - started < 3, "/health waited for the big prompts"
+        time.sleep(0.05)
+    for reply in replies:
+        error = assert_error(reply, 400)
+        assert error["code"] == "context_length_exceeded" and "bytes" in error["message"]
+    assert_still_serving(server)
