@@ -14,7 +14,7 @@ from typing import Any
 
 import anyio
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine import Engine, TokenEvent
@@ -79,10 +79,13 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     if length.isdigit() and int(length) > limit:
         raise too_large
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_large
+    except ClientDisconnect:  # nobody to answer, and nothing went wrong here: no log line either
+        raise ApiError(CLIENT_CLOSED, "the client hung up before sending the whole body") from None
     return parse_json(bytes(body))
 
 

@@ -54,6 +54,9 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
         ({"messages": HELLO, "logprobs": True}, "logprobs"),
         ({"messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
         ({"messages": HELLO, "stream": "yes"}, "stream"),
+        ({"messages": HELLO, "stream": True, "stream_options": "x"}, "stream_options"),
+        ({"messages": HELLO, "stream": True, "stream_options": [True]}, "stream_options"),
+        ({"messages": HELLO, "stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options"),
         ({}, "messages"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
@@ -121,12 +124,15 @@ def test_a_body_over_the_limit_is_413_without_reading_it_all(serve: Callable[...
 
 def test_an_api_key_guards_the_api_but_not_health_or_metrics(serve: Callable[..., Any]) -> None:
     with serve(api_key="sesame") as url:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sesame"}):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sesame"},
+                        {"Authorization": "Basic sesame"}, {"Authorization": "Bearersesame"}):  # fmt: skip
             response = httpx.post(f"{url}{CHAT}", json={"messages": HELLO, "max_tokens": 2}, headers=headers)
             assert_error(response, 401)
         assert_error(httpx.get(f"{url}/v1/models"), 401)
         good = {"Authorization": "Bearer sesame"}
         assert httpx.get(f"{url}/v1/models", headers=good).status_code == 200
+        for scheme in ("bearer sesame", "BEARER sesame", "Bearer  sesame"):  # RFC 7235: any case, 1*SP
+            assert httpx.get(f"{url}/v1/models", headers={"Authorization": scheme}).status_code == 200
         reply = httpx.post(f"{url}{CHAT}", json={"messages": HELLO, "max_tokens": 2}, headers=good)
         assert reply.status_code == 200
         assert httpx.get(f"{url}/health").status_code == 200
@@ -178,3 +184,12 @@ def test_prompts_too_big_to_fit_are_refused_before_tokenizing_and_health_answers
         error = assert_error(reply, 400)
         assert error["code"] == "context_length_exceeded" and "bytes" in error["message"]
     assert_still_serving(server)
+
+
+def test_an_error_quoting_a_huge_value_stays_one_short_line(server: str) -> None:
+    body = {"messages": [{"role": "x" * 1_000_000, "content": "hi"}], "stop": ["y" * 1_000_000]}
+    error = assert_error(httpx.post(f"{server}{CHAT}", json=body), 400, "messages")
+    assert len(error["message"]) <= 1000 and "\n" not in error["message"]
+    body = {"messages": HELLO, "stop": ["y" * 1_000_000]}
+    error = assert_error(httpx.post(f"{server}{CHAT}", json=body), 400, "stop")
+    assert len(error["message"]) <= 1000

@@ -164,3 +164,13 @@ def test_health_and_metrics_polls_stay_out_of_the_access_log(served: Served) -> 
     assert not [line for line in new if "/metrics" in line or "/health" in line], new
     assert any('"POST /v1/chat/completions HTTP/1.1" 200' in line for line in new), new
     assert any('"GET /no-such-page HTTP/1.1" 404' in line for line in new), new
+
+
+def test_a_client_that_hangs_up_mid_upload_leaves_no_traceback(served: Served) -> None:
+    before = len(served.log_lines())
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    with connections(served.port(), 1, head + b"Content-Length: 100000\r\n\r\n" + b'{"messages": '):
+        time.sleep(0.5)  # the app is reading the body
+    assert_serving(served.url)
+    new = served.log_lines()[before:]
+    assert not [line for line in new if "Traceback" in line or " 500" in line or "failed" in line], new
