@@ -221,6 +221,30 @@ class GuardedServer(uvicorn.Server):
         await super().serve(sockets)
 
 
+class OncePerMinute(logging.Filter):
+    """Lets uvicorn's per-request "Invalid HTTP request received." through once a minute: the client
+    got its 400, and a stream of garbage must not bury the log."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.last = -WARN_EVERY_S
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.getMessage() != "Invalid HTTP request received.":
+            return True
+        now = time.monotonic()
+        if now - self.last < WARN_EVERY_S:
+            return False
+        self.last = now
+        return True
+
+
+def _add_filter(name: str, kind: type[logging.Filter]) -> None:
+    logger = logging.getLogger(name)  # configured by uvicorn's Config(): add the filter after it
+    if not any(isinstance(f, kind) for f in logger.filters):
+        logger.addFilter(kind())
+
+
 def make_server(app: Any, limits: ConnectionLimits, **options: Any) -> GuardedServer:
     """A server for `app` with the guarded protocol; `options` are uvicorn's Config's (host, port...)."""
     protocol = guarded_protocol(limits)
@@ -228,7 +252,6 @@ def make_server(app: Any, limits: ConnectionLimits, **options: Any) -> GuardedSe
     # within the descriptors left beside the cap.
     backlog = min(2048, max(16, FD_RESERVE // 2))
     config = uvicorn.Config(app, http=protocol, backlog=backlog, **options)
-    access = logging.getLogger("uvicorn.access")  # configured by Config(): add the filter after it
-    if not any(isinstance(f, QuietPolls) for f in access.filters):
-        access.addFilter(QuietPolls())
+    _add_filter("uvicorn.access", QuietPolls)
+    _add_filter("uvicorn.error", OncePerMinute)
     return GuardedServer(config)
