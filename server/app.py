@@ -85,16 +85,18 @@ def create_app(engine: Engine, config: ServerConfig) -> Starlette:
 
 
 class RequireApiKey:
-    """401 for /v1/* requests without `Authorization: Bearer KEY` (compared in constant time)."""
+    """401 for /v1/* requests without `Authorization: Bearer KEY` (the key compared in constant time;
+    the scheme in any case, as RFC 7235 has it)."""
 
     def __init__(self, app: ASGIApp, key: str) -> None:
         self.app = app
-        self.expected = f"Bearer {key}".encode()
+        self.expected = key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith("/v1/"):
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.expected):
+            scheme, _, given = dict(scope["headers"]).get(b"authorization", b"").partition(b" ")
+            bearer = scheme.lower() == b"bearer"
+            if not (hmac.compare_digest(given.lstrip(b" "), self.expected) and bearer):
                 error = ApiError(
                     401, "a valid API key is required: Authorization: Bearer KEY", code="invalid_api_key"
                 )

@@ -7,6 +7,7 @@ binds 127.0.0.1, and binding any other address without --api-key is refused befo
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import ipaddress
 import os
@@ -27,6 +28,7 @@ from app.cli import (
 )
 from app.options import AppOptions
 from engine import CheckpointError, ModelNotAvailableError
+from server.limits import FD_RESERVE, MAX_BODY_BYTES, ConnectionLimits, connection_cap
 
 API_KEY_ENV = "LFM_CHAT_API_KEY"
 DEMO_MODEL_NAME = "lfm-chat-demo"
@@ -51,7 +53,6 @@ def build_parser() -> Parser:
     net.add_argument(
         "--api-key",
         dest="key",  # args.api_key is the app's --server key, which options_from_args reads
-        default=os.environ.get(API_KEY_ENV),
         metavar="KEY",
         help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}, else none)",
     )
@@ -74,11 +75,56 @@ def build_parser() -> Parser:
         default=64,
         help="requests queued beyond the running batch before new ones get 503 (default: 64)",
     )
+    _add_connection_flags(parser)
     add_engine_flags(parser)
     add_sampling_flags(parser)
     # The app's chat and --server flags, which options_from_args reads; serve has none of them.
     parser.set_defaults(panes=1, system="", data_dir=None, server=None, api_key=None)
     return parser
+
+
+def _add_connection_flags(parser: Parser) -> None:
+    """What one HTTP client may hold: the caps and deadlines of server/connections.py."""
+    limits, group = ConnectionLimits(), parser.add_argument_group("HTTP clients")
+    group.add_argument(
+        "--max-connections",
+        metavar="N",
+        type=whole_number(1),
+        default=limits.max_connections,
+        help="connections open at once; at the cap the oldest idle one is closed, and if none is idle "
+        f"the newcomer gets 503 (default: {limits.max_connections}, at most the file-descriptor "
+        f"limit less {FD_RESERVE})",
+    )
+    group.add_argument(
+        "--header-timeout",
+        metavar="S",
+        type=whole_number(1, 3600),
+        default=int(limits.header_timeout),
+        help=f"seconds a client may take to send a request's headers, then 408 "
+        f"(default: {limits.header_timeout:g})",
+    )
+    group.add_argument(
+        "--body-timeout",
+        metavar="S",
+        type=whole_number(1, 3600),
+        default=int(limits.body_timeout),
+        help=f"seconds a client may take to send a request's body after its headers, then 408 "
+        f"(default: {limits.body_timeout:g})",
+    )
+    group.add_argument(
+        "--max-body-bytes",
+        metavar="N",
+        type=whole_number(1024),
+        default=MAX_BODY_BYTES,
+        help=f"the largest request body, then 413 (default: {MAX_BODY_BYTES}, 4 MiB)",
+    )
+
+
+def api_key(args: argparse.Namespace) -> tuple[str | None, str]:
+    """The key and where it came from (--api-key, else $LFM_CHAT_API_KEY), for errors that name it."""
+    if args.key is not None:
+        return args.key, "--api-key"
+    return os.environ.get(API_KEY_ENV), f"${API_KEY_ENV}"
 
 
 def is_loopback(host: str) -> bool:
@@ -91,10 +137,10 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_exposure(host: str, api_key: str | None) -> None:
+def check_exposure(host: str, api_key: str | None, source: str = "--api-key") -> None:
     """Refuse to open the engine to the network without a key (UsageError: exit code 2)."""
     if api_key == "":
-        raise UsageError("--api-key is empty; give a key, or leave the flag out on 127.0.0.1")
+        raise UsageError(f"{source} is empty; give a key, or leave it out on 127.0.0.1")
     if api_key is None and not is_loopback(host):
         raise UsageError(
             f"--host {host} lets other machines use the engine, so it needs --api-key KEY "
@@ -105,8 +151,9 @@ def check_exposure(host: str, api_key: str | None) -> None:
 def main(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    key, key_source = api_key(args)
     try:
-        check_exposure(args.host, args.key)
+        check_exposure(args.host, key, key_source)
         options = options_from_args(args)
     except UsageError as exc:
         parser.error(str(exc))
@@ -114,10 +161,9 @@ def main(argv: list[str]) -> int:
         if not options.demo:
             check_model(options.model)
         check_device(args.device)
-        import uvicorn
-
         from server.app import create_app
         from server.config import ServerConfig
+        from server.connections import make_server
     except SetupError as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")
     except ModuleNotFoundError as exc:
@@ -133,15 +179,23 @@ def main(argv: list[str]) -> int:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")
     config = ServerConfig(
         model_name=args.served_model_name or _default_name(options),
-        api_key=args.key,
+        api_key=key,
         max_tokens=args.max_tokens,
         max_waiting=args.max_waiting,
+        max_body_bytes=args.max_body_bytes,
         sampling=dict(options.sampling_defaults().values),
     )
     print(f"{parser.prog}: {config.model_name} on http://{args.host}:{args.port}/v1", file=sys.stderr)
+    limits = ConnectionLimits(args.max_connections, args.header_timeout, args.body_timeout)
+    if (cap := connection_cap(limits.max_connections)) < limits.max_connections:
+        note = f"at most {cap} connections: the file-descriptor limit (ulimit -n) allows no more"
+        print(f"{parser.prog}: {note}", file=sys.stderr)
     app = create_app(engine, config)
+    server = make_server(
+        app, limits, host=args.host, port=args.port, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S
+    )
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the Ctrl-C again once it has shut down
-        uvicorn.run(app, host=args.host, port=args.port, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S)
+        server.run()
     return 0
 
 

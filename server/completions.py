@@ -9,12 +9,12 @@ cancelled: the engine aborts it before its next step and frees its blocks.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
 from starlette.concurrency import run_in_threadpool
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from engine import Engine, TokenEvent
@@ -34,12 +34,32 @@ class Service:
     engine: Engine
     config: ServerConfig
     bridge: EngineBridge | None = None
+    max_prompt_bytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.max_prompt_bytes = prompt_byte_bound(self.engine)
+
+
+def prompt_byte_bound(engine: Engine) -> int:
+    """The most bytes of prompt text that could still fit the context, so a longer text is refused
+    before the tokenizer spends seconds on it (holding the GIL, so the whole server waits).
+
+    Each token of an encoding stands for at most as many bytes of the text as the vocabulary's
+    longest token decodes to, so text longer than max_model_len times that needs more tokens than
+    the context holds. This is sound for tokenizers that do not delete text before encoding, as
+    LFM2's byte-level BPE does not (no normalizer); a decoded partial character counts as the three
+    bytes of U+FFFD, which only loosens the bound."""
+    decode = engine.tokenizer.decode
+    vocab = range(engine.tokenizer.vocab_size)
+    longest = max(len(decode([i], skip_special_tokens=False).encode()) for i in vocab)
+    return engine.max_model_len * max(1, longest)
 
 
 async def chat_completions(request: Request) -> Response:
     service: Service = request.app.state.service
     chat = parse_chat(await read_json(request, service.config.max_body_bytes), service.config.limits)
-    ids = await run_in_threadpool(_render_chat, service.engine, chat.messages)
+    text = await run_in_threadpool(_render_chat, service.engine, chat.messages)
+    ids = await run_in_threadpool(_encode, service, text, "messages")
     return await _generate(request, service, chat, ids, chat=True)
 
 
@@ -48,7 +68,7 @@ async def completions(request: Request) -> Response:
     job = parse_completion(await read_json(request, service.config.max_body_bytes), service.config.limits)
     prompt = job.prompt
     if isinstance(prompt, str):
-        prompt = await run_in_threadpool(service.engine.tokenizer.encode, prompt)
+        prompt = await run_in_threadpool(_encode, service, prompt, "prompt")
     return await _generate(request, service, job, prompt, chat=False)
 
 
@@ -59,19 +79,35 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     if length.isdigit() and int(length) > limit:
         raise too_large
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise too_large
+    try:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise too_large
+    except ClientDisconnect:  # nobody to answer, and nothing went wrong here: no log line either
+        raise ApiError(CLIENT_CLOSED, "the client hung up before sending the whole body") from None
     return parse_json(bytes(body))
 
 
-def _render_chat(engine: Engine, messages: list[dict[str, str]]) -> list[int]:
+def _render_chat(engine: Engine, messages: list[dict[str, str]]) -> str:
     """The conversation as the checkpoint's template renders it (runs in a thread: templates are code)."""
     try:
-        return engine.tokenizer.encode_chat(messages)
+        return engine.tokenizer.render_chat(messages)
     except ValueError as exc:  # model.errors.ChatTemplateError: the template's own message
         raise bad_request(f"the chat template refused the messages: {exc}", "messages") from None
+
+
+def _encode(service: Service, text: str, param: str) -> list[int]:
+    """The prompt's ids, unless the text is too long to fit whatever its tokens (runs in a thread)."""
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > service.max_prompt_bytes:
+        context = service.engine.max_model_len
+        message = (
+            f"the prompt is {size} bytes: more than this model's context of {context} tokens can hold "
+            f"(at most {service.max_prompt_bytes} bytes)"
+        )
+        raise ApiError(400, message, param, "context_length_exceeded")
+    return service.engine.tokenizer.encode(text, add_special_tokens=False)
 
 
 def _check_prompt(engine: Engine, ids: list[int], param: str) -> None:

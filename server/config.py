@@ -5,9 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from server.limits import MAX_BODY_BYTES
 from server.protocol import Limits
-
-MAX_BODY_BYTES = 4 * 2**20  # a full 32k-token context is ~130 KB of text; JSON escaping can triple it
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,6 +22,15 @@ _TYPES = {
 }
 
 
+MAX_MESSAGE_CHARS = 500  # messages quote what the client sent, which may be a megabyte long
+
+
+def _one_short_line(message: str) -> str:
+    """The message on one line and cut to MAX_MESSAGE_CHARS, the cut marked."""
+    line = " ".join(message.split())
+    return line if len(line) <= MAX_MESSAGE_CHARS else line[: MAX_MESSAGE_CHARS - 1] + "…"
+
+
 class ApiError(Exception):
     """A request the server refuses: `status` and a one-line `message` naming the field (`param`)."""
 
@@ -33,6 +42,7 @@ class ApiError(Exception):
         code: str | None = None,
         headers: dict[str, str] | None = None,
     ) -> None:
+        message = _one_short_line(message)
         super().__init__(message)
         self.status = status
         self.message = message

@@ -120,7 +120,7 @@ def _generation(body: Mapping[str, Any], limits: Limits, max_tokens: Any) -> dic
     if not isinstance(stream, bool):
         raise bad_request("stream must be true or false", "stream")
     options = _given(body, "stream_options", {})
-    include_usage = options.get("include_usage") if isinstance(options, dict) else None
+    include_usage = options.get("include_usage") if isinstance(options, dict) else "not an object"
     if not isinstance(include_usage, bool | None):
         raise bad_request('stream_options must be an object like {"include_usage": true}', "stream_options")
     return {

@@ -13,15 +13,18 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-import uvicorn
+from server.connections import make_server
+from server.limits import ConnectionLimits
 
 
 @contextlib.contextmanager
-def serving(app: Any) -> Iterator[str]:
-    """Serve `app` with uvicorn on 127.0.0.1 and a free port; yield its base URL; stop it on exit."""
+def serving(app: Any, limits: ConnectionLimits | None = None) -> Iterator[str]:
+    """Serve `app` as `lfm-chat serve` does (its connection limits) on 127.0.0.1 and a free port;
+    yield its base URL; stop it on exit."""
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", timeout_graceful_shutdown=2))
+    limits = limits or ConnectionLimits()
+    server = make_server(app, limits, log_level="warning", timeout_graceful_shutdown=2)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     deadline = time.monotonic() + 30

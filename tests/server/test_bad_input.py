@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -52,6 +54,9 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
         ({"messages": HELLO, "logprobs": True}, "logprobs"),
         ({"messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
         ({"messages": HELLO, "stream": "yes"}, "stream"),
+        ({"messages": HELLO, "stream": True, "stream_options": "x"}, "stream_options"),
+        ({"messages": HELLO, "stream": True, "stream_options": [True]}, "stream_options"),
+        ({"messages": HELLO, "stream": True, "stream_options": {"include_usage": "yes"}}, "stream_options"),
         ({}, "messages"),
         ({"messages": []}, "messages"),
         ({"messages": [{"role": "wizard", "content": "hi"}]}, "messages"),
@@ -119,12 +124,15 @@ def test_a_body_over_the_limit_is_413_without_reading_it_all(serve: Callable[...
 
 def test_an_api_key_guards_the_api_but_not_health_or_metrics(serve: Callable[..., Any]) -> None:
     with serve(api_key="sesame") as url:
-        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sesame"}):
+        for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "sesame"},
+                        {"Authorization": "Basic sesame"}, {"Authorization": "Bearersesame"}):  # fmt: skip
             response = httpx.post(f"{url}{CHAT}", json={"messages": HELLO, "max_tokens": 2}, headers=headers)
             assert_error(response, 401)
         assert_error(httpx.get(f"{url}/v1/models"), 401)
         good = {"Authorization": "Bearer sesame"}
         assert httpx.get(f"{url}/v1/models", headers=good).status_code == 200
+        for scheme in ("bearer sesame", "BEARER sesame", "Bearer  sesame"):  # RFC 7235: any case, 1*SP
+            assert httpx.get(f"{url}/v1/models", headers={"Authorization": scheme}).status_code == 200
         reply = httpx.post(f"{url}{CHAT}", json={"messages": HELLO, "max_tokens": 2}, headers=good)
         assert reply.status_code == 200
         assert httpx.get(f"{url}/health").status_code == 200
@@ -144,3 +152,44 @@ def test_a_full_queue_is_503_and_clears(serve: Callable[..., Any], make_engine: 
         open_streams.close()  # both clients leave: their requests are cancelled
         wait_for(lambda: idle(url))
         assert_still_serving(url)
+
+
+def test_prompts_too_big_to_fit_are_refused_before_tokenizing_and_health_answers_meanwhile(
+    server: str,
+) -> None:
+    """Four ~4 MB prompts at once (a few seconds of tokenizing each, holding the GIL): each is refused
+    with one clear error while /health keeps answering (generous bounds: without the byte bound the
+    tokenizer holds the event loop for tens of seconds)."""
+    text = "hello world, this is a long prompt. " * 110_000  # ~3.9 MB, under the 4 MiB body cap
+    bodies = [
+        (CHAT, {"messages": [{"role": "user", "content": text}]}),
+        (CHAT, {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": text}]}),
+        ("/v1/completions", {"prompt": text}),
+        ("/v1/completions", {"prompt": [text]}),
+    ]
+    replies: list[httpx.Response] = []
+
+    def send(path: str, body: dict[str, Any]) -> None:
+        replies.append(httpx.post(f"{server}{path}", json=body, timeout=60))
+
+    threads = [threading.Thread(target=send, args=item) for item in bodies]
+    for thread in threads:
+        thread.start()
+    while any(thread.is_alive() for thread in threads):
+        started = time.monotonic()
+        assert httpx.get(f"{server}/health", timeout=10).status_code == 200
+        assert time.monotonic() - started < 3, "/health waited for the big prompts"
+        time.sleep(0.05)
+    for reply in replies:
+        error = assert_error(reply, 400)
+        assert error["code"] == "context_length_exceeded" and "bytes" in error["message"]
+    assert_still_serving(server)
+
+
+def test_an_error_quoting_a_huge_value_stays_one_short_line(server: str) -> None:
+    body = {"messages": [{"role": "x" * 1_000_000, "content": "hi"}], "stop": ["y" * 1_000_000]}
+    error = assert_error(httpx.post(f"{server}{CHAT}", json=body), 400, "messages")
+    assert len(error["message"]) <= 1000 and "\n" not in error["message"]
+    body = {"messages": HELLO, "stop": ["y" * 1_000_000]}
+    error = assert_error(httpx.post(f"{server}{CHAT}", json=body), 400, "stop")
+    assert len(error["message"]) <= 1000

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.cli import API_KEY_ENV, build_parser, check_exposure, is_loopback, main
+from server.cli import API_KEY_ENV, api_key, build_parser, check_exposure, is_loopback, main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,9 +45,18 @@ def test_an_empty_key_is_refused(capsys: pytest.CaptureFixture[str]) -> None:
     assert code == 2 and "--api-key is empty" in err
 
 
+def test_an_empty_key_from_the_environment_is_named_as_such(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv(API_KEY_ENV, "")
+    code, err = run_main(["--demo"], capsys)
+    assert code == 2 and f"${API_KEY_ENV} is empty" in err and "--api-key is empty" not in err
+
+
 def test_the_key_can_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(API_KEY_ENV, "from-env")
-    assert build_parser().parse_args([]).key == "from-env"
+    assert api_key(build_parser().parse_args([])) == ("from-env", f"${API_KEY_ENV}")
+    assert api_key(build_parser().parse_args(["--api-key", "flag"])) == ("flag", "--api-key")
 
 
 def test_help_lists_server_model_engine_and_sampling_flags(capsys: pytest.CaptureFixture[str]) -> None:
@@ -55,6 +64,7 @@ def test_help_lists_server_model_engine_and_sampling_flags(capsys: pytest.Captur
         main(["--help"])
     out = capsys.readouterr().out
     for flag in ("--host", "--port", "--api-key", "--served-model-name", "--max-tokens", "--max-waiting",
+                 "--max-connections", "--header-timeout", "--body-timeout", "--max-body-bytes",
                  "--model", "--demo", "--dtype", "--max-num-seqs", "--temperature", "--top-k"):  # fmt: skip
         assert flag in out, flag
     assert "--panes" not in out and "--data-dir" not in out

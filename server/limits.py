@@ -1,0 +1,37 @@
+"""The numbers that bound what one HTTP client can make `serve` hold or do: plain data, importable
+without the serve extra (the command line shows them as flag defaults)."""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+
+MAX_BODY_BYTES = 4 * 2**20  # a full 32k-token context is ~130 KB of text; JSON escaping can triple it
+# Descriptors kept free for everything but client connections: the listening socket, the event
+# loop's own, logging, the checkpoint files while they load. The process opens a few dozen at most.
+FD_RESERVE = 128
+
+
+@dataclass(frozen=True, slots=True)
+class ConnectionLimits:
+    max_connections: int = 256  # open at once; at most the descriptor limit less FD_RESERVE
+    header_timeout: float = 10.0  # seconds from a request's first byte (or the connection) to its headers
+    body_timeout: float = 30.0  # seconds from the headers to the end of the request body
+
+
+def connection_cap(wanted: int) -> int:
+    """`wanted`, or fewer if the process may not open that many descriptors. Raises the soft
+    RLIMIT_NOFILE towards the hard one first, as servers do: the default soft limit is often 1024.
+    Past the limit every accept fails, and asyncio logs each failure with a traceback."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = wanted + FD_RESERVE
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        raised = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (raised, hard))
+            soft = raised
+        except (ValueError, OSError):  # macOS refuses more than OPEN_MAX; keep the soft limit
+            pass
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - FD_RESERVE))
