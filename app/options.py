@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 import platformdirs
 
 from app.conversation import ChatSettings
-from engine import DEFAULT_MODEL, checkpoint_sampling
+from engine import DEFAULT_MODEL, ModelSource, default_cache_dir
 
 if TYPE_CHECKING:
     from engine import EngineConfig, FamilySampling
@@ -26,10 +26,6 @@ def default_data_dir() -> Path:
     return Path(override) if override else platformdirs.user_data_path(APP_NAME)
 
 
-def default_cache_dir() -> Path:
-    return platformdirs.user_cache_path(APP_NAME)
-
-
 @dataclass(slots=True)
 class AppOptions:
     """A launch of lfm-chat: which model, how the engine runs, chat defaults, where files go."""
@@ -39,7 +35,7 @@ class AppOptions:
     demo: bool = False
     panes: int = 2
     # An EngineConfig, or the keyword arguments for one (what the CLI gives): building one imports
-    # torch, seconds that must come after the loading screen is drawn, so `engine_config` does it.
+    # torch, seconds that must come after the loading screen is drawn, so the loader thread does it.
     engine: EngineConfig | dict[str, Any] = field(default_factory=dict)
     chat: ChatSettings = field(default_factory=ChatSettings)
     # Sampling set on the command line (SamplingParams field -> value): it wins over the model card's.
@@ -51,31 +47,20 @@ class AppOptions:
     api_key: str | None = None  # the server's bearer token
 
     @property
+    def source(self) -> ModelSource:
+        return ModelSource(self.model, self.revision, self.demo)
+
+    @property
     def model_label(self) -> str:
-        """The model as the header names it: a repo id, or a local directory's name."""
-        if self.demo:
-            return "demo (random weights)"
+        """The model as the header names it: a repo id, a local directory's name, or a server's model."""
         if self.server is not None:
             return f"{self.model} on {self.server}" if self.model != DEFAULT_MODEL else self.server
-        if Path(self.model).expanduser().is_dir():
-            return Path(self.model).name
-        return self.model if self.revision is None else f"{self.model}@{self.revision}"
+        return self.source.label
 
     def sampling_defaults(self) -> FamilySampling:
-        """What a new conversation samples with: the model card's values for this checkpoint (LFM2 and
-        LFM2.5 differ), the command line's flags on top, and a name to show ("LFM2.5 card defaults").
-
-        Reads a local checkpoint's config.json (no torch); --demo's toy model takes LFM2's.
-        """
-        return checkpoint_sampling(DEFAULT_MODEL if self.demo else self.model).overridden(self.sampling_flags)
-
-    def engine_config(self) -> EngineConfig:
-        """The engine's settings; imports torch, so the app calls it on the loader thread."""
-        if isinstance(self.engine, dict):
-            from engine import EngineConfig
-
-            return EngineConfig(**self.engine)
-        return self.engine
+        """What a new conversation samples with: the model card's values for this checkpoint, the
+        command line's flags on top, and a name to show ("LFM2.5 card defaults")."""
+        return self.source.sampling_defaults(self.sampling_flags)
 
     @property
     def store_path(self) -> Path:

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.errors import RequestError
+    from engine.launch import ModelSource, default_cache_dir, demo_checkpoint, load_engine
     from engine.metrics import RequestMetrics
     from engine.output import RequestOutput
     from engine.sampling_params import SamplingParams, SamplingParamsError
@@ -34,6 +35,10 @@ _MODULES = {
     "EngineSnapshot": "engine.snapshot",
     "EngineWorker": "engine.worker",
     "RequestError": "engine.errors",
+    "ModelSource": "engine.launch",
+    "default_cache_dir": "engine.launch",
+    "demo_checkpoint": "engine.launch",
+    "load_engine": "engine.launch",
     "RequestMetrics": "engine.metrics",
     "RequestOutput": "engine.output",
     "RequestSnapshot": "engine.snapshot",

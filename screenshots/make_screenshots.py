@@ -107,7 +107,7 @@ def lfm_chat_serve(model: str | None) -> Iterator[str]:
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     which = ["--model", model] if model else ["--demo"]
-    command = [sys.executable, "-m", "app.cli", "serve", "--port", str(port), "--max-num-seqs", "8", *which]
+    command = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--max-num-seqs", "8", *which]
     process = subprocess.Popen(command)
     url = f"http://127.0.0.1:{port}"
     try:

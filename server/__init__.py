@@ -1,6 +1,5 @@
 """`lfm-chat serve`: the engine behind an OpenAI-compatible HTTP API, with vLLM's Prometheus metrics.
 
-    cli.py          the command line: flags (shared with app/cli.py), safe-bind check, load, run uvicorn
     app.py          the Starlette app: routes, the worker's lifetime, the API key, errors as JSON
     completions.py  the two generation endpoints: parse, render the prompt, stream or collect, cancel
     protocol.py     request bodies -> messages / prompt + SamplingParams, every mistake a 400
@@ -9,7 +8,9 @@
     metrics.py      /metrics text: vLLM's names from engine snapshots and token events
     errors.py       ApiError and OpenAI's error object
     config.py       ServerConfig
+    connections.py  uvicorn's h11 protocol with a connection cap and header/body deadlines
+    limits.py       those limits' defaults (importable without the serve extra)
 
-It uses the engine through its public API only (`from engine import ...`). Starlette and uvicorn
-are the optional `serve` extra; nothing else in lfm-chat imports this package.
+Its command line is cli/serve.py. It uses the engine through its public API only (`from engine
+import ...`) and never imports the app. Starlette and uvicorn are the optional `serve` extra.
 """

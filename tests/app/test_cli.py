@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from app import __version__, cli
-from app.cli import build_parser, check_model, main, options_from_args
+from app import __version__
 from app.options import AppOptions
 from app.store import Store
-from engine.config import ENGINE_DTYPES
+from cli import flags
+from cli.chat import build_parser, options_from_args
+from cli.flags import check_model
+from cli.main import main
+from engine.config import ENGINE_DTYPES, EngineConfig
 from model.loader import QUANTIZATIONS
 
 
@@ -62,11 +65,11 @@ def test_flags_become_engine_and_chat_options() -> None:
     )
     options = options_from_args(args)
     assert (options.demo, options.panes) == (True, 3)
-    engine = options.engine_config()  # built from the flags on the loader thread, where torch is imported
+    engine = EngineConfig(**options.engine)  # the loader thread builds it, where torch is imported
     assert (engine.max_num_seqs, engine.dtype, engine.kv_cache_memory_mb) == (4, "float32", 64)  # a toy model
     assert (options.chat.system_prompt, options.chat.temperature) == ("Be brief.", 0.0)
     quantized = options_from_args(build_parser().parse_args(["--quantize", "int8"]))
-    assert quantized.engine_config().quantize == "int8"
+    assert EngineConfig(**quantized.engine).quantize == "int8"
 
 
 def test_sampling_follows_the_model_card_and_each_flag_replaces_one_value() -> None:
@@ -98,8 +101,8 @@ def test_sampling_follows_the_model_card_and_each_flag_replaces_one_value() -> N
 
 def test_the_dtype_and_quantize_choices_are_the_engines() -> None:
     """The CLI spells them out because the engine's own lists live in modules that import torch."""
-    assert cli.DTYPES[1:] == ENGINE_DTYPES  # after "auto"
-    assert cli.QUANTIZATIONS == QUANTIZATIONS
+    assert flags.DTYPES[1:] == ENGINE_DTYPES  # after "auto"
+    assert flags.QUANTIZATIONS == QUANTIZATIONS
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str], prog: str = "lfm-chat") -> str:

@@ -12,10 +12,11 @@ from typing import Any
 import pytest
 from textual.widgets import Label, ProgressBar
 
-from app import startup
 from app.app import LfmChatApp
-from app.cli import build_parser, main, options_from_args
 from app.screens.loading import LoadingScreen
+from cli.chat import build_parser, options_from_args
+from cli.main import main
+from engine import launch
 from model import hub
 from model.hub_progress import BYTES, Transfer
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
@@ -60,7 +61,7 @@ def test_download_offline_is_one_paragraph_that_says_what_to_do(tmp_path: Path) 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "HUGGINGFACE_"))}
     env.update(HF_HOME=str(tmp_path), HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     result = subprocess.run(
-        [sys.executable, "-m", "app.cli", "download", REPO_ID],
+        [sys.executable, "-m", "cli", "download", REPO_ID],
         env=env,
         cwd=ROOT,
         capture_output=True,
@@ -93,7 +94,7 @@ async def test_a_first_download_shows_its_bytes_on_the_loading_screen(
         finish.wait(60)
         return tiny_ckpt
 
-    monkeypatch.setattr(startup, "resolve_checkpoint", resolve)
+    monkeypatch.setattr(launch, "resolve_checkpoint", resolve)
     app = LfmChatApp(make_options(model=REPO_ID, revision="v1.1"))
     async with app.run_test() as pilot:
         screen = app.screen

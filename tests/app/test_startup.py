@@ -13,10 +13,10 @@ from textual.pilot import Pilot
 
 from app.app import LfmChatApp
 from app.backend.local import LocalBackend
-from app.cli import build_parser, open_store, options_from_args
 from app.screens.loading import LoadingScreen
 from app.startup import load_backend
 from app.widgets.chat_pane import ChatPane
+from cli.chat import build_parser, open_store, options_from_args
 from engine import EngineConfig
 from model import kernels, quantized_cache
 from tests.app.pilot_helpers import (
@@ -99,7 +99,7 @@ def test_the_loading_screen_needs_no_torch() -> None:
 import sys, tempfile
 from app.app import LfmChatApp
 from app.backend.local import LocalBackend
-from app.cli import build_parser, open_store, options_from_args
+from cli.chat import build_parser, open_store, options_from_args
 from app.screens.error import ErrorScreen, what_to_try
 from app.screens.loading import LoadingScreen
 

@@ -13,7 +13,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from server.cli import API_KEY_ENV, api_key, build_parser, check_exposure, is_loopback, main
+from cli.serve import API_KEY_ENV, api_key, build_parser, check_exposure, is_loopback
+from cli.serve import run as main
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -91,7 +92,7 @@ def test_serve_starts_answers_and_stops_on_ctrl_c(tiny_ckpt: Path) -> None:
     argv += ["--served-model-name", "tiny-cli", "--temperature", "0"]
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", *argv],
+        [sys.executable, "-m", "cli", "serve", *argv],
         cwd=ROOT,
         env=env,
         stderr=subprocess.PIPE,

@@ -53,7 +53,7 @@ def served(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     argv += ["--max-connections", "100000"]
     with log.open("w") as out:
         process = subprocess.Popen(
-            [sys.executable, "-m", "app.cli", "serve", *argv],
+            [sys.executable, "-m", "cli", "serve", *argv],
             cwd=ROOT,
             env={**os.environ, "OMP_NUM_THREADS": "1"},
             stdout=out,

@@ -11,7 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from app.cli import Parser
+from cli.flags import Parser
 from engine import DEFAULT_MODEL, ModelNotAvailableError, download_checkpoint, is_repo_id
 
 
@@ -49,7 +49,7 @@ def how_to_run(model: str, revision: str | None, folder: Path, local_dir: Path |
     )
 
 
-def main(argv: list[str]) -> int:
+def run(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if not is_repo_id(args.model):

@@ -1,6 +1,6 @@
 """`lfm-chat serve`: the engine behind an OpenAI-compatible HTTP API (`pip install 'lfm-chat[serve]'`).
 
-The model, engine and sampling flags are the app's own (app/cli.py), checked by the same code;
+The model, engine and sampling flags are the chat's own (cli/flags.py), checked by the same code;
 the sampling flags set what a request gets for the fields it leaves out. Safe by default: it
 binds 127.0.0.1, and binding any other address without --api-key is refused before anything loads.
 """
@@ -15,19 +15,16 @@ import sys
 import time
 from collections.abc import Callable
 
-from app.cli import (
+from cli.flags import (
     Parser,
     SetupError,
     UsageError,
     add_engine_flags,
     add_sampling_flags,
-    check_device,
-    check_model,
-    options_from_args,
+    model_flags,
     whole_number,
 )
-from app.options import AppOptions
-from engine import CheckpointError, ModelNotAvailableError
+from engine import CheckpointError, ModelNotAvailableError, ModelSource, default_cache_dir, load_engine
 from server.limits import FD_RESERVE, MAX_BODY_BYTES, ConnectionLimits, connection_cap
 
 API_KEY_ENV = "LFM_CHAT_API_KEY"
@@ -39,7 +36,7 @@ GRACEFUL_SHUTDOWN_S = 5  # then open streams are cut and their requests aborted
 def build_parser() -> Parser:
     parser = Parser(
         prog="lfm-chat serve",
-        description="Serve the LFM2 engine over an OpenAI-compatible HTTP API: /v1/chat/completions, "
+        description="Serve the engine over an OpenAI-compatible HTTP API: /v1/chat/completions, "
         "/v1/completions, /v1/models, /health and Prometheus /metrics with vLLM's metric names.",
         epilog="Point the TUI at it with lfm-chat --server http://HOST:PORT (docs/SCALE_OUT.md).",
     )
@@ -52,7 +49,7 @@ def build_parser() -> Parser:
     net.add_argument("--port", type=whole_number(0, 65535), default=8000, help="TCP port (default: 8000)")
     net.add_argument(
         "--api-key",
-        dest="key",  # args.api_key is the app's --server key, which options_from_args reads
+        dest="key",
         metavar="KEY",
         help=f"require 'Authorization: Bearer KEY' on /v1/* (default: ${API_KEY_ENV}, else none)",
     )
@@ -78,8 +75,6 @@ def build_parser() -> Parser:
     _add_connection_flags(parser)
     add_engine_flags(parser)
     add_sampling_flags(parser)
-    # The app's chat and --server flags, which options_from_args reads; serve has none of them.
-    parser.set_defaults(panes=1, system="", data_dir=None, server=None, api_key=None)
     return parser
 
 
@@ -148,19 +143,17 @@ def check_exposure(host: str, api_key: str | None, source: str = "--api-key") ->
         )
 
 
-def main(argv: list[str]) -> int:
+def run(argv: list[str]) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     key, key_source = api_key(args)
     try:
         check_exposure(args.host, key, key_source)
-        options = options_from_args(args)
+        flags = model_flags(args)
     except UsageError as exc:
         parser.error(str(exc))
     try:
-        if not options.demo:
-            check_model(options.model)
-        check_device(args.device)
+        flags.check_machine()
         from server.app import create_app
         from server.config import ServerConfig
         from server.connections import make_server
@@ -171,19 +164,17 @@ def main(argv: list[str]) -> int:
             raise
         hint = "pip install 'lfm-chat[serve]'"
         parser.exit(1, f"{parser.prog}: error: {exc.name} is missing; install the serve extra: {hint}\n")
-    from app.startup import load_engine
-
     try:
-        engine = load_engine(options, _progress(parser.prog))
+        engine = load_engine(flags.source, flags.engine, default_cache_dir(), _progress(parser.prog))
     except (CheckpointError, ModelNotAvailableError) as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")
     config = ServerConfig(
-        model_name=args.served_model_name or _default_name(options),
+        model_name=args.served_model_name or _default_name(flags.source),
         api_key=key,
         max_tokens=args.max_tokens,
         max_waiting=args.max_waiting,
         max_body_bytes=args.max_body_bytes,
-        sampling=dict(options.sampling_defaults().values),
+        sampling=dict(flags.source.sampling_defaults(flags.sampling).values),
     )
     print(f"{parser.prog}: {config.model_name} on http://{args.host}:{args.port}/v1", file=sys.stderr)
     limits = ConnectionLimits(args.max_connections, args.header_timeout, args.body_timeout)
@@ -199,8 +190,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _default_name(options: AppOptions) -> str:
-    return DEMO_MODEL_NAME if options.demo else options.model
+def _default_name(source: ModelSource) -> str:
+    return DEMO_MODEL_NAME if source.demo else source.model
 
 
 def _progress(prog: str) -> Callable[[str, float | None], None]:
@@ -214,7 +205,3 @@ def _progress(prog: str) -> Callable[[str, float | None], None]:
             last.update(stage=stage, time=now)
 
     return report
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,142 @@
+"""`lfm-chat` (the chat): its flags -> AppOptions, checked against this machine, then the app.
+
+Nothing here imports torch, which takes seconds: the loading screen is drawn first, and the
+loader thread imports it (tests/app/test_cli.py). An unusable data dir is a SetupError too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from pathlib import Path
+
+from app import __version__
+from app.conversation import ChatSettings
+from app.options import DATA_DIR_ENV, MAX_PANES, AppOptions
+from app.store import Store
+from app.store_errors import StoreError
+from cli.flags import (
+    Parser,
+    SetupError,
+    UsageError,
+    add_engine_flags,
+    add_sampling_flags,
+    check_machine,
+    model_flags,
+    whole_number,
+)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    defaults = ChatSettings()
+    parser = Parser(
+        prog="lfm-chat",
+        usage="lfm-chat [chat] [options]\n       lfm-chat serve | download | bench [options]  (each: --help)",
+        description="Several chat panes streaming at once from one engine with continuous batching "
+        "(LFM2, LFM2.5, LFM2-MoE, LFM3).",
+        epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "f2"}; '
+        "the ids are listed in the command palette (ctrl+p). Benchmarks: lfm-chat bench --help. "
+        "Offline use: lfm-chat download --help. An OpenAI-compatible server: lfm-chat serve --help",
+    )
+    parser.add_argument("--version", action="version", version=f"lfm-chat {__version__}")
+    add_engine_flags(parser)
+    chat = parser.add_argument_group("chat")
+    chat.add_argument(
+        "--panes",
+        type=whole_number(1, MAX_PANES),
+        default=2,
+        help=f"panes to open, 1-{MAX_PANES} (default: 2)",
+    )
+    chat.add_argument("--system", default="", metavar="TEXT", help="system prompt for new panes")
+    add_sampling_flags(parser)
+    add_server_flags(parser)
+    chat.add_argument(
+        "--max-tokens", type=whole_number(1), default=defaults.max_tokens, help="new tokens per reply"
+    )
+    chat.add_argument(
+        "--data-dir",
+        type=Path,
+        default=None,
+        help=f"where conversations are saved (default: ${DATA_DIR_ENV} or the user data dir)",
+    )
+    return parser
+
+
+def add_server_flags(parser: argparse.ArgumentParser) -> None:
+    """--server: the panes talk to an OpenAI-compatible server instead of a local engine."""
+    server = parser.add_argument_group(
+        "server",
+        "Chat with a model served elsewhere (vLLM, SGLang, llama-server, lfm-chat serve): no local model "
+        "is loaded; --model then names one of the server's models (default: the first it lists).",
+    )
+    server.add_argument(
+        "--server", metavar="URL", help="an OpenAI-compatible server, e.g. http://gpu-box:8000"
+    )
+    server.add_argument("--api-key", metavar="KEY", help="the server's API key (sent as a bearer token)")
+
+
+def server_url(url: str) -> str:
+    """The base URL, without a trailing / or /v1 (the client adds /v1/... itself)."""
+    if not re.match(r"https?://[^/\s]+", url):
+        raise UsageError(
+            f"--server must be an http:// or https:// URL, like http://127.0.0.1:8000, not {url!r}"
+        )
+    return re.sub(r"/(v1/?)?$", "", url.rstrip("/") + "/")
+
+
+def options_from_args(args: argparse.Namespace) -> AppOptions:
+    """Validated options; UsageError names the bad flag."""
+    flags = model_flags(args)
+    options = AppOptions(
+        model=args.model,
+        revision=args.revision,
+        demo=args.demo,
+        panes=args.panes,
+        engine=flags.engine,
+        sampling_flags=flags.sampling,
+    )
+    card = options.sampling_defaults()
+    chat = {**card.values, "preset": card.name, "system_prompt": args.system, "max_tokens": args.max_tokens}
+    options.chat = ChatSettings.from_dict(chat)  # the fields ChatSettings has; all are in sampling_defaults()
+    if args.data_dir is not None:
+        options.data_dir = args.data_dir
+    if args.server is not None:
+        if args.demo or args.revision is not None:
+            raise UsageError(
+                f"--{'demo' if args.demo else 'revision'} is for a local model; --server uses the server's"
+            )
+        options.server, options.api_key = server_url(args.server), args.api_key
+    elif args.api_key is not None:
+        raise UsageError("--api-key goes with --server URL")
+    return options
+
+
+def open_store(options: AppOptions) -> Store:
+    """An unusable --data-dir, or one another lfm-chat holds, is found before the UI starts.
+
+    StoreError's message already says which directory and what to do.
+    """
+    try:
+        return Store(options.store_path)
+    except StoreError as exc:
+        raise SetupError(str(exc)) from None
+
+
+def run(argv: list[str]) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        options = options_from_args(args)
+    except UsageError as exc:
+        parser.error(str(exc))
+    try:
+        if options.server is None:
+            check_machine(options.source, args.device)
+        store = open_store(options)
+    except SetupError as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
+    from app.app import LfmChatApp  # Textual is imported only when a UI will run
+
+    app = LfmChatApp(options, store)
+    app.run()
+    return app.return_code or 0

@@ -1,0 +1,219 @@
+"""The flags and checks every `lfm-chat` command that runs a model shares: model, engine, sampling.
+
+Every mistake is one line that names the flag and says what to do, before anything loads: exit
+code 2 for a value that is wrong anywhere (UsageError), 1 for one this machine cannot honour
+(SetupError: a missing checkpoint, no CUDA). Nothing here imports torch, which takes seconds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn
+
+from engine import (
+    DEFAULT_MODEL,
+    SAMPLING_OFF,
+    ModelSource,
+    SamplingParams,
+    SamplingParamsError,
+    is_repo_id,
+)
+
+DEMO_KV_CACHE_MB = 64
+# engine.config's ENGINE_DTYPES and model.loader's QUANTIZATIONS, which import torch; a test keeps them equal
+DTYPES = ("auto", "float32", "bfloat16")
+QUANTIZATIONS = ("none", "int8", "w8a8", "int4")
+DEVICE = re.compile(r"cpu|cuda(:\d+)?")
+
+
+class UsageError(Exception):
+    """A flag's value is wrong on any machine: exit code 2."""
+
+
+class SetupError(Exception):
+    """The flags are fine but this machine cannot do what they ask: exit code 1."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse, with an error on one line: its own puts the whole usage, longer than the error, above it."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def whole_number(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type for a count; argparse puts the flag in front: "argument --panes: must be ..."."""
+    allowed = f"a whole number >= {low}" if high is None else f"a whole number from {low} to {high}"
+
+    def parse(text: str) -> int:
+        value = int(text) if text.strip().isdecimal() else None
+        if value is None or value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {allowed}, not {text!r}")
+        return value
+
+    return parse
+
+
+def device_name(text: str) -> str:
+    if not DEVICE.fullmatch(text):
+        raise argparse.ArgumentTypeError(f"must be cpu, cuda or cuda:N, not {text!r}")
+    return text
+
+
+def add_engine_flags(parser: argparse.ArgumentParser) -> None:
+    """The model and engine groups, which the chat and `serve` both take."""
+    model = parser.add_argument_group("model")
+    model.add_argument(
+        "--model",
+        default=DEFAULT_MODEL,
+        metavar="ID_OR_PATH",
+        help=f"Hub repo id or local checkpoint directory (default: {DEFAULT_MODEL})",
+    )
+    model.add_argument(
+        "--revision",
+        metavar="R",
+        help="branch, tag or commit of a Hub --model (default: main); `lfm-chat download` fetches one ahead",
+    )
+    model.add_argument(
+        "--demo",
+        action="store_true",
+        help="run on a tiny random checkpoint (no download; replies are gibberish)",
+    )
+    model.add_argument("--device", default="cpu", type=device_name, help="cpu, cuda or cuda:N (default: cpu)")
+    model.add_argument(
+        "--dtype",
+        default="auto",
+        choices=DTYPES,
+        help="weights and cache dtype (default: auto = bf16 where the CPU/GPU has it)",
+    )
+    model.add_argument(
+        "--quantize",
+        default="none",
+        choices=QUANTIZATIONS,
+        help="CPU linears: int8 = int8 weights (closest to bf16); w8a8 = int8 activations too; "
+        "int4 = 4-bit weights (fastest decode, least exact)",
+    )
+    engine = parser.add_argument_group("engine")
+    engine.add_argument(
+        "--max-num-seqs", type=whole_number(1), default=8, help="requests batched per step (default: 8)"
+    )
+    engine.add_argument(
+        "--max-num-batched-tokens",
+        type=whole_number(1),
+        default=256,
+        help="token budget per step, decode + prefill chunks (default: 256)",
+    )
+
+
+def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
+    """The sampling group: what a reply samples with unless a request says otherwise."""
+    sampling = parser.add_argument_group(
+        "sampling",
+        "Each defaults to the model card's recommendation for the checkpoint (LFM2: temperature 0.3, "
+        "min-p 0.15, repetition penalty 1.05; LFM2.5: temperature 0.1, top-k 50, top-p 0.1, repetition "
+        "penalty 1.05); a flag given here replaces that one value.",
+    )
+    add = sampling.add_argument
+    add("--temperature", type=float, metavar="T", help="0 = greedy")
+    add("--top-k", type=int, metavar="K", help="sample from the K likeliest tokens (0 = off)")
+    add("--top-p", type=float, metavar="P", help="nucleus sampling (1 = off)")
+    add("--min-p", type=float, metavar="P", help="drop tokens below P x the top token's chance (0 = off)")
+    add("--repetition-penalty", type=float, metavar="R", help="penalise tokens already in the chat (1 = off)")
+
+
+def in_flag_terms(message: str) -> str:
+    """ "SamplingParams.top_p must be ..." -> "--top-p must be ...": the user typed flags, not fields."""
+    return re.sub(r"SamplingParams\.(\w+)", lambda field: "--" + field[1].replace("_", "-"), message)
+
+
+def check_model(model: str) -> None:
+    """A --model path that is no checkpoint fails now, not after the UI has been loading for seconds.
+
+    Mirrors model.hub.resolve_checkpoint: a local directory wins; anything else must be a Hub id.
+    """
+    path = Path(model).expanduser()
+    what_to_give = f"give a checkpoint directory or a Hub id like {DEFAULT_MODEL}, or try --demo"
+    if path.is_dir() and not (path / "config.json").is_file():
+        raise SetupError(f"--model {model}: that directory has no config.json; {what_to_give}")
+    if path.exists() and not path.is_dir():
+        raise SetupError(f"--model {model}: that is a file, not a directory; {what_to_give}")
+    if not path.exists() and not is_repo_id(model):
+        raise SetupError(f"--model {model}: no such directory; {what_to_give}")
+
+
+def check_device(device: str) -> None:
+    """Without this torch fails deep in the load with "Torch not compiled with CUDA enabled".
+
+    It imports torch, so only a launch on CUDA waits for that before the first frame.
+    """
+    if device == "cpu":
+        return
+    import torch
+
+    if not torch.backends.cuda.is_built():
+        raise SetupError(
+            f"--device {device}: this PyTorch build has no CUDA; "
+            "use --device cpu or install a CUDA build of torch"
+        )
+    count = torch.cuda.device_count()
+    if int(device.partition(":")[2] or 0) >= count:
+        raise SetupError(
+            f"--device {device}: PyTorch sees {count} CUDA device(s) here; use --device cpu, "
+            f"another cuda:N, or check the driver and CUDA_VISIBLE_DEVICES"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFlags:
+    """What the model, engine and sampling flags ask for, validated."""
+
+    source: ModelSource
+    engine: dict[str, Any]  # EngineConfig's keyword arguments (building one imports torch)
+    sampling: dict[str, float | int]  # SamplingParams field -> value, for the flags given
+
+    def check_machine(self) -> None:
+        check_machine(self.source, self.engine["device"])
+
+
+def check_machine(source: ModelSource, device: str) -> None:
+    """SetupError when this machine cannot honour the flags: no such checkpoint, no such device."""
+    if not source.demo:
+        check_model(source.model)
+    check_device(device)
+
+
+def model_flags(args: argparse.Namespace) -> ModelFlags:
+    """The flags of `add_engine_flags` and `add_sampling_flags`; UsageError names the bad flag.
+
+    The engine flags are checked here rather than by EngineConfig, whose module imports torch.
+    """
+    if args.max_num_batched_tokens < args.max_num_seqs:
+        raise UsageError(
+            f"--max-num-batched-tokens ({args.max_num_batched_tokens}) must be at least --max-num-seqs "
+            f"({args.max_num_seqs}), so every running request can decode in each step; raise the one "
+            "or lower the other"
+        )
+    if args.revision is not None and (args.demo or Path(args.model).expanduser().exists()):
+        what = "--demo" if args.demo else f"--model {args.model}, a local path"
+        raise UsageError(f"--revision picks a version of a Hub repo, not of {what}; drop one of them")
+    sampling = {name: getattr(args, name) for name in SAMPLING_OFF if getattr(args, name) is not None}
+    try:
+        SamplingParams(**sampling)
+    except SamplingParamsError as exc:
+        raise UsageError(in_flag_terms(str(exc))) from None
+    engine = {
+        "device": args.device,
+        "dtype": args.dtype,
+        "quantize": args.quantize,
+        "max_num_seqs": args.max_num_seqs,
+        "max_num_batched_tokens": args.max_num_batched_tokens,
+    }
+    if args.demo:  # a toy model: bf16 only adds casts, and the default 1 GB of KV would be ~200k blocks
+        engine["kv_cache_memory_mb"] = DEMO_KV_CACHE_MB
+        if args.dtype == "auto":
+            engine["dtype"] = "float32"
+    return ModelFlags(ModelSource(args.model, args.revision, args.demo), engine, sampling)

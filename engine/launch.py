@@ -1,0 +1,105 @@
+"""Which checkpoint a launch runs, and getting an engine on it: shared by the app and `serve`.
+
+Torch-free to import: torch and the model code load inside `load_engine`, which the app runs on
+its loader thread (the loading screen is drawn first) and `serve` before it listens. The Hub
+download comes first (huggingface_hub needs no torch), so a model that cannot be had is reported
+without waiting for torch, and a first download reports its bytes.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import platformdirs
+
+from model.family import FamilySampling, checkpoint_sampling
+from model.hub import DEFAULT_MODEL, resolve_checkpoint
+
+if TYPE_CHECKING:
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+
+def default_cache_dir() -> Path:
+    """Where the demo checkpoint goes (model/quantized_cache.py keeps its own folder beside it)."""
+    return platformdirs.user_cache_path("lfm-chat")
+
+
+DEMO_CHECKPOINT = "demo-checkpoint-v1"  # bump when the demo model's shape changes
+Progress = Callable[[str, "float | None"], None]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSource:
+    """A Hub repo id or local checkpoint directory (at a revision of the repo), or --demo's toy model."""
+
+    model: str = DEFAULT_MODEL
+    revision: str | None = None  # a branch, tag or commit of a Hub repo; None = main
+    demo: bool = False
+
+    @property
+    def label(self) -> str:
+        """The model as a title names it: a repo id (@revision), or a local directory's name."""
+        if self.demo:
+            return "demo (random weights)"
+        if Path(self.model).expanduser().is_dir():
+            return Path(self.model).name
+        return self.model if self.revision is None else f"{self.model}@{self.revision}"
+
+    def sampling_defaults(self, flags: dict[str, float | int]) -> FamilySampling:
+        """The model card's sampling for this checkpoint (LFM2 and LFM2.5 differ) with `flags` on top.
+
+        Reads a local checkpoint's config.json (no torch); the demo's toy model takes LFM2's.
+        """
+        return checkpoint_sampling(DEFAULT_MODEL if self.demo else self.model).overridden(flags)
+
+
+def demo_checkpoint(cache_dir: Path) -> Path:
+    """The tiny random checkpoint for --demo, written once; a half-written one is never used."""
+    from model.tiny import write_tiny_checkpoint
+
+    final = cache_dir / DEMO_CHECKPOINT
+    if (final / "model.safetensors").is_file():
+        return final
+    partial = cache_dir / f"{DEMO_CHECKPOINT}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    write_tiny_checkpoint(partial)
+    try:
+        partial.rename(final)
+    except OSError:  # another launch finished first: use theirs
+        shutil.rmtree(partial, ignore_errors=True)
+    return final
+
+
+def locate_checkpoint(source: ModelSource, progress: Progress) -> Path:
+    """The checkpoint directory of `source`, downloading it with its bytes reported."""
+    progress("locating checkpoint", None)
+    return resolve_checkpoint(
+        source.model,
+        revision=source.revision,
+        on_transfer=lambda transfer: progress(f"downloading {source.label}: {transfer}", transfer.fraction),
+    )
+
+
+def load_engine(
+    source: ModelSource, config: EngineConfig | dict[str, Any], cache_dir: Path, progress: Progress
+) -> Engine:
+    """Blocking: run it off any UI thread. Raises CheckpointError / ModelNotAvailableError for the user.
+
+    `config` may be the keyword arguments of an EngineConfig: building one imports torch.
+    """
+    checkpoint = None if source.demo else locate_checkpoint(source, progress)
+    progress("importing PyTorch", None)
+    from engine.config import EngineConfig
+    from engine.engine import Engine
+
+    if isinstance(config, dict):
+        config = EngineConfig(**config)
+    if checkpoint is None:
+        progress("writing the demo checkpoint", None)
+        checkpoint = demo_checkpoint(cache_dir)
+    return Engine.from_pretrained(checkpoint, config, progress=progress)
