@@ -84,7 +84,8 @@ class ChatStream:
         self.emit(finished=True, finish_reason="error", error=error)
 
     async def run(self) -> None:
-        """Never raises: every ending is one final event ("abort" when cancelled)."""
+        """Every ending is one final event, whatever was raised; only a cancel is raised on, after
+        its "abort" event, so the task ends as cancelled."""
         try:
             reason = await self._attempts()
         except asyncio.CancelledError:
