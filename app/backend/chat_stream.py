@@ -2,13 +2,14 @@
 
 Why by hand over httpx rather than the `openai` SDK: the SDK retries on its own (hiding 429/503
 from the pane), raises on fields a server rejects instead of letting us drop them, and brings
-pydantic models per chunk; the SSE here is ~20 lines.
+pydantic models per chunk; the SSE here (sse.py) is small. Whatever the server sends, a reply ends
+with one final event: a malformed chunk, a line over sse.LINE_BYTES or a reply over REPLY_CHARS
+end it with an "error" event that says which.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -18,11 +19,15 @@ import httpx
 
 from app.backend.base import OnEvent, StreamEvent
 from app.backend.http_errors import status_problem
+from app.backend.server_text import server_text
+from app.backend.sse import Chunk, LineSplitter, StreamFault, parse_line
 
 # Fields vLLM, SGLang and llama-server take beyond the OpenAI API; others may refuse them.
 EXTENSIONS = ("top_k", "min_p", "repetition_penalty")
 RETRIES = 5  # 429/503 are retried this many times, 1, 2, 4... seconds apart
 BACKOFF_CAP = 8.0
+REPLY_CHARS = 4 * 1024 * 1024  # a reply longer than this ends there, with a notice
+ERROR_BODY_BYTES = 64 * 1024  # of an error status's body, this much is read (a message is short)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,26 +75,32 @@ class ChatStream:
         self.start = time.monotonic()
         self.first: float | None = None
         self.metrics = RemoteMetrics()
+        self.received = 0  # characters of reply text so far
 
     def emit(self, **fields: Any) -> None:
         self.on_event(StreamEvent(self.request_id, metrics=self.metrics, **fields))
 
+    def fail(self, error: str) -> None:
+        self.emit(finished=True, finish_reason="error", error=error)
+
     async def run(self) -> None:
-        """Never raises: every ending is one final event ("abort" when cancelled)."""
+        """Every ending is one final event, whatever was raised; only a cancel is raised on, after
+        its "abort" event, so the task ends as cancelled."""
         try:
             reason = await self._attempts()
         except asyncio.CancelledError:
             self.emit(finished=True, finish_reason="abort")
             raise
         except Dropped as exc:
-            self.emit(finished=True, finish_reason="error", error=f"the connection dropped mid-reply ({exc})")
-        except Refused as exc:
-            self.emit(finished=True, finish_reason="error", error=str(exc))
+            self.fail(f"the connection dropped mid-reply ({exc})")
+        except (Refused, StreamFault) as exc:
+            self.fail(str(exc))
         except httpx.HTTPError as exc:
             where = self.client.base_url
-            self.emit(
-                finished=True, finish_reason="error", error=f"cannot reach the server at {where} ({exc})"
-            )
+            said = server_text(exc)  # h11's messages can quote the server's bytes
+            self.fail(f"cannot reach the server at {where} ({said})")
+        except Exception as exc:  # a bug here must still end the reply, not leave the pane waiting
+            self.fail(f"the reply failed: {type(exc).__name__}: {server_text(exc)}")
         else:
             self.emit(finished=True, finish_reason=reason)
 
@@ -97,8 +108,8 @@ class ChatStream:
         for attempt in range(RETRIES + 1):
             async with self.client.stream("POST", "/v1/chat/completions", json=self.body) as response:
                 if response.status_code == 200:
-                    return await self._read(response.aiter_lines())
-                text = (await response.aread()).decode("utf-8", "replace")
+                    return await self._read(response.aiter_bytes())
+                text = (await error_body(response)).decode("utf-8", "replace")
                 if response.status_code in (400, 422) and (names := rejected(text, self.body)):
                     self.body = {k: v for k, v in self.body.items() if k not in names}
                     self.emit(notice=f"The server does not take {', '.join(names)}: sent without.")
@@ -113,39 +124,38 @@ class ChatStream:
                 raise Refused(status_problem(response.status_code, text, str(self.client.base_url)))
         raise Refused("the server kept refusing this request")
 
-    async def _read(self, lines: AsyncIterator[str]) -> str:
+    async def _read(self, received: AsyncIterator[bytes]) -> str:
         """The SSE lines: text deltas as they come, usage from the last chunk, then the finish reason."""
         reason = None
+        lines = LineSplitter()
         try:
-            async for line in lines:
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    return reason or "stop"
-                chunk = json.loads(data)
-                if "error" in chunk:
-                    raise Refused(str(chunk["error"].get("message", chunk["error"])))
-                reason = self._take(chunk) or reason
+            async for data in received:
+                for line in lines.feed(data):
+                    chunk = parse_line(line)
+                    if chunk is not None and chunk.done:
+                        return reason or "stop"
+                    if chunk is not None:
+                        reason = self._take(chunk) or reason
         except (httpx.ReadError, httpx.RemoteProtocolError, httpx.ReadTimeout) as exc:
             raise Dropped(type(exc).__name__) from None
         if reason is None:
             raise Dropped("the stream ended without a finish reason")
         return reason
 
-    def _take(self, chunk: dict[str, Any]) -> str | None:
+    def _take(self, chunk: Chunk) -> str | None:
         now = time.monotonic()
-        if usage := chunk.get("usage"):
-            cached = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+        if usage := chunk.usage:
             self.metrics = replace(
                 self.metrics,
-                prompt_tokens=usage.get("prompt_tokens", 0),
-                cached_prompt_tokens=cached,
-                generated_tokens=usage.get("completion_tokens", self.metrics.generated_tokens),
+                prompt_tokens=usage.prompt_tokens,
+                cached_prompt_tokens=usage.cached_tokens,
+                generated_tokens=usage.completion_tokens or self.metrics.generated_tokens,
             )
-        choices = chunk.get("choices") or [{}]
-        text = (choices[0].get("delta") or {}).get("content") or ""
-        if text:
+        if text := chunk.text:
+            self.received += len(text)
+            if self.received > REPLY_CHARS:
+                limit = f"{REPLY_CHARS / (1 << 20):g} MiB"
+                raise StreamFault(f"the reply passed {limit} of text; the rest was not read")
             self.first = self.first or now
             generated = self.metrics.generated_tokens + 1  # a chunk is a token on the servers we know
             rate = (generated - 1) / (now - self.first) if now > self.first else None
@@ -153,4 +163,14 @@ class ChatStream:
                 self.metrics, generated_tokens=generated, ttft=self.first - self.start, tokens_per_s=rate
             )
             self.emit(text=text)
-        return choices[0].get("finish_reason")
+        return chunk.finish_reason
+
+
+async def error_body(response: httpx.Response) -> bytes:
+    """The start of an error status's body: enough for its message, never a whole huge body."""
+    body = bytearray()
+    async for data in response.aiter_bytes():
+        body += data
+        if len(body) >= ERROR_BODY_BYTES:
+            break
+    return bytes(body[:ERROR_BODY_BYTES])

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import json
 
+from app.backend.server_text import server_text
+
 
 class ServerError(Exception):
     """The server cannot be used as asked (unreachable, wrong key, no such model): one paragraph."""
 
 
 def server_message(body: str) -> str:
-    """The error object's message (OpenAI: {"error": {"message": ...}}), else the body's start."""
+    """The error object's message (OpenAI: {"error": {"message": ...}}), else the body's start;
+    cleaned, since it is shown."""
     try:
-        error = json.loads(body).get("error", body)
-    except (ValueError, AttributeError):
-        return body.strip()[:200]
+        parsed = json.loads(body)
+    except (ValueError, RecursionError):
+        return server_text(body)
+    error = parsed.get("error", parsed) if isinstance(parsed, dict) else parsed
     message = error.get("message", error) if isinstance(error, dict) else error
-    return str(message)[:200]
+    return server_text(message)
 
 
 def status_problem(status: int, body: str, url: str) -> str:

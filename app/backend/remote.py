@@ -9,6 +9,8 @@ template, and token counts come from its usage figures.
 from __future__ import annotations
 
 import asyncio
+import json
+import math
 import threading
 import uuid
 from concurrent.futures import Future
@@ -21,9 +23,13 @@ from app.backend.base import OnEvent, Prompt
 from app.backend.chat_stream import EXTENSIONS, ChatStream, chat_body
 from app.backend.http_errors import ServerError, server_message
 from app.backend.server_metrics import HISTORY, MetricsPoller, ServerSnapshot
+from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.conversation import ChatSettings, Conversation
 
 TIMEOUT = httpx.Timeout(10.0, read=300.0)  # a long prefill on a busy server sends nothing for a while
+MODELS_BYTES = 4 * 1024 * 1024  # GET /v1/models: a listing larger than this is refused
+MODELS_NAMED = 20  # a refused --model lists this many of the server's ids
+MAX_CONTEXT = 1 << 31  # a max_model_len above this is not a context length
 
 
 class RemoteStream:
@@ -45,9 +51,22 @@ def sampling_fields(settings: ChatSettings, max_tokens: int) -> dict[str, Any]:
     return fields
 
 
-def pick_model(listing: dict[str, Any], wanted: str | None, url: str) -> dict[str, Any]:
+def model_ids(listing: Any, url: str) -> list[dict[str, Any]]:
+    """The entries of GET /v1/models with a text id, the id cleaned: it is shown in the title."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        raise ServerError(
+            f"{url} does not answer as an OpenAI-compatible server: GET /v1/models is not an object "
+            'with a "data" list.'
+        )
+    entries = [m for m in data if isinstance(m, dict) and isinstance(m.get("id"), str)]
+    cleaned = [entry | {"id": server_text(entry["id"], MODEL_ID_CHARS)} for entry in entries]
+    return [entry for entry in cleaned if entry["id"]]
+
+
+def pick_model(listing: Any, wanted: str | None, url: str) -> dict[str, Any]:
     """The entry of GET /v1/models for `wanted`, or the first one when no name was asked for."""
-    models = [m for m in listing.get("data", []) if isinstance(m, dict) and "id" in m]
+    models = model_ids(listing, url)
     if not models and wanted is not None:  # e.g. transformers serve lists only its Hub cache
         return {"id": wanted}
     if not models:
@@ -57,20 +76,34 @@ def pick_model(listing: dict[str, Any], wanted: str | None, url: str) -> dict[st
     for entry in models:
         if entry["id"] == wanted:
             return entry
-    names = ", ".join(m["id"] for m in models)
+    names = ", ".join(m["id"] for m in models[:MODELS_NAMED])
+    more = f" and {len(models) - MODELS_NAMED} more" if len(models) > MODELS_NAMED else ""
     raise ServerError(
-        f"The server at {url} does not serve {wanted}; it serves: {names}. Pick one with --model."
+        f"The server at {url} does not serve {wanted}; it serves: {names}{more}. Pick one with --model."
     )
 
 
-def fetch_models(url: str, api_key: str | None) -> dict[str, Any]:
+def context_length(model: dict[str, Any]) -> int | None:
+    """The model's context length as the server gives it (vLLM: max_model_len, llama-server:
+    meta.n_ctx_train); None, shown as "context ?", when it gives none or no sensible number."""
+    meta = model.get("meta")
+    length = model.get("max_model_len") or (meta.get("n_ctx_train") if isinstance(meta, dict) else None)
+    if isinstance(length, float) and math.isfinite(length) and length.is_integer():
+        length = int(length)
+    if isinstance(length, int) and not isinstance(length, bool) and 0 < length <= MAX_CONTEXT:
+        return length
+    return None
+
+
+def fetch_models(url: str, api_key: str | None) -> Any:
     """GET /v1/models, with every failure said as what to check."""
     headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
     try:
-        response = httpx.get(f"{url}/v1/models", headers=headers, timeout=10.0)
+        with httpx.stream("GET", f"{url}/v1/models", headers=headers, timeout=10.0) as response:
+            body = read_capped(response, MODELS_BYTES, url)
     except httpx.HTTPError as exc:
         raise ServerError(
-            f"Cannot reach the server at {url} ({exc}). Is it running, and is --server right?"
+            f"Cannot reach the server at {url} ({server_text(exc)}). Is it running, and is --server right?"
         ) from None
     if response.status_code in (401, 403):
         raise ServerError(
@@ -80,14 +113,24 @@ def fetch_models(url: str, api_key: str | None) -> dict[str, Any]:
     if response.status_code != 200:
         raise ServerError(
             f"{url} does not answer as an OpenAI-compatible server: GET /v1/models gave "
-            f"{response.status_code} ({server_message(response.text)})."
+            f"{response.status_code} ({server_message(body.decode('utf-8', 'replace'))})."
         )
     try:
-        return response.json()
-    except ValueError:
+        return json.loads(body)
+    except (ValueError, RecursionError):
         raise ServerError(
             f"{url} does not answer as an OpenAI-compatible server: /v1/models is not JSON."
         ) from None
+
+
+def read_capped(response: httpx.Response, cap: int, url: str) -> bytes:
+    """The listing's body, never held past `cap` bytes (a server could send gigabytes)."""
+    body = bytearray()
+    for data in response.iter_bytes():
+        body += data
+        if len(body) > cap:
+            raise ServerError(f"The server at {url} answered GET /v1/models with over {cap >> 20} MiB.")
+    return bytes(body)
 
 
 class RemoteBackend:
@@ -96,8 +139,7 @@ class RemoteBackend:
     def __init__(self, url: str, api_key: str | None, model: dict[str, Any], poll_interval: float = 0.25):
         self.url = url.rstrip("/")
         self.model_name = str(model["id"])
-        length = model.get("max_model_len") or (model.get("meta") or {}).get("n_ctx_train")
-        self.max_model_len: int | None = int(length) if length else None
+        self.max_model_len = context_length(model)
         context = f"context {self.max_model_len}" if self.max_model_len else "context ?"
         self.title = f"lfm-chat · {self.model_name} · server {self.url} · {context}"
         self.warning: str | None = None

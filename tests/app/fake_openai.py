@@ -2,6 +2,11 @@
 llama-server) in the remote backend's tests: /v1/models, streamed /v1/chat/completions, /metrics.
 
 Knobs (attributes) make it refuse fields, answer 503 a few times, drop mid-reply or stall.
+
+`FakeServer(mode=NAME)` makes it hostile, as a server we do not control may be: NAME is a key of
+LISTINGS (what GET /v1/models answers), ERRORS (what every chat request is refused with), BAD_LINES
+(one bad `data:` line after the first word, then a normal ending) or STREAMS (a whole hostile
+stream: a huge chunk, an endless line, a slow drip). Adding a mode is adding one entry.
 """
 
 from __future__ import annotations
@@ -9,8 +14,115 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+# A clipboard write (OSC 52), a window title (OSC 0), a screen clear, an 8-bit CSI, and markup.
+ESCAPES = "\x1b]52;c;cHduZWQK\x1b\\ \x1b]0;PWNED\x07 \x1b[2J \x9b31m [bold red]markup[/]"
+MIB = 1 << 20
+HANG_UP_SECONDS = 30.0  # an endless line or a drip stops by itself after this, client or not
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value).encode()
+
+
+def _listing(**entry: Any) -> bytes:
+    return _json({"object": "list", "data": [{"id": "fake", **entry}]})
+
+
+def _data(chunk: Any) -> bytes:
+    return b"data: " + (chunk if isinstance(chunk, bytes) else _json(chunk)) + b"\n\n"
+
+
+def _delta(content: Any, finish_reason: Any = None) -> dict[str, Any]:
+    return {"choices": [{"index": 0, "delta": {"content": content}, "finish_reason": finish_reason}]}
+
+
+LISTINGS: dict[str, bytes | tuple[int, bytes]] = {  # a body, or (status, body)
+    "escape_models_error": (500, _json({"error": {"message": f"down {ESCAPES}"}})),
+    "escape_model_ids": _json({"data": [{"id": f"evil{ESCAPES}", "max_model_len": 4096}, {"id": ESCAPES}]}),
+    "models_list": _json([{"id": "fake"}]),
+    "models_string": _json("fake"),
+    "models_no_data": _json({"object": "list"}),
+    "model_ids_not_strings": _json({"data": [{"id": 12}, {"id": None}, {"id": ["fake"]}, "fake"]}),
+    "models_deep": b"[" * 100_000 + b"]" * 100_000,
+    "models_huge": _json({"data": [{"id": "x" * 1000}] * 6000}),  # ~6 MB
+    "context_abc": _listing(max_model_len="abc"),
+    "context_1e400": b'{"data": [{"id": "fake", "max_model_len": 1e400}]}',
+    "context_negative": _listing(max_model_len=-5),
+    "context_huge": _listing(max_model_len=10**30),
+    "context_bool": _listing(max_model_len=True),
+    "meta_not_object": _listing(meta="n_ctx_train"),
+}
+
+ERRORS: dict[str, tuple[int, bytes]] = {  # (status, body) for every chat request in this mode
+    "escape_error_body": (500, _json({"error": {"message": f"broken {ESCAPES}"}})),
+    "escape_error_text": (500, f"<html>{ESCAPES}</html>".encode()),
+    "huge_error_body": (500, b"x" * (20 * MIB)),
+}
+
+BAD_LINES: dict[str, bytes] = {
+    "content_int": _data(_delta(12345)),
+    "content_list": _data(_delta(["a", 1])),
+    "content_dict": _data(_delta({"text": "a"})),
+    "content_bool": _data(_delta(True)),
+    "garbage_line": b"data: this is not JSON at all\n\n",
+    "chunk_not_object": _data([1, 2, 3]),
+    "choices_not_list": _data({"choices": {"0": {"delta": {"content": "x"}}}}),
+    "choices_items_not_objects": _data({"choices": ["x"]}),
+    "delta_not_object": _data({"choices": [{"delta": "x"}]}),
+    "finish_reason_not_string": _data(_delta("", finish_reason=7)),
+    "error_as_string": _data({"error": f"boom {ESCAPES}"}),
+    "escape_stream_error": _data({"error": {"message": f"boom {ESCAPES}"}}),
+    "binary_line": b"data: \xff\xfe\x00\x1b]0;PWNED\x07\xc3\n\n",
+    "deep_nesting": _data(b"[" * 100_000 + b"]" * 100_000),
+    # not errors: shapes a lenient client takes as they are
+    "content_null": _data(_delta(None)),
+    "escape_finish_reason": _data(_delta("", finish_reason=ESCAPES)),
+    "usage_wrong_shapes": _data({"choices": [], "usage": {"prompt_tokens": "x", "completion_tokens": -1}}),
+}
+
+Send = Callable[[bytes], None]
+
+
+def huge_chunk(send: Send) -> None:
+    send(_data(_delta("y" * (20 * MIB))))
+
+
+def endless_line(send: Send) -> None:
+    """One line with no end, until the client hangs up."""
+    send(b"data: ")
+    deadline = time.monotonic() + HANG_UP_SECONDS
+    while time.monotonic() < deadline:
+        send(b"z" * 65536)
+
+
+def slow_drip(send: Send) -> None:
+    """A valid stream, one byte a second, until the client hangs up."""
+    stream = _data(_delta("drip")) * 100
+    deadline = time.monotonic() + HANG_UP_SECONDS
+    for byte in stream:
+        if time.monotonic() > deadline:
+            return
+        send(bytes([byte]))
+        time.sleep(1.0)
+
+
+def huge_reply(send: Send) -> None:
+    """Many chunks of a fair size, more text in all than a pane takes."""
+    for _ in range(24):
+        send(_data(_delta("w " * (128 * 1024))))
+
+
+STREAMS: dict[str, Callable[[Send], None]] = {
+    "huge_chunk": huge_chunk,
+    "endless_line": endless_line,
+    "slow_drip": slow_drip,
+    "huge_reply": huge_reply,
+}
+MODES = frozenset(LISTINGS) | frozenset(ERRORS) | frozenset(BAD_LINES) | frozenset(STREAMS)
 
 VLLM_METRICS = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -32,7 +144,16 @@ vllm:generation_tokens_total{engine="0",model_name="fake"} %(generated)d
 
 
 class FakeServer:
-    def __init__(self, words: list[str] | None = None, api_key: str | None = None, metrics: bool = True):
+    def __init__(
+        self,
+        words: list[str] | None = None,
+        api_key: str | None = None,
+        metrics: bool = True,
+        mode: str | None = None,
+    ):
+        if mode is not None and mode not in MODES:
+            raise ValueError(f"no such hostile mode: {mode}")
+        self.mode = mode
         self.words = words or ["Hello", " from", " the", " server", "."]
         self.api_key = api_key
         self.metrics = metrics
@@ -41,6 +162,7 @@ class FakeServer:
         self.drop_after: int | None = None  # close the connection after this many words
         self.delay = 0.0  # seconds between words
         self.metrics_body: bytes | str | None = None  # served verbatim at /metrics when set
+        self.spared: str | None = None  # a chat whose last message says this gets a normal reply
         self.bodies: list[dict[str, Any]] = []
         self.running = 0
         self.generated = 0
@@ -56,6 +178,11 @@ class FakeServer:
         self.httpd.shutdown()
         self.httpd.server_close()
 
+    def mode_for(self, body: dict[str, Any]) -> str | None:
+        """The hostile mode for this chat request: none for a chat the test spares."""
+        messages = body.get("messages") or [{}]
+        return None if self.spared is not None and messages[-1].get("content") == self.spared else self.mode
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
 
@@ -65,13 +192,16 @@ class FakeServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def reply(self, status: int, body: str, kind: str = "application/json") -> None:
-                data = body.encode()
+            def reply(self, status: int, body: str | bytes, kind: str = "application/json") -> None:
+                data = body.encode() if isinstance(body, str) else body
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
-                self.wfile.write(data)
+                try:
+                    self.wfile.write(data)
+                except OSError:  # a client that read enough of a huge body and hung up
+                    self.close_connection = True
 
             def authorized(self) -> bool:
                 if server.api_key and self.headers.get("Authorization") != f"Bearer {server.api_key}":
@@ -83,14 +213,12 @@ class FakeServer:
                 if not self.authorized():
                     return
                 if self.path == "/v1/models":
-                    self.reply(200, json.dumps({"data": [{"id": "fake", "max_model_len": 4096}]}))
+                    listing = LISTINGS.get(server.mode or "", _listing(max_model_len=4096))
+                    self.reply(*listing) if isinstance(listing, tuple) else self.reply(200, listing)
                 elif self.path == "/metrics" and server.metrics_body is not None:
                     body = server.metrics_body
                     data = body if isinstance(body, bytes) else body.encode("utf-8", "surrogatepass")
-                    self.send_response(200)
-                    self.send_header("Content-Length", str(len(data)))
-                    self.end_headers()
-                    self.wfile.write(data)
+                    self.reply(200, data, "text/plain")
                 elif self.path == "/metrics" and server.metrics:
                     text = VLLM_METRICS % {"running": server.running, "generated": server.generated}
                     self.reply(200, text, "text/plain")
@@ -109,27 +237,36 @@ class FakeServer:
                     server.busy_times -= 1
                     self.reply(503, json.dumps({"error": {"message": "overloaded"}}))
                     return
-                self.stream(body)
+                mode = server.mode_for(body)
+                if mode in ERRORS:
+                    self.reply(*ERRORS[mode])
+                    return
+                self.stream(body, mode)
 
-            def stream(self, body: dict[str, Any]) -> None:
+            def stream(self, body: dict[str, Any], mode: str | None) -> None:
                 self.send_response(200)
                 self.send_header("Content-Type", "text/event-stream")
                 self.send_header("Connection", "close")
                 self.end_headers()
                 server.running += 1
                 try:
-                    self.words_out(body)
+                    if mode in STREAMS:
+                        STREAMS[mode](self.send)
+                    else:
+                        self.words_out(body, BAD_LINES.get(mode or ""))
                 except OSError:  # the client went away (a cancel)
                     pass
                 finally:
                     server.running -= 1
                 self.close_connection = True
 
-            def words_out(self, body: dict[str, Any]) -> None:
+            def words_out(self, body: dict[str, Any], bad_line: bytes | None) -> None:
                 for n, word in enumerate(server.words):
                     if server.drop_after is not None and n == server.drop_after:
                         return
                     self.event({"choices": [{"index": 0, "delta": {"content": word}, "finish_reason": None}]})
+                    if n == 0 and bad_line is not None:
+                        self.send(bad_line)
                     server.generated += 1
                     time.sleep(server.delay)
                 self.event({"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
@@ -140,7 +277,10 @@ class FakeServer:
                 self.wfile.flush()
 
             def event(self, chunk: dict[str, Any]) -> None:
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.send(_data(chunk))
+
+            def send(self, data: bytes) -> None:
+                self.wfile.write(data)
                 self.wfile.flush()
 
         return Handler

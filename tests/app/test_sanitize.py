@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from app.sanitize import strip_control
 
@@ -28,3 +32,14 @@ def test_control_sequences_are_removed(raw: str, shown: str) -> None:
 def test_text_newlines_tabs_and_unicode_are_kept() -> None:
     text = "def f():\n\treturn '日本語 🙂 café'\n"
     assert strip_control(text) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="\x1b\x9b\x9c\x9d\x90[]P^_\\;0:m\x07\x00\r\n\ta")
+    | st.text(st.characters(max_codepoint=0x2FF))
+)
+def test_any_text_comes_out_without_controls_and_cleaning_twice_changes_nothing(raw: str) -> None:
+    shown = strip_control(raw)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown)
+    assert strip_control(shown) == shown
