@@ -6,9 +6,10 @@ process that runs torch threads, and unlike multiprocessing's spawn it does not 
 app's main module, which would import torch) that imports only jinja2 and the template modules.
 It caps its own address space, so a render that allocates too much fails there with a
 MemoryError, and its CPU time, so it cannot outlive a dead parent by long; the parent waits for
-a reply with the GIL released and kills the worker when the render outlives its deadline. Workers
-start lazily, stay warm between renders (a render's overhead is one round trip of pickled plain
-data) and are replaced after a kill.
+a reply with the GIL released and kills the worker when the render outlives its deadline. One
+worker starts in the background when a tokenizer loads (``warm``), more as concurrent renders need
+them; they stay warm between renders (a render's overhead is one round trip of pickled plain
+data), are replaced after a kill (ours, or anyone's) and end with this process.
 
 The parent trusts nothing the worker says: a reply is a tag byte and UTF-8 text, never a pickle,
 and is read no further than the longest output a render may produce.
