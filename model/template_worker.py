@@ -6,9 +6,10 @@ process that runs torch threads, and unlike multiprocessing's spawn it does not 
 app's main module, which would import torch) that imports only jinja2 and the template modules.
 It caps its own address space, so a render that allocates too much fails there with a
 MemoryError, and its CPU time, so it cannot outlive a dead parent by long; the parent waits for
-a reply with the GIL released and kills the worker when the render outlives its deadline. Workers
-start lazily, stay warm between renders (a render's overhead is one round trip of pickled plain
-data) and are replaced after a kill.
+a reply with the GIL released and kills the worker when the render outlives its deadline. One
+worker starts in the background when a tokenizer loads (``warm``), more as concurrent renders need
+them; they stay warm between renders (a render's overhead is one round trip of pickled plain
+data), are replaced after a kill (ours, or anyone's) and end with this process.
 
 The parent trusts nothing the worker says: a reply is a tag byte and UTF-8 text, never a pickle,
 and is read no further than the longest output a render may produce.
@@ -16,6 +17,7 @@ and is read no further than the longest output a render may produce.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import math
@@ -87,11 +89,15 @@ class _Worker:
         """The worker's render; ChatTemplateError (or TemplateRefusal) as the worker reports it."""
         from model.chat_template import TemplateRefusal
 
-        self.conn.send_bytes(pickle.dumps((source, context, time_limit)))
-        if not self.conn.poll(time_limit + KILL_GRACE):
-            self.kill()
-            raise ChatTemplateError(f"the chat template took longer than {time_limit:g} s")
-        reply = self._receive()
+        try:
+            self.conn.send_bytes(pickle.dumps((source, context, time_limit)))
+        except OSError:  # it died since it was last seen alive: no reply, as below
+            reply = b""
+        else:
+            if not self.conn.poll(time_limit + KILL_GRACE):
+                self.kill()
+                raise ChatTemplateError(f"the chat template took longer than {time_limit:g} s")
+            reply = self._receive()
         tag, text = reply[:1], reply[1:].decode("utf-8", "surrogatepass")
         if tag == _TEXT:
             return text
@@ -105,10 +111,14 @@ class _Worker:
         )
 
     def kill(self) -> None:
+        self.kill_process()
+        self.conn.close()
+
+    def kill_process(self) -> None:
+        """End and reap the process; a thread waiting on its socket then reads EOF (no reply)."""
         with contextlib.suppress(OSError):
             self.process.kill()
         self.process.wait()
-        self.conn.close()
 
     @property
     def alive(self) -> bool:
@@ -116,14 +126,22 @@ class _Worker:
 
 
 class WorkerPool:
-    """Up to ``MAX_WORKERS`` warm workers; unavailable for good once one cannot start (said once)."""
+    """Up to ``MAX_WORKERS`` warm workers; unavailable for good once one cannot start (said once).
+
+    Its workers end with this process (atexit), even one in the middle of a render: a child must
+    not outlive the app by the rest of its deadline, or its CPU limit when the parent dies.
+    """
 
     def __init__(self, executable: str | None = None) -> None:
         self._executable = executable if executable is not None else sys.executable
         self._idle: list[_Worker] = []
+        self._workers: set[_Worker] = set()  # every live one, idle or rendering
+        self._warmed = threading.Event()  # clear while a warm-up starts a worker
+        self._warmed.set()
         self._lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(MAX_WORKERS)
         self._unavailable = "" if os.name == "posix" and self._executable else "no Python executable to start"
+        atexit.register(self.close)
 
     def render(self, source: str, context: dict[str, Any], time_limit: float) -> str:
         """The template's text from a worker; WorkerUnavailable if none can run here."""
@@ -134,27 +152,71 @@ class WorkerPool:
             try:
                 return worker.render(source, context, time_limit)
             finally:
-                if worker.alive:
-                    with self._lock:
+                with self._lock:
+                    if worker.alive:
                         self._idle.append(worker)
+                    else:
+                        self._workers.discard(worker)
+
+    def warm(self) -> None:
+        """Start a worker in a background thread unless one is idle or starting: a worker takes
+        ~1 s to start, which the first render would otherwise wait for in full."""
+        with self._lock:
+            if self._unavailable or self._idle or not self._warmed.is_set():
+                return
+            if not self._slots.acquire(blocking=False):
+                return  # every slot is rendering: their workers will be warm
+            self._warmed.clear()
+        threading.Thread(target=self._warm_one, name="chat-template-warm-up", daemon=True).start()
+
+    def _warm_one(self) -> None:
+        try:
+            with contextlib.suppress(WorkerUnavailable):  # said in the log; renders fall back
+                worker = self._start()
+                with self._lock:
+                    self._idle.append(worker)
+        finally:
+            self._slots.release()
+            self._warmed.set()
 
     def _take(self) -> _Worker:
+        self._warmed.wait(START_TIMEOUT)  # a worker already starting is ready sooner than a new one
         with self._lock:
-            if self._idle:
-                return self._idle.pop()
+            while self._idle:
+                worker = self._idle.pop()
+                if worker.alive:
+                    return worker
+                self._workers.discard(worker)  # ended while idle (killed from outside)
+        if self._unavailable:  # the warm-up found that no worker can start
+            raise WorkerUnavailable(self._unavailable)
+        return self._start()
+
+    def _start(self) -> _Worker:
         try:
-            return _Worker(self._executable)
+            worker = _Worker(self._executable)
         except WorkerUnavailable as exc:
             if not self._unavailable:
                 self._unavailable = str(exc)
                 log.warning("chat templates render in this process, bounded but not isolated: %s", exc)
             raise
+        with self._lock:
+            self._workers.add(worker)
+        return worker
+
+    def pids(self) -> list[int]:
+        """The process ids of the live workers, idle or rendering: what an operator (or a test) looks for."""
+        with self._lock:
+            return sorted(worker.process.pid for worker in self._workers if worker.alive)
 
     def close(self) -> None:
+        """End every worker; a render in progress fails as if its worker had died."""
         with self._lock:
-            idle, self._idle = self._idle, []
+            idle, busy = self._idle, self._workers.difference(self._idle)
+            self._idle, self._workers = [], set()
         for worker in idle:
             worker.kill()
+        for worker in busy:
+            worker.kill_process()  # its socket is the rendering thread's to close
 
 
 POOL = WorkerPool()
@@ -163,6 +225,11 @@ POOL = WorkerPool()
 def render(source: str, context: dict[str, Any], time_limit: float) -> str:
     """``source`` rendered with ``context`` in a worker of the process's pool."""
     return POOL.render(source, context, time_limit)
+
+
+def warm() -> None:
+    """Have a worker of the process's pool ready before the first render (see WorkerPool.warm)."""
+    POOL.warm()
 
 
 # ------------------------------------------------------------------ the worker's side

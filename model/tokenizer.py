@@ -16,6 +16,7 @@ from typing import Any
 
 from tokenizers import Tokenizer as BackendTokenizer
 
+from model import template_worker
 from model.chat_template import LFM2_CHAT_TEMPLATE, RENDER_TIME_LIMIT, ChatTemplate
 from model.config import read_json_object
 from model.errors import CheckpointError
@@ -169,7 +170,9 @@ class Tokenizer:
         if tokens["bos_token"] is None and backend.token_to_id(BOS_TOKEN) is not None:
             tokens["bos_token"] = BOS_TOKEN
         present = {name: tok for name, tok in tokens.items() if tok is not None}
-        return cls(backend, _read_chat_templates(root, config), present, extra_stop_ids)
+        tokenizer = cls(backend, _read_chat_templates(root, config), present, extra_stop_ids)
+        template_worker.warm()  # a render worker starts while the weights load, not at the first prompt
+        return tokenizer
 
     # ------------------------------------------------------------------ vocabulary
     @property
