@@ -81,7 +81,7 @@ def bomb_server(
     port = free_port()
     argv = ["--model", str(ckpt), "--dtype", "float32", "--port", str(port), "--served-model-name", "tiny"]
     process = subprocess.Popen(
-        [sys.executable, "-m", "app.cli", "serve", *argv],
+        [sys.executable, "-m", "cli", "serve", *argv],
         cwd=ROOT,
         env={**os.environ, "OMP_NUM_THREADS": "1"},
         stdout=subprocess.DEVNULL,
