@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import logging
 import math
 import os
@@ -59,11 +60,26 @@ class WorkerUnavailable(Exception):
     """No worker process can run here: the caller renders in its own process."""
 
 
+# Out of descriptors, processes or memory for now: this render fails, later ones try again.
+_PASSING = (errno.EMFILE, errno.ENFILE, errno.EAGAIN, errno.ENOMEM)
+
+
+def _start_error(executable: str, exc: OSError) -> Exception:
+    """A passing shortage fails this render only; anything else means no worker can run here."""
+    reason = exc.strerror or str(exc)
+    if exc.errno in _PASSING:
+        return ChatTemplateError(f"cannot start a chat-template worker now ({reason}); try again")
+    return WorkerUnavailable(f"cannot start {executable} ({reason})")
+
+
 class _Worker:
     """One child process and the socket to it."""
 
     def __init__(self, executable: str) -> None:
-        ours, theirs = Pipe()
+        try:
+            ours, theirs = Pipe()
+        except OSError as exc:
+            raise _start_error(executable, exc) from None
         root = str(Path(__file__).resolve().parent.parent)  # where this "model" package lives
         command = [executable, "-I", "-c", _BOOT, root, str(theirs.fileno())]
         try:
@@ -71,7 +87,8 @@ class _Worker:
                 command, stdin=DEVNULL, stdout=DEVNULL, stderr=DEVNULL, pass_fds=[theirs.fileno()]
             )
         except OSError as exc:
-            raise WorkerUnavailable(f"cannot start {executable} ({exc.strerror or exc})") from None
+            ours.close()
+            raise _start_error(executable, exc) from None
         finally:
             theirs.close()
         self.conn = ours
@@ -171,7 +188,8 @@ class WorkerPool:
 
     def _warm_one(self) -> None:
         try:
-            with contextlib.suppress(WorkerUnavailable):  # said in the log; renders fall back
+            # said in the log, and renders fall back; a passing shortage is retried by the next render
+            with contextlib.suppress(WorkerUnavailable, ChatTemplateError):
                 worker = self._start()
                 with self._lock:
                     self._idle.append(worker)

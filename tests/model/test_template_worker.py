@@ -6,6 +6,7 @@ and /proc, as an operator would.
 
 from __future__ import annotations
 
+import errno
 import os
 import signal
 import subprocess
@@ -17,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from model import template_worker
+from model.errors import ChatTemplateError
 from model.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -95,6 +97,7 @@ def test_loading_many_tokenizers_warms_one_worker(pool: template_worker.WorkerPo
 _EXITING_APP = """
 import contextlib, sys, threading, time
 from model import template_worker
+from model.errors import ChatTemplateError
 from model.chat_template import ChatTemplate
 from model.errors import ChatTemplateError
 from model.tokenizer import Tokenizer
@@ -126,3 +129,23 @@ def test_no_worker_outlives_the_process_that_started_it(tiny_ckpt: Path) -> None
     assert workers
     assert not [pid for pid in workers if _running(pid)], "a template worker outlived its process"
     assert "Traceback" not in app.stderr, app.stderr
+
+
+def test_out_of_descriptors_fails_that_render_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At the descriptor limit a render is one clear error (a 400 in serve, not a raw OSError's 500),
+    and the pool keeps using workers once descriptors are free again."""
+    pool = template_worker.WorkerPool()
+    real_pipe = template_worker.Pipe
+
+    def no_descriptors() -> object:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(template_worker, "Pipe", no_descriptors)
+    with pytest.raises(ChatTemplateError, match="Too many open files"):
+        pool.render("{{ 'x' }}", {}, 2.0)
+    monkeypatch.setattr(template_worker, "Pipe", real_pipe)
+    try:
+        assert pool.render("{{ 'x' }}", {}, 2.0) == "x"
+        assert len(pool.pids()) == 1  # a worker process, not the in-process fallback
+    finally:
+        pool.close()
