@@ -29,15 +29,43 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
 
+MAX_FILE_NAME = 255  # bytes of a file name on common file systems: a longer one names no file
+
+
+def index_weight_map(index: Path) -> dict[str, str]:
+    """A shard index's weight_map (tensor name -> file), each file a plain name in the index's own
+    directory: the index is data from the internet, and "/etc/..." or "../..." must name nothing."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{index} is not a valid safetensors index ({exc})") from None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(
+            f"{index} is not a valid safetensors index (its weight_map must map tensor names to file names)"
+        )
+    for name, file in weight_map.items():
+        if not _is_plain_file_name(file):
+            raise CheckpointError(
+                f"{index} maps tensor {name} to {json.dumps(file)[:300]}, not a file name in its directory"
+            )
+    return weight_map
+
+
+def _is_plain_file_name(file: object) -> bool:
+    return (
+        isinstance(file, str)
+        and file not in ("", ".", "..")
+        and "\0" not in file
+        and len(file.encode("utf-8", "replace")) <= MAX_FILE_NAME
+        and Path(file).name == file
+    )
+
+
 def safetensors_files(checkpoint_dir: Path) -> list[Path]:
     """The weight files of a checkpoint: the index's shards, or the single file."""
     index = checkpoint_dir / INDEX_FILE
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{index} is not a valid safetensors index ({exc})") from None
-        return [checkpoint_dir / name for name in sorted(set(weight_map.values()))]
+        return [checkpoint_dir / name for name in sorted(set(index_weight_map(index).values()))]
     if (checkpoint_dir / SINGLE_FILE).is_file():
         return [checkpoint_dir / SINGLE_FILE]
     found = sorted(checkpoint_dir.glob("*.safetensors"))
@@ -129,8 +157,16 @@ def checkpoint_tensors(checkpoint_dir: Path) -> dict[str, TensorLocation]:
             raise CheckpointError(f"weight file {path} listed in the index is missing")
         for name, location in file_tensors(path)[0].items():
             if name in found:
-                raise CheckpointError(f"checkpoint {checkpoint_dir} holds tensor {name} twice")
+                raise CheckpointError(
+                    f"checkpoint {checkpoint_dir} holds tensor {name} twice "
+                    f"(in {found[name].path.name} and {path.name})"
+                )
             found[name] = location
+    index = checkpoint_dir / INDEX_FILE
+    if index.is_file():
+        for name, file in index_weight_map(index).items():
+            if name not in found or found[name].path.name != file:
+                raise CheckpointError(f"{index} maps tensor {name} to {file}, which does not hold it")
     return found
 
 
