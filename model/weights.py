@@ -9,6 +9,7 @@ reported by tensor name, because "size mismatch" alone never tells a user what i
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import json
 import math
@@ -186,6 +187,37 @@ def read_tensor(file: BinaryIO, location: TensorLocation, name: str) -> torch.Te
     return tensor
 
 
+EMBEDDING = "model.embed_tokens.weight"
+HEAD = "lm_head.weight"
+COMPARE_BYTES = 1 << 24  # read per step when comparing two tensors in their files
+
+
+def with_checkpoint_head(config: Lfm2Config, found: dict[str, TensorLocation]) -> Lfm2Config:
+    """``config`` untied where the checkpoint holds a head of its own: transformers ties the head to the
+    embedding only where lm_head.weight is absent or holds the same values (else it warns and runs both)."""
+    head, table = found.get(HEAD), found.get(EMBEDDING)
+    if not config.tie_word_embeddings or head is None or table is None or _same_values(head, table):
+        return config
+    return dataclasses.replace(config, tie_word_embeddings=False)
+
+
+def _same_values(a: TensorLocation, b: TensorLocation) -> bool:
+    """Whether two tensors of the checkpoint hold the same values, compared a slice at a time."""
+    if a.shape != b.shape:
+        return False
+    with a.path.open("rb") as file_a, b.path.open("rb") as file_b:
+        if a.dtype != b.dtype:
+            left, right = read_tensor(file_a, a, HEAD), read_tensor(file_b, b, EMBEDDING)
+            return torch.equal(left.float(), right.float())
+        file_a.seek(a.offset)
+        file_b.seek(b.offset)
+        for start in range(0, a.nbytes, COMPARE_BYTES):
+            size = min(COMPARE_BYTES, a.nbytes - start)
+            if file_a.read(size) != file_b.read(size):
+                return False
+    return True
+
+
 def _check_against_config(found: dict[str, TensorLocation], config: Lfm2Config, checkpoint_dir: Path) -> None:
     """Names, shapes and dtypes from the headers against config.json, before a byte is allocated."""
     shapes = config.expected_shapes()
@@ -220,8 +252,10 @@ class CheckpointTensors:
     """
 
     def __init__(self, checkpoint_dir: Path, config: Lfm2Config) -> None:
-        found = checkpoint_tensors(checkpoint_dir)
-        self.found = on_disk_names(found, config.expected_shapes(), config.model_type)
+        found = on_disk_names(checkpoint_tensors(checkpoint_dir), config.expected_shapes(), config.model_type)
+        if config.tie_word_embeddings and EMBEDDING not in found and HEAD in found:
+            found[EMBEDDING] = found.pop(HEAD)  # transformers ties whichever of the two is there
+        self.found = found
         _check_against_config(self.found, config, checkpoint_dir)
 
     def read(self, names: list[str], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:

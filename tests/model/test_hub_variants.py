@@ -38,6 +38,7 @@ LFM3 = {
     "layer_types": [CONV, SLIDING, ATTENTION, SLIDING], "pad_token_id": 0, "bos_token_id": 1,
     "eos_token_id": 7, **HEAD,
 }  # fmt: skip
+EMBEDDING = "model.embed_tokens.weight"
 FAMILIES = {"lfm2": (LFM2, "Lfm2Config"), "lfm2_moe": (MOE, "Lfm2MoeConfig"), "lfm3": (LFM3, "Lfm3Config")}
 
 
@@ -124,6 +125,26 @@ def test_a_tied_checkpoint_that_also_holds_lm_head_loads(tmp_path: Path):
     assert_same_logits(tmp_path)
 
 
+@pytest.mark.parametrize("family", ["lfm2", "lfm3"])
+def test_a_tied_checkpoint_with_its_own_lm_head_uses_it_as_transformers_does(tmp_path: Path, family: str):
+    """transformers ties the head only where lm_head.weight is absent or equal to the embedding: a
+    different one (a fine-tune that trained both, config.json left tied) is the head it runs."""
+    saved_by_transformers(config_of(family), tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["lm_head.weight"] = 0.3 * torch.randn_like(tensors[EMBEDDING])
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    assert_same_logits(tmp_path)
+
+
+def test_a_tied_checkpoint_holding_only_lm_head_embeds_with_it(tmp_path: Path):
+    """transformers ties whichever of the two the checkpoint holds."""
+    saved_by_transformers(config_of("lfm2_moe"), tmp_path)
+    tensors = load_file(str(tmp_path / "model.safetensors"))
+    tensors["lm_head.weight"] = tensors.pop(EMBEDDING)
+    save_file(tensors, str(tmp_path / "model.safetensors"), metadata={"format": "pt"})
+    assert_same_logits(tmp_path)
+
+
 @pytest.mark.parametrize("family", sorted(FAMILIES))
 def test_an_untied_checkpoint_without_lm_head_is_refused_by_name(tmp_path: Path, family: str):
     saved_by_transformers(config_of(family, tie_word_embeddings=False), tmp_path)
@@ -200,9 +221,6 @@ def damaged(sharded: Path, tmp_path: Path, change) -> Path:
     change(index["weight_map"], path)
     (path / INDEX_FILE).write_text(json.dumps(index))
     return path
-
-
-EMBEDDING = "model.embed_tokens.weight"
 
 
 @pytest.mark.parametrize("file", ["/etc/hostname", "../model.safetensors", "sub/x.safetensors", 5, None])
