@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from model.config import Lfm2Config, read_config_json
+from model.config import Lfm2Config, generation_stop_ids, read_config_json
 from model.errors import CheckpointError
 from model.lfm2 import Lfm2ForCausalLM
 from model.lfm3 import Lfm3ForCausalLM
@@ -52,5 +52,9 @@ def config_from_dict(raw: dict) -> Lfm2Config:
 
 
 def load_config(checkpoint_dir: str | Path) -> Lfm2Config:
-    """Read a local checkpoint's config.json as its architecture's config class."""
-    return config_from_dict(read_config_json(checkpoint_dir))
+    """Read a local checkpoint's config.json as its architecture's config class, its eos ids joined by
+    generation_config.json's (the ids generation stops on)."""
+    config = config_from_dict(read_config_json(checkpoint_dir))
+    extra = [i for i in generation_stop_ids(checkpoint_dir) if i not in config.eos_token_id]
+    config.eos_token_id = [*config.eos_token_id, *extra]
+    return config

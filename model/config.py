@@ -110,15 +110,21 @@ class Lfm2Config:
     bos_token_id: int | None = 1
     eos_token_id: list[int] = field(default_factory=lambda: [2])
     model_type: str = "lfm2"
+    # None: hidden_size / num_attention_heads; transformers' attention reads config.json's head_dim
+    # where it has one, so the projections are then heads x head_dim wide
+    head_dim: int | None = None
 
     def __post_init__(self) -> None:
         if not self.layer_types and _int_problem("num_hidden_layers", self.num_hidden_layers) is None:
             self.layer_types = [ATTENTION] * self.num_hidden_layers
         self.validate()
+        if self.head_dim is None:
+            self.head_dim = self.derived_head_dim
 
     # ----------------------------------------------------------------- derived
     @property
-    def head_dim(self) -> int:
+    def derived_head_dim(self) -> int:
+        """The head width without a head_dim field: hidden_size split evenly over the heads."""
         return self.hidden_size // self.num_attention_heads
 
     @property
@@ -235,6 +241,8 @@ class Lfm2Config:
                 value = getattr(self, name)
                 if value is not None or name not in _NULLABLE:
                     problems.append(check(name, value))
+        if self.head_dim is not None and not (_is_int(self.head_dim) and 2 <= self.head_dim <= 4096):
+            problems.append(f"head_dim must be null or an integer in [2, 4096], got {self.head_dim!r}")
         if isinstance(self.eos_token_id, list):
             problems += [_id_problem("eos_token_id", i) for i in self.eos_token_id]
         else:
@@ -243,14 +251,17 @@ class Lfm2Config:
 
     def _shape_problems(self) -> list[str]:
         """How the fields fit together (each field already in range)."""
-        problems = [self._layer_types_problem()]
-        if self.hidden_size % self.num_attention_heads:
-            problems.append("hidden_size is not divisible by num_attention_heads")
-        elif self.head_dim % 2:
-            problems.append(f"head_dim (hidden_size / heads) is {self.head_dim}; RoPE needs it even")
+        problems = [self._layer_types_problem(), self._head_dim_problem()]
         if self.num_attention_heads % self.num_key_value_heads:
             problems.append("num_attention_heads is not divisible by num_key_value_heads")
         return [p for p in problems if p is not None]
+
+    def _head_dim_problem(self) -> str | None:
+        if self.head_dim is None and self.hidden_size % self.num_attention_heads:
+            return "hidden_size is not divisible by num_attention_heads (and config.json gives no head_dim)"
+        named = "head_dim" if self.head_dim is not None else "head_dim (hidden_size / heads)"
+        head_dim = self.derived_head_dim if self.head_dim is None else self.head_dim
+        return f"{named} is {head_dim}; RoPE needs it even" if head_dim % 2 else None
 
     def _layer_types_problem(self) -> str | None:
         if not isinstance(self.layer_types, list):
@@ -281,12 +292,16 @@ class Lfm2Config:
         layer_types = raw.get("layer_types")
         if layer_types is None:
             layer_types = _layer_types_from_indices(n_layers, raw.get("full_attn_idxs"))
-        rope = raw.get("rope_parameters") or raw.get("rope_scaling") or {}
+        rope_key, rope = rope_settings(raw)
+        rope = rope or {}
         if not isinstance(rope, dict):
-            raise CheckpointError(f"invalid LFM2 config: rope_parameters must be an object, got {rope!r}")
+            raise CheckpointError(f"invalid LFM2 config: {rope_key} must be an object, got {rope!r}")
         rope_type = rope.get("rope_type", rope.get("type", "default"))
         if rope_type not in ("default", None):
-            raise CheckpointError(f"rope type {rope_type!r} is not supported (only default RoPE)")
+            raise CheckpointError(
+                f"rope type {rope_type!r} (config.json's {rope_key}) is not supported: lfm-chat runs "
+                "LFM2 with default RoPE only"
+            )
         eos = raw.get("eos_token_id", 2)
         eos_ids = [] if eos is None else (eos if isinstance(eos, list) else [eos])
         return {
@@ -310,6 +325,7 @@ class Lfm2Config:
             "bos_token_id": raw.get("bos_token_id", 1),
             "eos_token_id": eos_ids,
             "model_type": cls.MODEL_TYPE,
+            "head_dim": raw.get("head_dim"),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -319,6 +335,8 @@ class Lfm2Config:
         out["eos_token_id"] = self.eos_token_id[0] if len(self.eos_token_id) == 1 else self.eos_token_id
         out["block_ff_dim"] = self.intermediate_size
         out["rope_parameters"] = {"rope_type": "default", "rope_theta": self.rope_theta}
+        if self.head_dim == self.derived_head_dim:  # the usual shape: config.json leaves it out
+            del out["head_dim"]
         return out
 
 
@@ -330,6 +348,31 @@ def read_config_json(checkpoint_dir: str | Path) -> dict[str, Any]:
     if not path.is_file():
         raise CheckpointError(f"{path} is missing: not an LFM2 checkpoint directory")
     return read_json_object(path)
+
+
+GENERATION_CONFIG = "generation_config.json"
+
+
+def generation_stop_ids(checkpoint_dir: str | Path) -> list[int]:
+    """generation_config.json's eos ids (none without the file): transformers' generate stops on these,
+    and a fine-tune's save_pretrained may list more there than config.json does."""
+    path = Path(checkpoint_dir) / GENERATION_CONFIG
+    if not path.is_file():
+        return []
+    eos = read_json_object(path).get("eos_token_id")
+    ids = [] if eos is None else (eos if isinstance(eos, list) else [eos])
+    if not all(_is_int(i) and i >= 0 for i in ids):
+        raise CheckpointError(f"{path}: eos_token_id must hold token ids (ints >= 0), got {eos!r:.200}")
+    return ids
+
+
+def rope_settings(raw: dict[str, Any]) -> tuple[str, object]:
+    """config.json's RoPE settings and the key they are under: the older ``rope_scaling`` wins over
+    ``rope_parameters`` where both are set, as in transformers' ``convert_rope_params_to_dict``."""
+    for key in ("rope_scaling", "rope_parameters"):
+        if raw.get(key):
+            return key, raw[key]
+    return "rope_parameters", None
 
 
 def _layer_types_from_indices(n_layers: object, attention_indices: object) -> list[str]:

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from model.config import ATTENTION, CONV, SLIDING, Lfm2Config, _is_int
+from model.config import ATTENTION, CONV, SLIDING, Lfm2Config, _is_int, rope_settings
 from model.errors import CheckpointError
 
 ROPE_TYPES = ("default", "proportional")
+DEFAULT_THETA = 1_000_000.0  # transformers' Lfm3Config.default_theta: a RoPE entry's theta when none is given
 
 
 def lfm3_layer_types(num_hidden_layers: int) -> list[str]:
@@ -78,6 +79,7 @@ def default_rope_parameters() -> dict[str, RopeParameters]:
 
 # config.json keys of LFM2 that LFM3 does not have (transformers' Lfm3Config deletes them)
 _LFM2_ONLY = ("block_auto_adjust_ff_dim", "block_multiple_of", "block_ffn_dim_multiplier", "block_ff_dim")
+_NOT_SHARED = (*_LFM2_ONLY, "rope_parameters", "rope_scaling")  # read here, per layer type, not as LFM2's
 
 
 @dataclass(slots=True)
@@ -158,8 +160,6 @@ class Lfm3Config(Lfm2Config):
     # ------------------------------------------------------------------ checks
     def _value_problems(self) -> list[str]:
         problems = Lfm2Config._value_problems(self)
-        if not (_is_int(self.head_dim) and 2 <= self.head_dim <= 4096):
-            problems.append(f"head_dim must be an integer in [2, 4096], got {self.head_dim!r}")
         window = self.sliding_window
         if window is not None and not (_is_int(window) and 1 <= window <= 2**24):
             problems.append(f"sliding_window must be null or an integer in [1, {2**24}], got {window!r}")
@@ -172,9 +172,7 @@ class Lfm3Config(Lfm2Config):
         return problems
 
     def _shape_problems(self) -> list[str]:
-        problems = [self._layer_types_problem()]
-        if self.head_dim % 2:
-            problems.append(f"head_dim is {self.head_dim}; RoPE needs it even")
+        problems = [self._layer_types_problem(), self._head_dim_problem()]
         if self.num_attention_heads % self.num_key_value_heads:
             problems.append("num_attention_heads is not divisible by num_key_value_heads")
         if self.attention_bias:
@@ -193,7 +191,7 @@ class Lfm3Config(Lfm2Config):
     @classmethod
     def fields_from_dict(cls, raw: dict[str, Any]) -> dict[str, Any]:
         """LFM2's reading of the fields both share (with LFM3's defaults), then LFM3's own."""
-        shared = {key: value for key, value in raw.items() if key not in (*_LFM2_ONLY, "rope_parameters")}
+        shared = {key: value for key, value in raw.items() if key not in _NOT_SHARED}
         if shared.get("layer_types") is None and _is_int(shared.get("num_hidden_layers", 24)):
             shared["layer_types"] = lfm3_layer_types(shared.get("num_hidden_layers", 24))
         fields = Lfm2Config.fields_from_dict({**_SHARED_DEFAULTS, **shared})
@@ -208,7 +206,7 @@ class Lfm3Config(Lfm2Config):
             "use_attention_gate": raw.get("use_attention_gate", True),
             "attention_bias": raw.get("attention_bias", False),
             "attention_dropout": raw.get("attention_dropout", 0.0),
-            "rope_parameters": _rope_parameters(raw.get("rope_parameters"), raw),
+            "rope_parameters": _rope_parameters(rope_settings(raw)[1], raw),
         }
 
     def to_dict(self) -> dict[str, Any]:
@@ -216,6 +214,7 @@ class Lfm3Config(Lfm2Config):
         out = Lfm2Config.to_dict(self)
         for key in (*_LFM2_ONLY, "rope_theta"):
             out.pop(key, None)
+        out["head_dim"] = self.head_dim  # always: LFM3's default is 128, not hidden_size / heads
         out["rope_parameters"] = {kind: rope.to_dict() for kind, rope in self.rope_parameters.items()}
         return out
 
@@ -239,7 +238,7 @@ def _rope_parameters(raw: object, config: dict[str, Any]) -> dict[str, RopeParam
     """config.json's ``rope_parameters``: one entry per attention layer type (None: the defaults).
 
     An entry without ``rope_theta`` or ``partial_rotary_factor`` takes config.json's top-level
-    one, as transformers' ``standardize_rope_params`` does.
+    one (else ``DEFAULT_THETA``), as transformers' ``convert_rope_params_to_dict`` does.
     """
     if raw is None:
         return default_rope_parameters()
@@ -251,7 +250,7 @@ def _rope_parameters(raw: object, config: dict[str, Any]) -> dict[str, RopeParam
     return {
         kind: RopeParameters(
             rope_type=entry.get("rope_type", entry.get("type", "default")),
-            rope_theta=entry.get("rope_theta", config.get("rope_theta")),
+            rope_theta=entry.get("rope_theta", config.get("rope_theta", DEFAULT_THETA)),
             partial_rotary_factor=entry.get(
                 "partial_rotary_factor", config.get("partial_rotary_factor", 1.0)
             ),

@@ -22,7 +22,16 @@ from model.lfm2 import Lfm2ForCausalLM
 from model.linears import bf16_cpu_linear, replace_linears
 from model.memory import return_large_frees_to_os
 from model.quantize import QUANTIZED_LINEARS, quantize_linears
-from model.weights import CheckpointTensors, TensorLocation, layer_groups, locate_tensor, read_tensor
+from model.weights import (
+    EMBEDDING,
+    CheckpointTensors,
+    TensorLocation,
+    checkpoint_tensors,
+    layer_groups,
+    locate_tensor,
+    read_tensor,
+    with_checkpoint_head,
+)
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -36,7 +45,6 @@ def parse_dtype(name: str | torch.dtype) -> torch.dtype:
     return DTYPES[name]
 
 
-EMBEDDING = "model.embed_tokens.weight"
 TensorSource = Callable[[list[str]], dict[str, torch.Tensor]]  # checkpoint names -> their tensors
 
 
@@ -118,7 +126,7 @@ def load_model(
         raise ValueError(f"quantize {quantize!r} is not supported; use one of {', '.join(QUANTIZATIONS)}")
     report = progress or (lambda stage, fraction: None)
     checkpoint_dir = Path(checkpoint_dir)
-    config = load_config(checkpoint_dir)
+    config = with_checkpoint_head(load_config(checkpoint_dir), checkpoint_tensors(checkpoint_dir))
     torch_dtype = parse_dtype(dtype)
     on_cpu = torch.device(device).type == "cpu"
     wants_kernels = native_kernels.wanted_for(torch_dtype, device)

@@ -9,6 +9,7 @@ reported by tensor name, because "size mismatch" alone never tells a user what i
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import itertools
 import json
 import math
@@ -29,15 +30,43 @@ INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"
 
 
+MAX_FILE_NAME = 255  # bytes of a file name on common file systems: a longer one names no file
+
+
+def index_weight_map(index: Path) -> dict[str, str]:
+    """A shard index's weight_map (tensor name -> file), each file a plain name in the index's own
+    directory: the index is data from the internet, and "/etc/..." or "../..." must name nothing."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise CheckpointError(f"{index} is not a valid safetensors index ({exc})") from None
+    if not isinstance(weight_map, dict):
+        raise CheckpointError(
+            f"{index} is not a valid safetensors index (its weight_map must map tensor names to file names)"
+        )
+    for name, file in weight_map.items():
+        if not _is_plain_file_name(file):
+            raise CheckpointError(
+                f"{index} maps tensor {name} to {json.dumps(file)[:300]}, not a file name in its directory"
+            )
+    return weight_map
+
+
+def _is_plain_file_name(file: object) -> bool:
+    return (
+        isinstance(file, str)
+        and file not in ("", ".", "..")
+        and "\0" not in file
+        and len(file.encode("utf-8", "replace")) <= MAX_FILE_NAME
+        and Path(file).name == file
+    )
+
+
 def safetensors_files(checkpoint_dir: Path) -> list[Path]:
     """The weight files of a checkpoint: the index's shards, or the single file."""
     index = checkpoint_dir / INDEX_FILE
     if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-        except (OSError, ValueError, KeyError, TypeError) as exc:
-            raise CheckpointError(f"{index} is not a valid safetensors index ({exc})") from None
-        return [checkpoint_dir / name for name in sorted(set(weight_map.values()))]
+        return [checkpoint_dir / name for name in sorted(set(index_weight_map(index).values()))]
     if (checkpoint_dir / SINGLE_FILE).is_file():
         return [checkpoint_dir / SINGLE_FILE]
     found = sorted(checkpoint_dir.glob("*.safetensors"))
@@ -129,8 +158,16 @@ def checkpoint_tensors(checkpoint_dir: Path) -> dict[str, TensorLocation]:
             raise CheckpointError(f"weight file {path} listed in the index is missing")
         for name, location in file_tensors(path)[0].items():
             if name in found:
-                raise CheckpointError(f"checkpoint {checkpoint_dir} holds tensor {name} twice")
+                raise CheckpointError(
+                    f"checkpoint {checkpoint_dir} holds tensor {name} twice "
+                    f"(in {found[name].path.name} and {path.name})"
+                )
             found[name] = location
+    index = checkpoint_dir / INDEX_FILE
+    if index.is_file():
+        for name, file in index_weight_map(index).items():
+            if name not in found or found[name].path.name != file:
+                raise CheckpointError(f"{index} maps tensor {name} to {file}, which does not hold it")
     return found
 
 
@@ -148,6 +185,37 @@ def read_tensor(file: BinaryIO, location: TensorLocation, name: str) -> torch.Te
         if file.readinto(buffer) != location.nbytes:
             raise CheckpointError(f"{location.path} is corrupt or truncated (tensor {name} is cut short)")
     return tensor
+
+
+EMBEDDING = "model.embed_tokens.weight"
+HEAD = "lm_head.weight"
+COMPARE_BYTES = 1 << 24  # read per step when comparing two tensors in their files
+
+
+def with_checkpoint_head(config: Lfm2Config, found: dict[str, TensorLocation]) -> Lfm2Config:
+    """``config`` untied where the checkpoint holds a head of its own: transformers ties the head to the
+    embedding only where lm_head.weight is absent or holds the same values (else it warns and runs both)."""
+    head, table = found.get(HEAD), found.get(EMBEDDING)
+    if not config.tie_word_embeddings or head is None or table is None or _same_values(head, table):
+        return config
+    return dataclasses.replace(config, tie_word_embeddings=False)
+
+
+def _same_values(a: TensorLocation, b: TensorLocation) -> bool:
+    """Whether two tensors of the checkpoint hold the same values, compared a slice at a time."""
+    if a.shape != b.shape:
+        return False
+    with a.path.open("rb") as file_a, b.path.open("rb") as file_b:
+        if a.dtype != b.dtype:
+            left, right = read_tensor(file_a, a, HEAD), read_tensor(file_b, b, EMBEDDING)
+            return torch.equal(left.float(), right.float())
+        file_a.seek(a.offset)
+        file_b.seek(b.offset)
+        for start in range(0, a.nbytes, COMPARE_BYTES):
+            size = min(COMPARE_BYTES, a.nbytes - start)
+            if file_a.read(size) != file_b.read(size):
+                return False
+    return True
 
 
 def _check_against_config(found: dict[str, TensorLocation], config: Lfm2Config, checkpoint_dir: Path) -> None:
@@ -184,8 +252,10 @@ class CheckpointTensors:
     """
 
     def __init__(self, checkpoint_dir: Path, config: Lfm2Config) -> None:
-        found = checkpoint_tensors(checkpoint_dir)
-        self.found = on_disk_names(found, config.expected_shapes(), config.model_type)
+        found = on_disk_names(checkpoint_tensors(checkpoint_dir), config.expected_shapes(), config.model_type)
+        if config.tie_word_embeddings and EMBEDDING not in found and HEAD in found:
+            found[EMBEDDING] = found.pop(HEAD)  # transformers ties whichever of the two is there
+        self.found = found
         _check_against_config(self.found, config, checkpoint_dir)
 
     def read(self, names: list[str], dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:

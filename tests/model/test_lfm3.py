@@ -122,7 +122,7 @@ def test_tokenizer_keeps_lfm2s_specials_after_the_text_tokens_as_config_names_th
     [
         ({"rope_parameters": {"rope_type": "default", "rope_theta": 1e4}}, "each attention layer type"),
         ({"rope_parameters": {SLIDING: {"rope_type": "yarn", "rope_theta": 1e4}}}, "rope type 'yarn'"),
-        ({"rope_parameters": {SLIDING: {"rope_type": "default"}}}, "rope rope_theta of sliding_attention"),
+        ({"rope_parameters": {SLIDING: {"rope_type": "default", "rope_theta": -1}}}, "rope rope_theta of"),
         ({"attention_bias": True}, "attention_bias true is not supported"),
         ({"sliding_window": None}, "need a sliding_window"),
         ({"sliding_window": 0}, "sliding_window must be"),
