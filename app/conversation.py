@@ -20,7 +20,7 @@ TITLE_CHARS = 48
 
 
 class ChatTokenizer(Protocol):
-    """The part of `model.tokenizer.Tokenizer` a prompt needs."""
+    """The part of `model.text.tokenizer.Tokenizer` a prompt needs."""
 
     stop_token_ids: frozenset[int]
 
@@ -34,7 +34,7 @@ class ChatSettings:
     """Per-conversation system prompt and sampling; defaults follow LFM2's model card.
 
     `preset` names where the sampling came from ("LFM2.5 card defaults", "custom"), for the pane's
-    border; the CLI sets it from the checkpoint's card (model/family.py).
+    border; the CLI sets it from the checkpoint's card (model/text/model_cards.py).
     """
 
     system_prompt: str = ""

@@ -17,11 +17,11 @@ from typing import Any
 import platformdirs
 import torch
 
-from model.config import ATTENTION, CONV
-from model.lfm3_config import lfm3_layer_types
-from model.tiny import write_tiny_checkpoint
-from model.tiny_lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
-from model.tiny_moe import TINY_MOE_CONFIGS, write_tiny_moe_checkpoint
+from model.arch.lfm2_config import ATTENTION, CONV
+from model.arch.lfm3_config import lfm3_layer_types
+from model.tiny.lfm2 import write_tiny_checkpoint
+from model.tiny.lfm2_moe import TINY_MOE_CONFIGS, write_tiny_moe_checkpoint
+from model.tiny.lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
 
 # LiquidAI/LFM2-350M's config.json: block_ff_dim 6656 auto-adjusts to 4608, given here directly.
 LFM2_350M_SHAPE = {
@@ -87,7 +87,7 @@ SHAPES = {
     "lfm3-1.7b": RandomShape(
         write_tiny_lfm3_checkpoint, LFM3_1_7B_SHAPE, "~3.4 GB", TINY_LFM3_CONFIGS["lfm3"]
     ),
-    # written a shard at a time (model/weights.py's save_random_weights): never 17 GB in memory
+    # written a shard at a time (model/checkpoint/weights.py's save_random_weights): never 17 GB in memory
     "lfm2-8b-a1b": RandomShape(
         write_tiny_moe_checkpoint, LFM2_8B_A1B_SHAPE, "~17 GB in 2 GB shards", TINY_MOE_CONFIGS["moe"]
     ),

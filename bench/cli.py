@@ -32,11 +32,11 @@ from bench.runner import count_runs, run_benchmark
 from bench.settings import RunSettings
 from bench.workloads import WORKLOADS
 from engine.config import resolve_dtype
-from model import kernels
+from model.checkpoint.hub import resolve_checkpoint
 from model.errors import CheckpointError, ModelNotAvailableError
-from model.hub import resolve_checkpoint
-from model.loader import QUANTIZATIONS
-from model.quantize import QUANTIZED_LINEARS
+from model.native import kernels
+from model.quant import QUANTIZATIONS
+from model.quant.apply import QUANTIZED_LINEARS
 
 
 def _names(allowed: list[str] | tuple[str, ...], what: str) -> Callable[[str], list[str]]:

@@ -29,11 +29,11 @@ from torch import nn
 
 from bench.checkpoint import DEFAULT_SHAPE, SHAPES, random_checkpoint, tiny_checkpoint
 from engine import Engine, EngineConfig, SamplingParams
-from model.file_embedding import FileEmbedding
-from model.hub import resolve_checkpoint
-from model.lfm2 import Embedding
-from model.loader import QUANTIZATIONS
-from model.moe_config import Lfm2MoeConfig
+from model.arch.lfm2 import Embedding
+from model.arch.lfm2_moe_config import Lfm2MoeConfig
+from model.checkpoint.file_embedding import FileEmbedding
+from model.checkpoint.hub import resolve_checkpoint
+from model.quant import QUANTIZATIONS
 
 MB = 1e6
 EMBEDDINGS = (Embedding, FileEmbedding)
@@ -70,7 +70,7 @@ class WeightReads:
                 )
             elif own_bytes(module):
                 module.register_forward_hook(lambda m, args, out, name=name: self.note(name, own_bytes(m)))
-                if hasattr(module, "fill_float"):  # the head's logits skip forward (model/linears.py)
+                if hasattr(module, "fill_float"):  # the head's logits skip forward (model/native/linears.py)
                     module.fill_float = self._counted(module.fill_float, name, own_bytes(module))
 
     def note(self, name: str, nbytes: int) -> None:

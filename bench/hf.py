@@ -20,7 +20,7 @@ import transformers
 from transformers.generation.streamers import BaseStreamer
 
 from bench.scenario import RequestSpec, RequestTrace, Scenario, Traces, full_prompt, trigger_time
-from model.loader import parse_dtype
+from model.checkpoint.loader import parse_dtype
 
 PAD_ID = 0
 

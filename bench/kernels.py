@@ -2,7 +2,7 @@
 
 Each figure is the time to multiply M activation rows through every linear of one LFM2-350M
 step (16 layers and the head, ~354M weights, so the weights stream from memory as in decode),
-through the same layer classes the model uses: model/kernels' loops vs the torch fallbacks.
+through the same layer classes the model uses: model/native/kernels' loops vs the torch fallbacks.
 GB/s is the native layers' stored bytes (weights, scales) read per step over its time.
 """
 
@@ -19,11 +19,11 @@ from torch import nn
 
 from bench.checkpoint import LFM2_350M_SHAPE
 from bench.progress import Progress
-from model import kernels
-from model.config import ATTENTION, Lfm2Config
-from model.linears import NativeLinear, torch_bf16_linear
-from model.quantize import Int8Linear, W8A8Linear
-from model.quantize_int4 import Int4Linear
+from model.arch.lfm2_config import ATTENTION, Lfm2Config
+from model.native import kernels
+from model.native.linears import NativeLinear, torch_bf16_linear
+from model.quant.int4 import Int4Linear
+from model.quant.int8 import Int8Linear, W8A8Linear
 
 SCHEMES: dict[str, tuple[Callable[..., nn.Module], Callable[..., nn.Module]]] = {
     # scheme: (native layer, PyTorch layer)

@@ -35,8 +35,8 @@ from bench import quality
 from bench.checkpoint import DEFAULT_SHAPE, random_checkpoint
 from bench.progress import Progress
 from bench.report import render_table
-from model.quantize import QUANTIZED_LINEARS
-from model.tokenizer import Tokenizer
+from model.quant.apply import QUANTIZED_LINEARS
+from model.text.tokenizer import Tokenizer
 
 QUANTS = {"q8_0": "Q8_0", "q4_0": "Q4_0", "q4_k_m": "Q4_K_M"}
 _FIGURES = {

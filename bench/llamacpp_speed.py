@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 
 from bench.report import render_table
-from model.loader import QUANTIZATIONS
+from model.quant import QUANTIZATIONS
 
 FIGURES = ("decode, 1 stream (tok/s)", "decode, 8 streams, aggregate (tok/s)", "prompt of 128 tokens (tok/s)")
 

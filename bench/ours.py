@@ -17,9 +17,9 @@ from pathlib import Path
 
 from bench.scenario import RequestTrace, Scenario, Traces, full_prompt, trigger_time
 from engine import Engine, EngineConfig, SamplingParams
-from model.architectures import load_config
-from model.loader import load_model
-from model.tokenizer import Tokenizer
+from model.arch.registry import load_config
+from model.checkpoint.loader import load_model
+from model.text.tokenizer import Tokenizer
 
 MAX_NUM_SEQS = 32
 MAX_NUM_BATCHED_TOKENS = 256

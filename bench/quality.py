@@ -26,11 +26,11 @@ import torch
 
 from bench.progress import Progress
 from bench.report import render_table
+from model.arch.lfm2 import Lfm2ForCausalLM
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.lfm2 import Lfm2ForCausalLM
-from model.loader import load_model
-from model.tokenizer import Tokenizer
+from model.checkpoint.loader import load_model
+from model.text.tokenizer import Tokenizer
 
 NAME = "quality"
 TITLE = "KL(bf16 || quantized) and top-1 agreement, teacher-forced, llama-perplexity's layout"

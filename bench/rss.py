@@ -24,7 +24,7 @@ import bench
 from bench.backends import load_backend, run_checked
 from bench.settings import RunSettings
 from bench.workloads import PEAK_RSS_LOAD, PEAK_RSS_RUN, WORKLOADS, Workload
-from model.loader import QUANTIZATIONS
+from model.quant import QUANTIZATIONS
 
 
 def peak_rss_mib(status: Path = Path("/proc/self/status")) -> float:

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.workloads import BuildContext, Workload
-from model.architectures import load_config
+from model.arch.registry import load_config
 
 
 @dataclass(frozen=True, slots=True)

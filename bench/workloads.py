@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from bench import stats
 from bench.scenario import RequestSpec, RequestTrace, Scenario
-from model.tokenizer import LFM2_SPECIAL_TOKENS
+from model.text.tokenizer import LFM2_SPECIAL_TOKENS
 
 FIRST_PLAIN_ID = len(LFM2_SPECIAL_TOKENS)  # prompts avoid special ids, stop tokens among them
 POISSON_CONCURRENCY = 4  # the arrival rate aims at this many requests in flight on our engine

@@ -16,6 +16,8 @@ from typing import Any, NoReturn
 
 from engine import (
     DEFAULT_MODEL,
+    DTYPES,
+    QUANTIZATIONS,
     SAMPLING_OFF,
     ModelSource,
     SamplingParams,
@@ -24,9 +26,6 @@ from engine import (
 )
 
 DEMO_KV_CACHE_MB = 64
-# engine.config's ENGINE_DTYPES and model.loader's QUANTIZATIONS, which import torch; a test keeps them equal
-DTYPES = ("auto", "float32", "bfloat16")
-QUANTIZATIONS = ("none", "int8", "w8a8", "int4")
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 

@@ -15,6 +15,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from engine.choices import DTYPES, QUANTIZATIONS
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.errors import RequestError
@@ -24,12 +25,14 @@ if TYPE_CHECKING:
     from engine.sampling_params import SamplingParams, SamplingParamsError
     from engine.snapshot import EngineSnapshot, RequestSnapshot
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
+    from model.checkpoint.hub import DEFAULT_MODEL, download_checkpoint, is_repo_id, resolve_checkpoint
     from model.errors import ChatTemplateError, CheckpointError, ModelNotAvailableError
-    from model.family import SAMPLING_OFF, FamilySampling, checkpoint_sampling
-    from model.hub import DEFAULT_MODEL, download_checkpoint, is_repo_id, resolve_checkpoint
-    from model.tiny import write_tiny_checkpoint
+    from model.text.model_cards import SAMPLING_OFF, FamilySampling, checkpoint_sampling
+    from model.tiny.lfm2 import write_tiny_checkpoint
 
 _MODULES = {
+    "DTYPES": "engine.choices",
+    "QUANTIZATIONS": "engine.choices",
     "Engine": "engine.engine",
     "EngineConfig": "engine.config",
     "EngineSnapshot": "engine.snapshot",
@@ -49,15 +52,15 @@ _MODULES = {
     # model/'s, for the app (all torch-free but write_tiny_checkpoint)
     "ChatTemplateError": "model.errors",
     "CheckpointError": "model.errors",
-    "DEFAULT_MODEL": "model.hub",
-    "FamilySampling": "model.family",
+    "DEFAULT_MODEL": "model.checkpoint.hub",
+    "FamilySampling": "model.text.model_cards",
     "ModelNotAvailableError": "model.errors",
-    "SAMPLING_OFF": "model.family",
-    "checkpoint_sampling": "model.family",
-    "download_checkpoint": "model.hub",
-    "is_repo_id": "model.hub",
-    "resolve_checkpoint": "model.hub",
-    "write_tiny_checkpoint": "model.tiny",
+    "SAMPLING_OFF": "model.text.model_cards",
+    "checkpoint_sampling": "model.text.model_cards",
+    "download_checkpoint": "model.checkpoint.hub",
+    "is_repo_id": "model.checkpoint.hub",
+    "resolve_checkpoint": "model.checkpoint.hub",
+    "write_tiny_checkpoint": "model.tiny.lfm2",
 }
 
 __all__ = sorted(_MODULES)  # the table above is the one list to edit

@@ -22,13 +22,13 @@ from engine.output import OutputProcessor
 from engine.pacing import PrefillPacer
 from engine.runner import ModelRunner
 from engine.scheduler import Scheduler
-from model import kernels as native_kernels
-from model.architectures import load_config
+from model.arch.lfm2 import Lfm2ForCausalLM
+from model.arch.registry import load_config
 from model.cache import HybridCache
-from model.hub import resolve_checkpoint
-from model.lfm2 import Lfm2ForCausalLM
-from model.loader import load_model
-from model.tokenizer import Tokenizer
+from model.checkpoint.hub import resolve_checkpoint
+from model.checkpoint.loader import load_model
+from model.native import kernels as native_kernels
+from model.text.tokenizer import Tokenizer
 
 Progress = Callable[[str, "float | None"], None]
 

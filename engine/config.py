@@ -7,12 +7,12 @@ from dataclasses import dataclass
 
 import torch
 
-from model import kernels as native_kernels
+from engine.choices import DTYPES, ENGINE_DTYPES, QUANTIZATIONS
+from model.arch.lfm2_config import Lfm2Config
 from model.cache import HybridCache
-from model.config import Lfm2Config
-from model.loader import QUANTIZATIONS, parse_dtype
+from model.checkpoint.loader import parse_dtype
+from model.native import kernels as native_kernels
 
-ENGINE_DTYPES = ("float32", "bfloat16")  # fp16 on CPU is emulated and slow: not offered
 DEFAULT_MAX_MODEL_LEN = 32768
 
 
@@ -43,8 +43,8 @@ class EngineConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.dtype not in ("auto", *ENGINE_DTYPES):
-            raise ValueError(f"EngineConfig.dtype must be auto, float32 or bfloat16, not {self.dtype!r}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"EngineConfig.dtype must be one of {', '.join(DTYPES)}, not {self.dtype!r}")
         if self.quantize not in QUANTIZATIONS:
             raise ValueError(
                 f"EngineConfig.quantize must be one of {', '.join(QUANTIZATIONS)}, not {self.quantize!r}"
@@ -126,7 +126,7 @@ class EngineConfig:
 
 
 def cpu_runs_bf16_fast() -> bool:
-    """True where model/kernels built for this CPU (AVX-512 BF16 or AVX2 + FMA; built on first call).
+    """True where model/native/kernels built for this CPU (AVX-512 BF16 or AVX2 + FMA; built on first call).
 
     There bf16 weights stream at memory speed, half the bytes of float32, with fp32 sums.
     Without that build (ARM, old x86, no compiler) torch's bf16 matmuls are slower than

@@ -26,9 +26,9 @@ from engine.request import Request, RequestStatus
 from engine.sampler import make_generator
 from engine.sampling_params import SamplingParams
 from engine.snapshot import EngineSnapshot, take_snapshot
-from model.config import Lfm2Config
-from model.lfm2 import Lfm2ForCausalLM
-from model.tokenizer import Tokenizer
+from model.arch.lfm2 import Lfm2ForCausalLM
+from model.arch.lfm2_config import Lfm2Config
+from model.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
 

@@ -17,15 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
-from model.family import FamilySampling, checkpoint_sampling
-from model.hub import DEFAULT_MODEL, resolve_checkpoint
+from model.checkpoint.hub import DEFAULT_MODEL, resolve_checkpoint
+from model.text.model_cards import FamilySampling, checkpoint_sampling
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.engine import Engine
 
 def default_cache_dir() -> Path:
-    """Where the demo checkpoint goes (model/quantized_cache.py keeps its own folder beside it)."""
+    """Where the demo checkpoint goes (model/checkpoint/quantized_cache.py keeps its own folder beside it)."""
     return platformdirs.user_cache_path("lfm-chat")
 
 
@@ -60,7 +60,7 @@ class ModelSource:
 
 def demo_checkpoint(cache_dir: Path) -> Path:
     """The tiny random checkpoint for --demo, written once; a half-written one is never used."""
-    from model.tiny import write_tiny_checkpoint
+    from model.tiny.lfm2 import write_tiny_checkpoint
 
     final = cache_dir / DEMO_CHECKPOINT
     if (final / "model.safetensors").is_file():

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from engine.metrics import RequestMetrics
 from engine.request import Request, RequestStatus
-from model.tokenizer import IncrementalDetokenizer, Tokenizer
+from model.text.tokenizer import IncrementalDetokenizer, Tokenizer
 
 
 @dataclass(slots=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from engine.errors import RequestError
-from model.tokenizer import Tokenizer
+from model.text.tokenizer import Tokenizer
 
 Prompt = str | Sequence[int]
 

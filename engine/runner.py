@@ -12,9 +12,9 @@ import torch
 from engine.request import Request
 from engine.sampler import Sampler, SamplingRow
 from engine.scheduler import ScheduledChunk
+from model.arch.lfm2 import Lfm2ForCausalLM
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.lfm2 import Lfm2ForCausalLM
 
 
 def _sampling_row(request: Request) -> SamplingRow:

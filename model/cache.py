@@ -16,7 +16,7 @@ import mmap
 
 import torch
 
-from model.config import ATTENTION, CONV, SLIDING, Lfm2Config
+from model.arch.lfm2_config import ATTENTION, CONV, SLIDING, Lfm2Config
 
 
 class HybridCache:

@@ -7,8 +7,8 @@
 ``bf16_kernels``       each way a bf16 model runs here: every native build, then PyTorch's kernels.
 ``tiny_ckpt``          Path of the "default" preset (conv-first, GQA, tied head), made once per session.
 ``tiny_ckpt_factory``  ``make(preset="default", **overrides) -> Path``: a checkpoint for a named preset
-                       of ``model.tiny.TINY_CONFIGS`` (LFM2), ``model.tiny_lfm3.TINY_LFM3_CONFIGS`` or
-                       ``model.tiny_moe.TINY_MOE_CONFIGS`` (LFM2-MoE),
+                       of ``model.tiny.lfm2.TINY_CONFIGS`` (LFM2), ``model.tiny.lfm3.TINY_LFM3_CONFIGS`` or
+                       ``model.tiny.lfm2_moe.TINY_MOE_CONFIGS`` (LFM2-MoE),
                        with any keyword of its writer overridden (``seed=1``, ``dtype=torch.bfloat16``,
                        ``layer_types=[...]``...).
                        Written as the Hub holds checkpoints: by transformers' save_pretrained
@@ -33,10 +33,11 @@ from typing import Any
 import pytest
 import torch
 
-from model import kernels, quantized_cache
-from model.tiny import TINY_CONFIGS, write_tiny_checkpoint
-from model.tiny_lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
-from model.tiny_moe import TINY_MOE_CONFIGS, write_tiny_moe_checkpoint
+from model.checkpoint import quantized_cache
+from model.native import kernels
+from model.tiny.lfm2 import TINY_CONFIGS, write_tiny_checkpoint
+from model.tiny.lfm2_moe import TINY_MOE_CONFIGS, write_tiny_moe_checkpoint
+from model.tiny.lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
 
 TinyCheckpointFactory = Callable[..., Path]
 RUNNABLE_ISAS = kernels.runnable_isas()

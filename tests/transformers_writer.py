@@ -1,4 +1,4 @@
-"""Tiny checkpoints in the Hub's format: model/tiny*.py's random weights, loaded by transformers
+"""Tiny checkpoints in the Hub's format: model/tiny/lfm2*.py's random weights, loaded by transformers
 (its config class built from the keys it knows) and written back by its own ``save_pretrained``.
 
 So every test that loads a tiny checkpoint loads the names, layout and config.json transformers

@@ -20,9 +20,9 @@ import torch
 
 import model
 from engine import Engine, EngineConfig, SamplingParams
-from model import kernels
-from model.native_layers import NativeRMSNorm
-from model.tiny import write_tiny_checkpoint
+from model.native import kernels
+from model.native.layers import NativeRMSNorm
+from model.tiny.lfm2 import write_tiny_checkpoint
 
 
 def fail(message: str) -> None:

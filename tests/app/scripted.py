@@ -17,9 +17,9 @@ import torch
 from safetensors.torch import load_file
 from tokenizers import Tokenizer as BackendTokenizer
 
-from model.tiny import tiny_tokenizer_json, write_tiny_checkpoint
-from model.tokenizer import IM_END, Tokenizer
-from model.weights import SINGLE_FILE, save_state_dict
+from model.checkpoint.weights import SINGLE_FILE, save_state_dict
+from model.text.tokenizer import IM_END, Tokenizer
+from model.tiny.lfm2 import tiny_tokenizer_json, write_tiny_checkpoint
 
 FIXTURES = Path(__file__).resolve().parents[1] / "model" / "fixtures"
 THINKING_TEMPLATE = FIXTURES / "lfm2.5-1.2b-instruct.jinja"  # strips the thinking of past replies

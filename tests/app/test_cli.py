@@ -16,8 +16,8 @@ from cli import flags
 from cli.chat import build_parser, options_from_args
 from cli.flags import check_model
 from cli.main import main
-from engine.config import ENGINE_DTYPES, EngineConfig
-from model.loader import QUANTIZATIONS
+from engine.config import EngineConfig
+from model.quant.apply import QUANTIZED_LINEARS
 
 
 def test_help_lists_the_documented_flags(capsys: pytest.CaptureFixture[str]) -> None:
@@ -99,10 +99,14 @@ def test_sampling_follows_the_model_card_and_each_flag_replaces_one_value() -> N
     )
 
 
-def test_the_dtype_and_quantize_choices_are_the_engines() -> None:
-    """The CLI spells them out because the engine's own lists live in modules that import torch."""
-    assert flags.DTYPES[1:] == ENGINE_DTYPES  # after "auto"
-    assert flags.QUANTIZATIONS == QUANTIZATIONS
+def test_every_dtype_and_scheme_the_cli_offers_is_one_the_engine_runs() -> None:
+    """The names are stated once (engine/choices.py, model/quant/); each must be a real choice."""
+    assert flags.DTYPES[0] == "auto" and flags.QUANTIZATIONS[0] == "none"
+    for dtype in flags.DTYPES:
+        EngineConfig(dtype=dtype)
+    for scheme in flags.QUANTIZATIONS:
+        EngineConfig(quantize=scheme)
+    assert tuple(QUANTIZED_LINEARS) == flags.QUANTIZATIONS[1:]
 
 
 def one_error_line(capsys: pytest.CaptureFixture[str], prog: str = "lfm-chat") -> str:

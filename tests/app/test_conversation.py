@@ -6,7 +6,7 @@ from pathlib import Path
 
 from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
 from app.export import conversation_markdown, last_code_block
-from model.tokenizer import Tokenizer
+from model.text.tokenizer import Tokenizer
 
 
 def test_next_prompt_reuses_generated_ids_when_the_render_extends_them(tiny_ckpt: Path) -> None:

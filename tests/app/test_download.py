@@ -17,8 +17,8 @@ from app.screens.loading import LoadingScreen
 from cli.chat import build_parser, options_from_args
 from cli.main import main
 from engine import launch
-from model import hub
-from model.hub_progress import BYTES, Transfer
+from model.checkpoint import hub
+from model.checkpoint.hub_progress import BYTES, Transfer
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
 
 ROOT = Path(__file__).resolve().parents[2]

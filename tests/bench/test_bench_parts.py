@@ -13,7 +13,7 @@ from bench.decode_bytes import measure
 from bench.rss import peak_rss_mib
 from bench.scenario import RequestSpec, RequestTrace, Scenario
 from bench.sliding_kv import report, run_conversation
-from model.architectures import config_from_dict, load_config
+from model.arch.registry import config_from_dict, load_config
 
 
 def test_percentile_interpolates_like_numpy_and_skips_missing_runs():

@@ -14,9 +14,9 @@ import transformers
 from bench import quality
 from bench.cli import main
 from bench.progress import Progress
-from model import quantized_cache
-from model.quantize import QUANTIZED_LINEARS
-from model.tokenizer import Tokenizer
+from model.checkpoint import quantized_cache
+from model.quant.apply import QUANTIZED_LINEARS
+from model.text.tokenizer import Tokenizer
 
 
 def test_chunks_start_with_bos_like_llama_perplexity():

@@ -9,7 +9,7 @@ import pytest
 import engine.snapshot as snapshot_module
 from engine import EngineWorker, RequestError, SamplingParams, SamplingParamsError
 from engine.snapshot import SNAPSHOT_REQUESTS
-from model.tiny import tiny_tokenizer_json
+from model.tiny.lfm2 import tiny_tokenizer_json
 from tests.engine.streams import submit
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=8, ignore_eos=True)

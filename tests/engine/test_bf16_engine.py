@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
-from model import quantized_cache
-from model.quantize import Int8Linear, W8A8Linear
-from model.quantize_int4 import Int4Linear
+from model.checkpoint import quantized_cache
+from model.quant.int4 import Int4Linear
+from model.quant.int8 import Int8Linear, W8A8Linear
 
 GREEDY = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from engine.config import EngineConfig, cpu_runs_bf16_fast, resolve_dtype
-from model import kernels
+from model.arch.lfm2_config import Lfm2Config
 from model.cache import HybridCache
-from model.config import Lfm2Config
+from model.native import kernels
 
 CONFIG = Lfm2Config(
     vocab_size=512,

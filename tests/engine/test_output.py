@@ -6,7 +6,7 @@ import pytest
 
 from engine.output import OutputProcessor
 from engine.request import RequestStatus
-from model.tokenizer import Tokenizer
+from model.text.tokenizer import Tokenizer
 
 TEXT = "Hello! How are you today? I am fine, thank you. 🙂 The end."
 

@@ -7,9 +7,9 @@ import pytest
 
 from engine.block_manager import RELEASED, BlockManager
 from engine.config import EngineConfig
+from model.arch.lfm3_config import Lfm3Config
 from model.cache import HybridCache
-from model.lfm3_config import Lfm3Config
-from model.tiny_lfm3 import TINY_LFM3_CONFIGS
+from model.tiny.lfm3 import TINY_LFM3_CONFIGS
 
 BS, WINDOW = 4, 10  # the next query at p reads p - 9 .. p: at most ceil(9 / 4) + 1 = 4 blocks held
 HELD = -(-(WINDOW - 1) // BS) + 1

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from model.config import ATTENTION, CONV
+from model.arch.lfm2_config import ATTENTION, CONV
 
 REPLY_TOKENS = 20_000
 LIMIT_MIB = 50

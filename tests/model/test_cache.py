@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from model.arch.lfm2_config import Lfm2Config
 from model.cache import HybridCache
-from model.config import Lfm2Config
 
 
 def resident_mb() -> float:

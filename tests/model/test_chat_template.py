@@ -16,7 +16,7 @@ import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
 from model.errors import ChatTemplateError, CheckpointError
-from model.tokenizer import Tokenizer
+from model.text.tokenizer import Tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TEMPLATES = ["lfm2-350m.jinja", "lfm2.5-1.2b-instruct.jinja", "lfm2.5.jinja"]

@@ -8,9 +8,9 @@ import shutil
 
 import pytest
 
-from model import checkpoint_digest
-from model.checkpoint_digest import checkpoint_digest as digest_of
-from model.checkpoint_digest import file_digest
+from model.checkpoint import digest as checkpoint_digest
+from model.checkpoint.digest import checkpoint_digest as digest_of
+from model.checkpoint.digest import file_digest
 
 
 @pytest.fixture

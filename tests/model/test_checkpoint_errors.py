@@ -9,8 +9,8 @@ import struct
 import pytest
 from safetensors.torch import load_file, save_file
 
+from model.checkpoint.loader import load_model
 from model.errors import CheckpointError
-from model.loader import load_model
 
 
 @pytest.fixture

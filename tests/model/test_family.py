@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from engine import SamplingParams
-from model.family import SAMPLING_OFF, FamilySampling, checkpoint_sampling, recommended_sampling
+from model.text.model_cards import SAMPLING_OFF, FamilySampling, checkpoint_sampling, recommended_sampling
 
 LFM2 = {"temperature": 0.3, "top_k": 0, "top_p": 1.0, "min_p": 0.15, "repetition_penalty": 1.05}
 LFM25 = {"temperature": 0.1, "top_k": 50, "top_p": 0.1, "min_p": 0.0, "repetition_penalty": 1.05}

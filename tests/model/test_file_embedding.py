@@ -6,10 +6,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from model.architectures import load_config
+from model.arch.registry import load_config
+from model.checkpoint.file_embedding import FileEmbedding
+from model.checkpoint.weights import load_state_dict, locate_tensor
 from model.errors import CheckpointError
-from model.file_embedding import FileEmbedding
-from model.weights import load_state_dict, locate_tensor
 
 NAME = "model.embed_tokens.weight"
 

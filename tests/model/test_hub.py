@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
+from model.checkpoint.hub import resolve_checkpoint
 from model.errors import CheckpointError
-from model.hub import resolve_checkpoint
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_ID = "LiquidAI/LFM2-350M"
 _RESOLVE = """
 import sys
 from model.errors import ModelNotAvailableError
-from model.hub import resolve_checkpoint
+from model.checkpoint.hub import resolve_checkpoint
 try:
     print(resolve_checkpoint(sys.argv[1], progress=False))
 except ModelNotAvailableError as exc:

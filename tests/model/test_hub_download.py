@@ -18,9 +18,9 @@ from huggingface_hub.errors import LocalEntryNotFoundError, RevisionNotFoundErro
 from tqdm.auto import tqdm
 from tqdm.contrib.concurrent import thread_map
 
-from model import hub
+from model.checkpoint import hub
+from model.checkpoint.hub_progress import BYTES, DownloadMeter, Transfer
 from model.errors import CheckpointError, ModelNotAvailableError
-from model.hub_progress import BYTES, DownloadMeter, Transfer
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_ID = "LiquidAI/LFM2.5-1.2B-Instruct"
@@ -94,7 +94,7 @@ def test_a_local_directory_takes_no_revision(tiny_ckpt: Path) -> None:
 
 _RESOLVE = """
 import sys
-from model.hub import resolve_checkpoint
+from model.checkpoint.hub import resolve_checkpoint
 print(resolve_checkpoint(sys.argv[1], progress=False, revision=sys.argv[2]))
 """
 

@@ -13,12 +13,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import Engine, EngineConfig, SamplingParams
-from model.config import ATTENTION, CONV, SLIDING
+from model.arch.lfm2_config import ATTENTION, CONV, SLIDING
+from model.checkpoint.loader import load_model
+from model.checkpoint.weights import INDEX_FILE, SINGLE_FILE
 from model.errors import CheckpointError
-from model.loader import load_model
-from model.tiny import write_tiny_tokenizer
-from model.tokenizer import LFM2_SPECIAL_TOKENS
-from model.weights import INDEX_FILE, SINGLE_FILE
+from model.text.tokenizer import LFM2_SPECIAL_TOKENS
+from model.tiny.lfm2 import write_tiny_tokenizer
 
 transformers = pytest.importorskip("transformers")
 

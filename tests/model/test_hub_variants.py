@@ -15,11 +15,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from engine import Engine, EngineConfig, SamplingParams
-from model.architectures import load_config
-from model.config import ATTENTION, CONV, SLIDING
+from model.arch.lfm2_config import ATTENTION, CONV, SLIDING
+from model.arch.registry import load_config
+from model.checkpoint.loader import load_model
+from model.checkpoint.weights import INDEX_FILE
 from model.errors import CheckpointError
-from model.loader import load_model
-from model.weights import INDEX_FILE
 from tests.model.test_hub_format import FP32_TOL, HEAD, assert_same_answer, prompt, saved_by_transformers
 
 transformers = pytest.importorskip("transformers")

@@ -1,7 +1,7 @@
 """The fused elementwise kernels (cpu_layer_ops.cpp) against the PyTorch code they replace.
 
-Each module of model/layers.py runs once as it is (its PyTorch reference) and once as its
-model/native_layers.py subclass, on the same bf16 inputs. Where both sides do the same fp32
+Each module of model/arch/layers.py runs once as it is (its PyTorch reference) and once as its
+model/native/layers.py subclass, on the same bf16 inputs. Where both sides do the same fp32
 operations in the same order, results must be bit for bit equal; the RMSNorm's mean of
 squares is summed in another order, so a normalized value may differ by one bf16 ulp.
 """
@@ -14,16 +14,16 @@ from types import ModuleType
 import pytest
 import torch
 
-from model.accelerate import ROW_QUERY_LIMIT, undo_native_kernels, use_native_kernels
+from model.arch.layers import Attention, RMSNorm, RotaryTable, ShortConv, SwiGLU
+from model.arch.lfm2 import Lfm2ForCausalLM
+from model.arch.lfm2_config import Lfm2Config
+from model.arch.lfm3 import rotary_table
+from model.arch.lfm3_config import RopeParameters
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.config import Lfm2Config
-from model.layers import Attention, RMSNorm, RotaryTable, ShortConv, SwiGLU
-from model.lfm2 import Lfm2ForCausalLM
-from model.lfm3 import rotary_table
-from model.lfm3_config import RopeParameters
-from model.loader import load_model
-from model.native_layers import NATIVE_SUBCLASS, NativeAttention, use_native_layers
+from model.checkpoint.loader import load_model
+from model.native.accelerate import ROW_QUERY_LIMIT, undo_native_kernels, use_native_kernels
+from model.native.layers import NATIVE_SUBCLASS, NativeAttention, use_native_layers
 
 BF16_ULP = 2**-7  # relative spacing of bf16 values
 

@@ -9,15 +9,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.architectures import architecture, config_from_dict, load_config
-from model.config import ATTENTION, SLIDING
+from model.arch.lfm2_config import ATTENTION, SLIDING
+from model.arch.lfm3 import rotary_table
+from model.arch.lfm3_config import Lfm3Config
+from model.arch.registry import architecture, config_from_dict, load_config
+from model.checkpoint.loader import load_model
+from model.checkpoint.weights import load_state_dict
 from model.errors import CheckpointError
-from model.lfm3 import rotary_table
-from model.lfm3_config import Lfm3Config
-from model.loader import load_model
-from model.tiny_lfm3 import TINY_LFM3_CONFIGS
-from model.tokenizer import LFM2_SPECIAL_TOKENS, Tokenizer
-from model.weights import load_state_dict
+from model.text.tokenizer import LFM2_SPECIAL_TOKENS, Tokenizer
+from model.tiny.lfm3 import TINY_LFM3_CONFIGS
 
 PRESETS = sorted(TINY_LFM3_CONFIGS)
 

@@ -1,4 +1,4 @@
-"""bf16 and int8 CPU linears: the native kernels (model/kernels) and the PyTorch fallbacks.
+"""bf16 and int8 CPU linears: the native kernels (model/native/kernels) and the PyTorch fallbacks.
 
 The native kernels sum in another order than oneDNN, so they are checked against fp32 products
 (as exact as torch's own bf16 product), for bitwise row independence, and, for w8a8, for
@@ -14,16 +14,16 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model import kernels
-from model.architectures import load_config
+from model.arch.registry import load_config
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.file_embedding import FileEmbedding
-from model.linears import NativeLinear, PackedLinear, logits_into, onednn_bf16_supported
-from model.loader import build_model, load_model
-from model.quantize import Int8Linear, W8A8Linear
-from model.quantize_int4 import Int4Linear
-from model.weights import load_state_dict
+from model.checkpoint.file_embedding import FileEmbedding
+from model.checkpoint.loader import build_model, load_model
+from model.checkpoint.weights import load_state_dict
+from model.native import kernels
+from model.native.linears import NativeLinear, PackedLinear, logits_into, onednn_bf16_supported
+from model.quant.int4 import Int4Linear
+from model.quant.int8 import Int8Linear, W8A8Linear
 
 needs_onednn_bf16 = pytest.mark.skipif(
     not onednn_bf16_supported(),
@@ -166,7 +166,7 @@ def test_without_native_kernels_onednn_packs_bit_for_bit(tiny_ckpt_factory, pres
 @pytest.mark.usefixtures("torch_kernels_only")
 def test_without_native_kernels_or_onednn_bf16_runs_plain_linears(tiny_ckpt_factory, monkeypatch):
     """Most AVX2 CPUs without a compiler: bf16 still loads and runs, on torch's own F.linear."""
-    monkeypatch.setattr("model.linears.onednn_bf16_supported", lambda: False)
+    monkeypatch.setattr("model.native.linears.onednn_bf16_supported", lambda: False)
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
     model = load_model(path, dtype="bfloat16")
     config = model.config
@@ -195,7 +195,7 @@ def test_a_cpu_without_the_instructions_falls_back(monkeypatch, caplog, flags, f
     monkeypatch.setenv(kernels.ISA_ENV, forced)
     kernels.clear_cache()
     try:
-        with caplog.at_level(logging.INFO, logger="model.kernels"):
+        with caplog.at_level(logging.INFO, logger="model.native.kernels"):
             assert kernels.load() is None
             assert f"this CPU lacks {missing}" in kernels.unavailable_reason()
     finally:
@@ -231,7 +231,7 @@ def test_a_failed_build_falls_back_with_the_reason(tmp_path, monkeypatch, caplog
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path / "extensions"))
     broken = tmp_path / "broken.cpp"
     broken.write_text("this is not C++\n")
-    with caplog.at_level(logging.WARNING, logger="model.kernels"):
+    with caplog.at_level(logging.WARNING, logger="model.native.kernels"):
         module, reason = kernels.build("avx2", (broken,))
     assert module is None and reason is not None and reason.startswith("the build failed")
     assert "native CPU kernels unavailable" in caplog.text

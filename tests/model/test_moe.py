@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from model.architectures import architecture, config_from_dict, load_config
-from model.config import ATTENTION, CONV
+from model.arch.lfm2_config import ATTENTION, CONV
+from model.arch.lfm2_moe import NativeRouter, Router, SparseMoe
+from model.arch.lfm2_moe_config import Lfm2MoeConfig
+from model.arch.registry import architecture, config_from_dict, load_config
+from model.checkpoint.loader import load_model
+from model.checkpoint.weights import load_state_dict
 from model.errors import CheckpointError
-from model.loader import load_model
-from model.moe import NativeRouter, Router, SparseMoe
-from model.moe_config import Lfm2MoeConfig
-from model.quantize import QUANTIZED_LINEARS
-from model.tiny_moe import TINY_MOE_CONFIGS
-from model.weights import load_state_dict
+from model.quant.apply import QUANTIZED_LINEARS
+from model.tiny.lfm2_moe import TINY_MOE_CONFIGS
 
 PRESETS = sorted(TINY_MOE_CONFIGS)
 ATTENTION_LAYERS = (2, 6, 10, 14, 18, 21)

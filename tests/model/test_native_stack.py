@@ -1,15 +1,15 @@
-"""The native decode stack (model/native_stack.py): the same bits as the Python layers it replaces."""
+"""The native decode stack (model/native/stack.py): the same bits as the Python layers it replaces."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from model.accelerate import undo_native_kernels
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.loader import load_model
-from model.native_stack import NativeDecoderStack, single_query_step, use_python_stack
+from model.checkpoint.loader import load_model
+from model.native.accelerate import undo_native_kernels
+from model.native.stack import NativeDecoderStack, single_query_step, use_python_stack
 
 BLOCK = 4
 # the third is longer than ROW_QUERY_LIMIT, so the first step attends through SDPA, not the stack

@@ -9,14 +9,14 @@ import pytest
 import torch
 import transformers
 
+from model.arch.lfm2 import Lfm2ForCausalLM
+from model.arch.lfm2_moe_config import Lfm2MoeConfig
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.lfm2 import Lfm2ForCausalLM
-from model.loader import load_model
-from model.moe_config import Lfm2MoeConfig
-from model.tiny import TINY_CONFIGS
-from model.tiny_lfm3 import TINY_LFM3_CONFIGS
-from model.tiny_moe import TINY_MOE_CONFIGS
+from model.checkpoint.loader import load_model
+from model.tiny.lfm2 import TINY_CONFIGS
+from model.tiny.lfm2_moe import TINY_MOE_CONFIGS
+from model.tiny.lfm3 import TINY_LFM3_CONFIGS
 
 BLOCK = 8
 PRESETS = [*sorted(TINY_CONFIGS), *sorted(TINY_LFM3_CONFIGS), *sorted(TINY_MOE_CONFIGS)]
@@ -159,7 +159,7 @@ def test_logits_only_for_rows_that_ask(pair):
 
 @pytest.mark.parametrize("tied", [True, False])
 def test_loads_what_save_pretrained_writes(tmp_path, tied):
-    from model.config import Lfm2Config
+    from model.arch.lfm2_config import Lfm2Config
 
     config = Lfm2Config(**TINY_CONFIGS["default"], vocab_size=300, tie_word_embeddings=tied)
     torch.manual_seed(0)

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from model.architectures import load_config
-from model.config import Lfm2Config
-from model.lfm3_config import Lfm3Config
-from model.moe_config import Lfm2MoeConfig
+from model.arch.lfm2_config import Lfm2Config
+from model.arch.lfm2_moe_config import Lfm2MoeConfig
+from model.arch.lfm3_config import Lfm3Config
+from model.arch.registry import load_config
 
 FIXTURES = Path(__file__).parent / "fixtures" / "configs"
 PUBLISHED = sorted(path.name for path in FIXTURES.glob("*.json"))

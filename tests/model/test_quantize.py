@@ -7,14 +7,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from model.architectures import load_config
+from model.arch.registry import load_config
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.file_embedding import FileEmbedding
-from model.loader import build_model, load_model
-from model.quantize import Int8Linear, W8A8Linear, quantize_linears, quantize_rows
-from model.quantize_int4 import Int4Linear
-from model.weights import CheckpointTensors
+from model.checkpoint.file_embedding import FileEmbedding
+from model.checkpoint.loader import build_model, load_model
+from model.checkpoint.weights import CheckpointTensors
+from model.quant.apply import quantize_linears
+from model.quant.int4 import Int4Linear
+from model.quant.int8 import Int8Linear, W8A8Linear, quantize_rows
 
 
 def all_logits(model, ids: list[int], dtype: torch.dtype) -> torch.Tensor:

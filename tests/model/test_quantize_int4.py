@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch import nn
 
-from model import kernels
-from model.kernels.layout import pack_int4_panels
-from model.quantize_int4 import (
+from model.native import kernels
+from model.native.kernels.layout import pack_int4_panels
+from model.quant.int4 import (
     GROUP,
     Int4Linear,
     dequantize_int4,

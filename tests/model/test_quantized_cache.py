@@ -15,10 +15,11 @@ from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import nn
 
-from model import quantized_cache
-from model.loader import load_model
-from model.quantize import QUANTIZED_LINEARS, Int8Linear
-from model.quantized_cache import CacheKey
+from model.checkpoint import quantized_cache
+from model.checkpoint.loader import load_model
+from model.checkpoint.quantized_cache import CacheKey
+from model.quant.apply import QUANTIZED_LINEARS
+from model.quant.int8 import Int8Linear
 from tests.model.test_linears import logits
 
 SCHEMES = list(QUANTIZED_LINEARS)
@@ -102,7 +103,7 @@ def test_a_damaged_file_is_rebuilt_never_used(tiny_ckpt_factory, tmp_path, caplo
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
     fresh, _ = load(path, "int8", tmp_path)
     damage(cache_file(tmp_path))
-    with caplog.at_level(logging.WARNING, logger="model.quantized_cache"):
+    with caplog.at_level(logging.WARNING, logger="model.checkpoint.quantized_cache"):
         rebuilt, stages = load(path, "int8", tmp_path)
     assert quantized_now(stages)
     assert any(reason in r.getMessage() and "rebuilding" in r.getMessage() for r in caplog.records)
@@ -129,7 +130,7 @@ def test_a_file_made_under_another_key_is_rebuilt(tiny_ckpt_factory, tmp_path, c
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
     load(path, "w8a8", tmp_path)
     _rewrite(cache_file(tmp_path), change_metadata=lambda metadata: metadata.update({field: "other"}))
-    with caplog.at_level(logging.WARNING, logger="model.quantized_cache"):
+    with caplog.at_level(logging.WARNING, logger="model.checkpoint.quantized_cache"):
         _, stages = load(path, "w8a8", tmp_path)
     assert quantized_now(stages)
     assert any("stale, made for other" in r.getMessage() for r in caplog.records)
@@ -142,7 +143,7 @@ def test_another_checkpoints_file_is_not_used(tiny_ckpt_factory, tmp_path, caplo
     expected, stages = load(other, "int8", tmp_path / "other")
     assert quantized_now(stages)
     cache_file(tmp_path / "one").replace(cache_file(tmp_path / "other"))
-    with caplog.at_level(logging.WARNING, logger="model.quantized_cache"):
+    with caplog.at_level(logging.WARNING, logger="model.checkpoint.quantized_cache"):
         model, stages = load(other, "int8", tmp_path / "other")
     assert quantized_now(stages) and any(
         "stale, made for other checkpoint contents" in r.getMessage() for r in caplog.records
@@ -166,7 +167,7 @@ def test_a_file_that_does_not_fit_the_model_is_rebuilt(tiny_ckpt_factory, tmp_pa
     path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
     load(path, "int8", tmp_path)
     _rewrite(cache_file(tmp_path), change_tensors=change)
-    with caplog.at_level(logging.WARNING, logger="model.quantized_cache"):
+    with caplog.at_level(logging.WARNING, logger="model.checkpoint.quantized_cache"):
         _, stages = load(path, "int8", tmp_path)
     assert quantized_now(stages) and any(reason in r.getMessage() for r in caplog.records)
 
@@ -177,7 +178,7 @@ def test_two_launches_at_once_both_load_and_leave_a_whole_file(tiny_ckpt_factory
         f"""
         from pathlib import Path
         import torch
-        from model.loader import load_model
+        from model.checkpoint.loader import load_model
         torch.set_num_threads(1)
         load_model(Path({str(path)!r}), "bfloat16", quantize="int8", quantized_cache=Path({str(tmp_path)!r}))
         """

@@ -6,14 +6,14 @@ import json
 
 import torch
 
-from model import kernels
+from model.arch.lfm2_config import ATTENTION, CONV, Lfm2Config
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.config import ATTENTION, CONV, Lfm2Config
-from model.file_embedding import FileEmbedding
-from model.linears import NativeLinear, PackedLinear, onednn_bf16_supported
-from model.loader import load_model
-from model.weights import random_state_dict
+from model.checkpoint.file_embedding import FileEmbedding
+from model.checkpoint.loader import load_model
+from model.checkpoint.weights import random_state_dict
+from model.native import kernels
+from model.native.linears import NativeLinear, PackedLinear, onednn_bf16_supported
 
 # config.json of LiquidAI/LFM2-350M, as published (legacy field names included on purpose)
 LFM2_350M = {

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from model import template_worker
 from model.errors import ChatTemplateError, CheckpointError
-from model.tokenizer import Tokenizer
+from model.text import template_worker
+from model.text.tokenizer import Tokenizer
 
 HANG_BOUND = 20.0  # seconds; unbounded, the slowest of these runs for hours
 RSS_BOUND = 300 * 2**20  # bytes the test process may grow by while a bomb renders

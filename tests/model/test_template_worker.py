@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from model import template_worker
 from model.errors import ChatTemplateError
-from model.tokenizer import Tokenizer
+from model.text import template_worker
+from model.text.tokenizer import Tokenizer
 
 ROOT = Path(__file__).resolve().parents[2]
 START_BOUND = 30.0  # seconds a worker may take to start on a busy machine (template_worker.START_TIMEOUT)
@@ -96,11 +96,11 @@ def test_loading_many_tokenizers_warms_one_worker(pool: template_worker.WorkerPo
 # prints the workers' pids and exits at once: the busy worker must end with it, not a minute later.
 _EXITING_APP = """
 import contextlib, sys, threading, time
-from model import template_worker
+from model.text import template_worker
 from model.errors import ChatTemplateError
-from model.chat_template import ChatTemplate
+from model.text.chat_template import ChatTemplate
 from model.errors import ChatTemplateError
-from model.tokenizer import Tokenizer
+from model.text.tokenizer import Tokenizer
 
 tokenizer = Tokenizer.from_pretrained(sys.argv[1])
 assert tokenizer.render_chat([{"role": "user", "content": "hi"}])

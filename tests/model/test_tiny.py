@@ -10,12 +10,12 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from model.architectures import config_from_dict, load_config
-from model.config import ATTENTION, CONV, Lfm2Config
+from model.arch.lfm2_config import ATTENTION, CONV, Lfm2Config
+from model.arch.registry import config_from_dict, load_config
+from model.checkpoint.weights import checkpoint_tensors, load_state_dict
 from model.errors import CheckpointError
-from model.tiny import TINY_CONFIGS, main, tiny_tokenizer_json, write_tiny_checkpoint
-from model.tokenizer import LFM2_SPECIAL_TOKENS, Tokenizer
-from model.weights import checkpoint_tensors, load_state_dict
+from model.text.tokenizer import LFM2_SPECIAL_TOKENS, Tokenizer
+from model.tiny.lfm2 import TINY_CONFIGS, main, tiny_tokenizer_json, write_tiny_checkpoint
 from tests.conftest import TINY_PRESETS
 
 TinyCheckpointFactory = Callable[..., Path]

@@ -11,7 +11,7 @@ import pytest
 from tokenizers import Tokenizer as BackendTokenizer
 
 from model.errors import ChatTemplateError, CheckpointError
-from model.tokenizer import REPLY_MARKUP, IncrementalDetokenizer, Tokenizer
+from model.text.tokenizer import REPLY_MARKUP, IncrementalDetokenizer, Tokenizer
 
 CONVERSATION = [
     {"role": "system", "content": "You are terse. Answer in one line."},

@@ -1,0 +1,1 @@
+"""Checkpoint I/O: safetensors, the Hub, the loader, the quantized-weights cache."""

@@ -1,0 +1,119 @@
+"""The CPU forms of a bf16 linear layer, and the walk that swaps them into a model.
+
+- ``NativeLinear``: the weight packed in model/native/kernels' panel layout and multiplied by its
+  loop (AVX-512 or AVX2), at every batch size: it streams weights at memory speed at one row and
+  outpaces oneDNN at prefill sizes too (docs/ARCHITECTURE.md), and a row's result never
+  depends on the other rows of the batch. A ``KernelLinear`` (model/native/kernel_linear.py), as the
+  quantized layers are, so the native decode stack takes either alike.
+- ``PackedLinear``: the fallback where the native kernels cannot be built but oneDNN does bf16
+  (AVX-512 BW/VL/DQ or AVX-NE-CONVERT). oneDNN repacks a bf16 weight into its blocked layout on
+  every ``F.linear`` call; packing once at load made a 1024x9216 product 1.6-1.9x faster at 1-8
+  rows, bit-identical to ``F.linear``. Elsewhere bf16 layers stay plain ``nn.Linear``.
+
+Both keep their own copy of the weight in a layout that cannot serve embedding lookups.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from types import ModuleType
+
+import torch
+from torch import nn
+
+from model.native.kernel_linear import KernelLinear
+from model.native.kernels.layout import PAIR, native_width, pack_panels
+
+
+class NativeLinear(KernelLinear):
+    """A bf16 linear layer computed by model/native/kernels' ``linear_bf16``."""
+
+    def __init__(self, linear: nn.Linear, kernels: ModuleType) -> None:
+        super().__init__()
+        if not native_width(linear.in_features):
+            raise ValueError(f"the native kernels need in_features divisible by 4, not {linear.in_features}")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("packed_weight", pack_panels(linear.weight.detach(), PAIR, kernels.PANEL))
+        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.kernels = kernels
+
+    native_kind = "bf16"
+
+    def native_operands(self) -> list[torch.Tensor]:
+        """The packed weight ``linear_bf16`` reads."""
+        return [self.packed_weight]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features).contiguous()
+        out = self.kernels.linear_bf16(flat, self.packed_weight, self.out_features)
+        if self.bias is not None:
+            out = out + self.bias
+        return out.view(*x.shape[:-1], self.out_features)
+
+    def fill_float(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        """``self(x)`` as float32, written into ``out`` [rows, out_features]; see `logits_into`."""
+        if self.bias is not None:
+            return out.copy_(self(x))
+        return self.kernels.linear_bf16(x.contiguous(), self.packed_weight, self.out_features, out)
+
+
+class PackedLinear(nn.Module):
+    """A bias-free linear layer whose weight lives in oneDNN's blocked layout."""
+
+    def __init__(self, linear: nn.Linear) -> None:
+        super().__init__()
+        weight = linear.weight.detach()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer("packed_weight", torch.ops.mkldnn._reorder_linear_weight(weight, 1))
+        self.bias = None if linear.bias is None else linear.bias.detach()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        flat = x.reshape(-1, self.in_features)
+        out = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight, self.bias, "none", [], "")
+        return out.view(*x.shape[:-1], self.out_features)
+
+
+def bf16_cpu_linear(kernels: ModuleType | None) -> Callable[[nn.Linear], nn.Module] | None:
+    """How to build each bf16 CPU linear: native where the kernels run, else oneDNN-packed where
+    oneDNN does bf16 on this CPU, else None (keep ``nn.Linear``)."""
+    if kernels is None:
+        return torch_bf16_linear if onednn_bf16_supported() else None
+    return lambda linear: (
+        NativeLinear(linear, kernels) if native_width(linear.in_features) else torch_bf16_linear(linear)
+    )
+
+
+def torch_bf16_linear(linear: nn.Linear) -> nn.Module:
+    """PyTorch's fastest form of a bf16 CPU linear here: oneDNN-packed where oneDNN does bf16, else as is."""
+    return PackedLinear(linear) if onednn_bf16_supported() else linear
+
+
+def onednn_bf16_supported() -> bool:
+    """oneDNN's bf16 prepack raises on CPUs without AVX-512 BW/VL/DQ or AVX-NE-CONVERT (most AVX2 ones)."""
+    return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def replace_linears(
+    model: nn.Module, make: Callable[[nn.Linear], nn.Module], skip: tuple[str, ...] = ()
+) -> nn.Module:
+    """Replace every nn.Linear below ``model`` (except children named in ``skip``) with ``make(it)``."""
+    for name, child in list(model.named_children()):
+        if name in skip:
+            continue
+        if isinstance(child, nn.Linear):
+            setattr(model, name, make(child))
+        else:
+            replace_linears(child, make, skip)
+    return model
+
+
+def logits_into(head: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``head(x).float()`` for 2-D ``x``, written into ``out``: the engine's logits buffer, reused each step.
+
+    A fresh fp32 logits tensor per step (2 MB at 8 rows) is a fresh mmap under model/memory.py's
+    threshold, so writing it page-faulted every step (measured in docs/ARCHITECTURE.md). The native layers
+    (``fill_float``) store fp32 straight from their sums, with the values ``head(x)`` rounds
+    to; any other head computes in its dtype and copies.
+    """
+    fill = getattr(head, "fill_float", None)
+    return fill(x, out) if fill is not None else out.copy_(head(x))

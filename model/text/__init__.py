@@ -1,0 +1,1 @@
+"""Text in and out: the tokenizer, the chat template, the model cards' sampling."""
