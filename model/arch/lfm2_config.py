@@ -9,7 +9,8 @@ into one normalised dataclass so the rest of the code never looks at raw JSON.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field
+from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -79,6 +80,41 @@ def read_json_object(path: Path) -> dict[str, Any]:
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path} does not hold a JSON object")
     return raw
+
+
+# Each field and the config.json names it is read from, the current name first where transformers
+# reads it; older LFM2 checkpoints carry the block_* / num_heads / tie_embedding ones.
+_FIELD_NAMES: dict[str, tuple[str, ...]] = {
+    "vocab_size": ("vocab_size",),
+    "hidden_size": ("hidden_size", "block_dim"),
+    "intermediate_size": ("block_ff_dim", "intermediate_size"),
+    "num_hidden_layers": ("num_hidden_layers",),
+    "num_attention_heads": ("num_attention_heads", "num_heads"),
+    "num_key_value_heads": ("num_key_value_heads",),
+    "max_position_embeddings": ("max_position_embeddings",),
+    "norm_eps": ("norm_eps", "block_norm_eps"),
+    "conv_L_cache": ("conv_L_cache",),
+    "conv_bias": ("conv_bias",),
+    "block_auto_adjust_ff_dim": ("block_auto_adjust_ff_dim",),
+    "block_multiple_of": ("block_multiple_of",),
+    "block_ffn_dim_multiplier": ("block_ffn_dim_multiplier",),
+    "tie_word_embeddings": ("tie_embedding", "tie_word_embeddings"),
+    "pad_token_id": ("pad_token_id",),
+    "bos_token_id": ("bos_token_id",),
+    "head_dim": ("head_dim",),
+}
+# LFM2's FFN-sizing fields, which LFM3 and LFM2-MoE do not have (their intermediate_size is the width)
+LFM2_ONLY_FIELDS = (
+    "block_auto_adjust_ff_dim",
+    "block_multiple_of",
+    "block_ffn_dim_multiplier",
+    "block_ff_dim",
+)
+
+
+def first_of(raw: dict[str, Any], *names: str) -> Any:
+    """The value of the first of ``names`` that ``raw`` has, else MISSING (the default applies)."""
+    return next((raw[name] for name in names if name in raw), MISSING)
 
 
 @dataclass(slots=True)
@@ -284,13 +320,15 @@ class Lfm2Config:
 
     @classmethod
     def fields_from_dict(cls, raw: dict[str, Any]) -> dict[str, Any]:
-        """The dataclass fields from a config.json dict, accepting every historical LFM2 field name.
+        """The dataclass fields config.json gives, accepting every historical LFM2 field name.
 
-        Other architectures extend this with their own fields (model/arch/registry.py).
+        Only the fields it has: the dataclass's own defaults (this class's or a subclass's) fill in
+        the rest, so each default is written once. Other architectures extend this with their own
+        fields (model/arch/registry.py).
         """
-        n_layers = raw.get("num_hidden_layers", 16)
         layer_types = raw.get("layer_types")
         if layer_types is None:
+            n_layers = raw.get("num_hidden_layers", cls.default("num_hidden_layers"))
             layer_types = _layer_types_from_indices(n_layers, raw.get("full_attn_idxs"))
         rope_key, rope = rope_settings(raw)
         rope = rope or {}
@@ -302,31 +340,21 @@ class Lfm2Config:
                 f"rope type {rope_type!r} (config.json's {rope_key}) is not supported: lfm-chat runs "
                 "LFM2 with default RoPE only"
             )
-        eos = raw.get("eos_token_id", 2)
-        eos_ids = [] if eos is None else (eos if isinstance(eos, list) else [eos])
-        return {
-            "vocab_size": raw.get("vocab_size", 65536),
-            "hidden_size": raw.get("hidden_size", raw.get("block_dim", 1024)),
-            "intermediate_size": raw.get("block_ff_dim", raw.get("intermediate_size", 6656)),
-            "num_hidden_layers": n_layers,
-            "num_attention_heads": raw.get("num_attention_heads", raw.get("num_heads", 16)),
-            "num_key_value_heads": raw.get("num_key_value_heads", 8),
-            "layer_types": layer_types,
-            "max_position_embeddings": raw.get("max_position_embeddings", 128_000),
-            "norm_eps": raw.get("norm_eps", raw.get("block_norm_eps", 1e-5)),
-            "rope_theta": rope.get("rope_theta", raw.get("rope_theta", 1_000_000.0)),
-            "conv_L_cache": raw.get("conv_L_cache", 3),
-            "conv_bias": raw.get("conv_bias", False),
-            "block_auto_adjust_ff_dim": raw.get("block_auto_adjust_ff_dim", True),
-            "block_multiple_of": raw.get("block_multiple_of", 256),
-            "block_ffn_dim_multiplier": raw.get("block_ffn_dim_multiplier", 1.0),
-            "tie_word_embeddings": raw.get("tie_embedding", raw.get("tie_word_embeddings", True)),
-            "pad_token_id": raw.get("pad_token_id", 0),
-            "bos_token_id": raw.get("bos_token_id", 1),
-            "eos_token_id": eos_ids,
-            "model_type": cls.MODEL_TYPE,
-            "head_dim": raw.get("head_dim"),
-        }
+        given = {field: first_of(raw, *names) for field, names in _FIELD_NAMES.items()}
+        given["rope_theta"] = first_of(rope, "rope_theta")
+        if given["rope_theta"] is MISSING:
+            given["rope_theta"] = first_of(raw, "rope_theta")
+        if "eos_token_id" in raw:
+            eos = raw["eos_token_id"]
+            given["eos_token_id"] = [] if eos is None else (eos if isinstance(eos, list) else [eos])
+        fields = {name: value for name, value in given.items() if value is not MISSING}
+        return fields | {"layer_types": layer_types, "model_type": cls.MODEL_TYPE}
+
+    @classmethod
+    def default(cls, name: str) -> Any:
+        """This class's default for field ``name`` (a subclass's where it sets its own)."""
+        (found,) = (f for f in dataclass_fields(cls) if f.name == name)
+        return found.default_factory() if found.default is MISSING else found.default
 
     def to_dict(self) -> dict[str, Any]:
         """A config.json dict that both this loader and transformers' Lfm2Config read back."""

@@ -12,11 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from model.arch.lfm2_config import Lfm2Config, _is_int
+from model.arch.lfm2_config import LFM2_ONLY_FIELDS, Lfm2Config, _is_int
 from model.errors import CheckpointError
 
 # config.json keys of LFM2 that transformers' Lfm2MoeConfig does not read
-_LFM2_ONLY = ("block_auto_adjust_ff_dim", "block_multiple_of", "block_ffn_dim_multiplier", "block_ff_dim")
 _FLAGS = ("norm_topk_prob", "use_expert_bias")
 MAX_EXPERTS = 4096
 
@@ -111,32 +110,25 @@ class Lfm2MoeConfig(Lfm2Config):
         """
         if raw.get("layer_types") is None:
             raise CheckpointError(f"invalid {cls.LABEL} config: config.json has no layer_types")
-        shared = {key: value for key, value in raw.items() if key not in _LFM2_ONLY}
-        fields = Lfm2Config.fields_from_dict({**_SHARED_DEFAULTS, **shared})
-        return fields | {
-            "block_auto_adjust_ff_dim": False,
-            "model_type": cls.MODEL_TYPE,
-            "moe_intermediate_size": raw.get("moe_intermediate_size", 1792),
-            "num_experts": raw.get("num_experts", 32),
-            "num_experts_per_tok": raw.get("num_experts_per_tok", 4),
-            "num_dense_layers": raw.get("num_dense_layers", 2),
-            "norm_topk_prob": raw.get("norm_topk_prob", True),
-            "use_expert_bias": raw.get("use_expert_bias", True),
-            "routed_scaling_factor": raw.get("routed_scaling_factor", 1.0),
-        }
+        shared = {key: value for key, value in raw.items() if key not in LFM2_ONLY_FIELDS}
+        own = {name: raw[name] for name in _OWN_FIELDS if name in raw}
+        return super(Lfm2MoeConfig, cls).fields_from_dict(shared) | own | {"block_auto_adjust_ff_dim": False}
 
     def to_dict(self) -> dict[str, Any]:
         """A config.json dict that both this loader and transformers' Lfm2MoeConfig read back."""
         out = Lfm2Config.to_dict(self)
-        for key in (*_LFM2_ONLY, "rope_theta"):
+        for key in (*LFM2_ONLY_FIELDS, "rope_theta"):
             out.pop(key, None)
         return out
 
 
-# transformers' Lfm2MoeConfig defaults for the fields LFM2 reads with other defaults
-_SHARED_DEFAULTS: dict[str, Any] = {
-    "hidden_size": 2048,
-    "intermediate_size": 7168,
-    "num_hidden_layers": 32,
-    "num_attention_heads": 32,
-}
+# the sparse feed-forward's fields, read under their own names
+_OWN_FIELDS = (
+    "moe_intermediate_size",
+    "num_experts",
+    "num_experts_per_tok",
+    "num_dense_layers",
+    "norm_topk_prob",
+    "use_expert_bias",
+    "routed_scaling_factor",
+)

@@ -11,7 +11,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from model.arch.lfm2_config import ATTENTION, CONV, SLIDING, Lfm2Config, _is_int, rope_settings
+from model.arch.lfm2_config import (
+    ATTENTION,
+    CONV,
+    LFM2_ONLY_FIELDS,
+    MISSING,
+    SLIDING,
+    Lfm2Config,
+    _is_int,
+    first_of,
+    rope_settings,
+)
 from model.errors import CheckpointError
 
 ROPE_TYPES = ("default", "proportional")
@@ -78,8 +88,11 @@ def default_rope_parameters() -> dict[str, RopeParameters]:
 
 
 # config.json keys of LFM2 that LFM3 does not have (transformers' Lfm3Config deletes them)
-_LFM2_ONLY = ("block_auto_adjust_ff_dim", "block_multiple_of", "block_ffn_dim_multiplier", "block_ff_dim")
-_NOT_SHARED = (*_LFM2_ONLY, "rope_parameters", "rope_scaling")  # read here, per layer type, not as LFM2's
+_NOT_SHARED = (
+    *LFM2_ONLY_FIELDS,
+    "rope_parameters",
+    "rope_scaling",
+)  # read here, per layer type, not as LFM2's
 
 
 @dataclass(slots=True)
@@ -192,46 +205,40 @@ class Lfm3Config(Lfm2Config):
     def fields_from_dict(cls, raw: dict[str, Any]) -> dict[str, Any]:
         """LFM2's reading of the fields both share (with LFM3's defaults), then LFM3's own."""
         shared = {key: value for key, value in raw.items() if key not in _NOT_SHARED}
-        if shared.get("layer_types") is None and _is_int(shared.get("num_hidden_layers", 24)):
-            shared["layer_types"] = lfm3_layer_types(shared.get("num_hidden_layers", 24))
-        fields = Lfm2Config.fields_from_dict({**_SHARED_DEFAULTS, **shared})
-        return fields | {
-            "block_auto_adjust_ff_dim": False,
-            "model_type": cls.MODEL_TYPE,
-            # rms_norm_eps: another name of it in transformers' Lfm3Config (its attribute_map)
-            "norm_eps": raw.get("norm_eps", raw.get("rms_norm_eps", 1e-5)),
-            "head_dim": raw.get("head_dim", 128),
-            "sliding_window": raw.get("sliding_window", 256),
-            "use_sandwich_norm": raw.get("use_sandwich_norm", True),
-            "use_attention_gate": raw.get("use_attention_gate", True),
-            "attention_bias": raw.get("attention_bias", False),
-            "attention_dropout": raw.get("attention_dropout", 0.0),
-            "rope_parameters": _rope_parameters(rope_settings(raw)[1], raw),
-        }
+        layers = shared.get("num_hidden_layers", cls.default("num_hidden_layers"))
+        if shared.get("layer_types") is None and _is_int(layers):
+            shared["layer_types"] = lfm3_layer_types(layers)
+        own = {name: first_of(raw, name) for name in _OWN_FIELDS}
+        # rms_norm_eps: another name of it in transformers' Lfm3Config (its attribute_map)
+        own["norm_eps"] = first_of(raw, "norm_eps", "rms_norm_eps")
+        return (
+            super(Lfm3Config, cls).fields_from_dict(shared)
+            | {name: value for name, value in own.items() if value is not MISSING}
+            | {
+                "block_auto_adjust_ff_dim": False,
+                "rope_parameters": _rope_parameters(rope_settings(raw)[1], raw),
+            }
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """A config.json dict that both this loader and transformers' Lfm3Config read back."""
         out = Lfm2Config.to_dict(self)
-        for key in (*_LFM2_ONLY, "rope_theta"):
+        for key in (*LFM2_ONLY_FIELDS, "rope_theta"):
             out.pop(key, None)
         out["head_dim"] = self.head_dim  # always: LFM3's default is 128, not hidden_size / heads
         out["rope_parameters"] = {kind: rope.to_dict() for kind, rope in self.rope_parameters.items()}
         return out
 
 
-# transformers' Lfm3Config defaults for the fields LFM2 reads with other defaults
-_SHARED_DEFAULTS: dict[str, Any] = {
-    "vocab_size": 128_000,
-    "hidden_size": 2048,
-    "intermediate_size": 7680,
-    "num_hidden_layers": 24,
-    "num_attention_heads": 16,
-    "num_key_value_heads": 4,
-    "conv_L_cache": 7,
-    "pad_token_id": 124_893,
-    "bos_token_id": 124_894,
-    "eos_token_id": 124_900,
-}
+# LFM3's fields beyond LFM2's, read under their own names
+_OWN_FIELDS = (
+    "head_dim",
+    "sliding_window",
+    "use_sandwich_norm",
+    "use_attention_gate",
+    "attention_bias",
+    "attention_dropout",
+)
 
 
 def _rope_parameters(raw: object, config: dict[str, Any]) -> dict[str, RopeParameters]:
