@@ -57,7 +57,7 @@ def _put_ninja_on_path() -> None:
 
 def _digest(sources: tuple[Path, ...], isa: str) -> str:
     """Sources, headers and flags in the build's name: a build is reused only for exactly these."""
-    files = sorted({*sources, *Path(__file__).parent.glob("*.h")})
+    files = sorted({*sources, *Path(__file__).parent.rglob("*.h")})
     digest = hashlib.sha256(" ".join(compile_flags(isa)).encode())
     for path in files:
         digest.update(path.name.encode() + path.read_bytes())
