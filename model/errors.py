@@ -2,7 +2,7 @@
 
 
 class CheckpointError(ValueError):
-    """A checkpoint is missing, unreadable, or not an LFM2 model."""
+    """A checkpoint is missing, unreadable, or not a model lfm-chat runs."""
 
 
 class ModelNotAvailableError(RuntimeError):
@@ -11,3 +11,7 @@ class ModelNotAvailableError(RuntimeError):
 
 class ChatTemplateError(ValueError):
     """A chat template refused a conversation (``raise_exception``), failed, or ran past its time limit."""
+
+
+class TemplateRefusal(ChatTemplateError):
+    """The template's own ``raise_exception``: its message is for the user, as it stands."""

@@ -16,7 +16,7 @@ import os
 import torch
 from torch import nn
 
-from model.checkpoint.weights import TensorLocation
+from model.checkpoint.tensor_location import TensorLocation
 from model.errors import CheckpointError
 
 FILE_READS_SUPPORTED = hasattr(os, "preadv")  # POSIX; on Windows the table stays in memory

@@ -18,12 +18,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
+from model.checkpoint.tensor_location import TensorLocation
 from model.errors import CheckpointError
-
-if TYPE_CHECKING:
-    from model.checkpoint.weights import TensorLocation
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,7 +15,6 @@ import json
 import math
 import struct
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -24,6 +23,7 @@ from safetensors.torch import save_file
 
 from model.arch.lfm2_config import Lfm2Config
 from model.checkpoint.names import on_disk_names
+from model.checkpoint.tensor_location import TensorLocation
 from model.errors import CheckpointError
 
 INDEX_FILE = "model.safetensors.index.json"
@@ -99,20 +99,6 @@ def _read_header(file: BinaryIO, path: Path) -> tuple[dict[str, dict[str, Any]],
         raise CheckpointError(f"{path} is corrupt or truncated (unreadable header)")
     metadata = header.pop("__metadata__", None)
     return header, metadata if isinstance(metadata, dict) else {}, 8 + header_len
-
-
-@dataclass(frozen=True, slots=True)
-class TensorLocation:
-    """Where a tensor's bytes lie in a checkpoint file, for reading rows without loading it."""
-
-    path: Path
-    offset: int  # of element [0, 0...] from the start of the file
-    dtype: torch.dtype
-    shape: tuple[int, ...]
-
-    @property
-    def nbytes(self) -> int:
-        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def _header_entry(path: Path, name: str, entry: Any, data_start: int, file_size: int) -> TensorLocation:

@@ -42,7 +42,7 @@ from jinja2.runtime import Context, Macro
 from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
 from jinja2.utils import Namespace, generate_lorem_ipsum
 
-from model.errors import ChatTemplateError
+from model.errors import ChatTemplateError, TemplateRefusal
 from model.text import template_limits as limits
 from model.text import template_worker
 
@@ -113,10 +113,6 @@ def _loop_guard(iterable: Iterable[Any]) -> Iterator[Any]:
     for item in iterable:
         _check_deadline()
         yield item
-
-
-class TemplateRefusal(ChatTemplateError):
-    """The template's own ``raise_exception``: its message is for the user, as it stands."""
 
 
 def _raise_exception(message: str) -> None:

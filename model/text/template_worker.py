@@ -21,17 +21,16 @@ import atexit
 import contextlib
 import errno
 import logging
-import math
 import os
 import pickle
 import sys
 import threading
-from multiprocessing.connection import Connection, Pipe
+from multiprocessing.connection import Pipe
 from pathlib import Path
 from subprocess import DEVNULL, Popen
 from typing import Any
 
-from model.errors import ChatTemplateError
+from model.errors import ChatTemplateError, TemplateRefusal
 from model.text.template_limits import MAX_TEXT_CHARS
 
 log = logging.getLogger(__name__)
@@ -51,9 +50,16 @@ MAX_WORKERS = 4
 # only matters when the parent died mid-render and cannot kill it).
 CPU_MARGIN = 5
 _REPLY_LIMIT = 4 * MAX_TEXT_CHARS + 16  # UTF-8 of the longest output, and the tag byte
-_READY = b"ready"
-_WARM_TEMPLATES = 8  # compiled templates a worker keeps (a checkpoint has one to a few)
-_TEXT, _FAILURE, _REFUSAL = b"t", b"f", b"r"
+WARM_TEMPLATES = 8  # compiled templates a worker keeps (a checkpoint has one to a few)
+# The protocol with model/text/template_child.py: READY once started, then per render a tag byte
+# and UTF-8 text: the output, a failure, or the template's own refusal.
+READY = b"ready"
+TEXT, FAILURE, REFUSAL = b"t", b"f", b"r"
+# The child's entry point, run by `python -I -c` with the package root and the socket's fd
+_BOOT = (
+    "import sys; sys.path.insert(0, sys.argv[1]); "
+    "from model.text.template_child import serve; serve(int(sys.argv[2]))"
+)
 
 
 class WorkerUnavailable(Exception):
@@ -92,7 +98,7 @@ class _Worker:
         finally:
             theirs.close()
         self.conn = ours
-        if not self.conn.poll(START_TIMEOUT) or self._receive() != _READY:
+        if not self.conn.poll(START_TIMEOUT) or self._receive() != READY:
             self.kill()
             raise WorkerUnavailable(f"{executable} started but did not answer within {START_TIMEOUT:g} s")
 
@@ -104,8 +110,6 @@ class _Worker:
 
     def render(self, source: str, context: dict[str, Any], time_limit: float) -> str:
         """The worker's render; ChatTemplateError (or TemplateRefusal) as the worker reports it."""
-        from model.text.chat_template import TemplateRefusal
-
         try:
             self.conn.send_bytes(pickle.dumps((source, context, time_limit)))
         except OSError:  # it died since it was last seen alive: no reply, as below
@@ -116,11 +120,11 @@ class _Worker:
                 raise ChatTemplateError(f"the chat template took longer than {time_limit:g} s")
             reply = self._receive()
         tag, text = reply[:1], reply[1:].decode("utf-8", "surrogatepass")
-        if tag == _TEXT:
+        if tag == TEXT:
             return text
-        if tag == _REFUSAL:
+        if tag == REFUSAL:
             raise TemplateRefusal(text)
-        if tag == _FAILURE:
+        if tag == FAILURE:
             raise ChatTemplateError(text)
         self.kill()
         raise ChatTemplateError(
@@ -248,52 +252,3 @@ def render(source: str, context: dict[str, Any], time_limit: float) -> str:
 def warm() -> None:
     """Have a worker of the process's pool ready before the first render (see WorkerPool.warm)."""
     POOL.warm()
-
-
-# ------------------------------------------------------------------ the worker's side
-_BOOT = (
-    "import sys; sys.path.insert(0, sys.argv[1]); "
-    "from model.text.template_worker import serve; serve(int(sys.argv[2]))"
-)
-
-
-def serve(fd: int) -> None:
-    """The worker's loop: render what the parent sends until it goes away."""
-    import resource
-
-    from model.text.chat_template import ChatTemplate, TemplateRefusal
-
-    conn = Connection(fd)
-    resource.setrlimit(resource.RLIMIT_AS, (WORKER_MEMORY_LIMIT, WORKER_MEMORY_LIMIT))
-    conn.send_bytes(_READY)
-    templates: dict[str, ChatTemplate] = {}
-    while True:
-        try:
-            source, context, time_limit = pickle.loads(conn.recv_bytes())
-        except EOFError:
-            return
-        _limit_cpu(resource, time_limit)
-        try:
-            if source not in templates:
-                if len(templates) >= _WARM_TEMPLATES:
-                    templates.clear()
-                templates[source] = ChatTemplate(source)
-            template = templates[source]
-            reply = _TEXT + template.render_here(context, time_limit).encode("utf-8", "surrogatepass")
-        except TemplateRefusal as exc:
-            reply = _REFUSAL + str(exc).encode("utf-8", "surrogatepass")
-        except ChatTemplateError as exc:
-            reply = _FAILURE + str(exc).encode("utf-8", "surrogatepass")
-        except Exception as exc:  # a template that does not compile here either
-            reply = _FAILURE + f"the chat template failed ({type(exc).__name__})".encode()
-        conn.send_bytes(reply)
-
-
-def _limit_cpu(resource: Any, time_limit: float) -> None:
-    """This render may use the CPU for its deadline and CPU_MARGIN more; then the kernel ends the worker."""
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    used = usage.ru_utime + usage.ru_stime
-    soft = math.ceil(used + time_limit) + CPU_MARGIN
-    _, hard = resource.getrlimit(resource.RLIMIT_CPU)
-    if hard == resource.RLIM_INFINITY or soft <= hard:
-        resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
