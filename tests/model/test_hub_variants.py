@@ -20,9 +20,17 @@ from model.arch.registry import load_config
 from model.checkpoint.loader import load_model
 from model.checkpoint.weights import INDEX_FILE
 from model.errors import CheckpointError
-from tests.model.test_hub_format import FP32_TOL, HEAD, assert_same_answer, prompt, saved_by_transformers
 
 transformers = pytest.importorskip("transformers")
+
+# the reference harness needs transformers, hence after the skip above
+from tests.model.test_hub_format import (  # noqa: E402
+    FP32_TOL,
+    HEAD,
+    assert_same_answer,
+    prompt,
+    saved_by_transformers,
+)
 
 LFM2 = {
     "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 3,
