@@ -9,7 +9,7 @@ from textual import events
 from textual.message import Message
 from textual.widgets import TextArea
 
-from app.paste import paste_refusal
+from app.paste import OversizedPaste, paste_refusal
 from app.sanitize import strip_control
 
 
@@ -129,6 +129,10 @@ class PromptInput(TextArea):
         typed = self.text
         self.text = f"{text}\n{typed}" if typed.strip() else text
         self.move_cursor(self.document.end)
+
+    async def _on_oversized_paste(self, event: OversizedPaste) -> None:
+        """Textual dispatches a message to the handler named after its own class: the same refusal."""
+        await self._on_paste(event)
 
     async def _on_paste(self, event: events.Paste) -> None:
         """A paste is text, never terminal controls (it may come from anywhere), and bounded: a

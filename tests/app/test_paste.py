@@ -73,14 +73,19 @@ ANSWER_LIMIT = 15.0  # seconds: a generous hang bound (a 5 MB paste used to free
 
 async def _pasted_then_typed(make_options: MakeOptions, *pastes: str) -> tuple[str, str]:
     """Paste into the focused input of a running app, then press a key: what the box holds once
-    the key shows, and every notice the app gave."""
+    the key shows, and every notice the app gave. Each paste goes the way a terminal's does: its
+    bytes through the paste parser in 4 KiB reads, what that yields posted to the app."""
     app = LfmChatApp(make_options(panes=1))
     async with app.run_test(size=(120, 36)) as pilot:
         pane = (await chat_screen(app, pilot)).panes[0]
         await wait_until(pilot, lambda: app.focused is pane.prompt_input, "focus")
+        parser = PasteSafeParser()
         for text in pastes:
-            pane.prompt_input.post_message(events.Paste(text))
-        pane.prompt_input.post_message(events.Key("z", "z"))
+            data = f"{START}{text}{END}"
+            for start in range(0, len(data), 4096):
+                for event in parser.feed(data[start : start + 4096]):
+                    app.post_message(event)
+        app.post_message(events.Key("z", "z"))  # after the pastes, through the app as they went
         await wait_until(pilot, lambda: pane.prompt_input.text.endswith("z"), "the key", limit=ANSWER_LIMIT)
         return pane.prompt_input.text, " ".join(str(n.message) for n in app._notifications)
 
