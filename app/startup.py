@@ -7,7 +7,6 @@ them takes seconds, and the loading screen should be on screen meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from app.backend.http_errors import ServerError
@@ -17,8 +16,8 @@ from engine import DEFAULT_MODEL, CheckpointError, ModelNotAvailableError, load_
 
 if TYPE_CHECKING:
     from app.backend.base import Backend
+    from engine import Progress
 
-Progress = Callable[[str, "float | None"], None]
 STARTUP_ERRORS = (
     CheckpointError,
     ModelNotAvailableError,

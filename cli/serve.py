@@ -90,22 +90,17 @@ def _add_connection_flags(parser: Parser) -> None:
         f"the newcomer gets 503 (default: {limits.max_connections}, at most the file-descriptor "
         f"limit less {FD_RESERVE})",
     )
-    group.add_argument(
-        "--header-timeout",
-        metavar="S",
-        type=whole_number(1, 3600),
-        default=int(limits.header_timeout),
-        help=f"seconds a client may take to send a request's headers, then 408 "
-        f"(default: {limits.header_timeout:g})",
-    )
-    group.add_argument(
-        "--body-timeout",
-        metavar="S",
-        type=whole_number(1, 3600),
-        default=int(limits.body_timeout),
-        help=f"seconds a client may take to send a request's body after its headers, then 408 "
-        f"(default: {limits.body_timeout:g})",
-    )
+    for flag, what, seconds in (
+        ("--header-timeout", "a request's headers", limits.header_timeout),
+        ("--body-timeout", "a request's body after its headers", limits.body_timeout),
+    ):
+        group.add_argument(
+            flag,
+            metavar="S",
+            type=whole_number(1, 3600),
+            default=int(seconds),
+            help=f"seconds a client may take to send {what}, then 408 (default: {seconds:g})",
+        )
     group.add_argument(
         "--max-body-bytes",
         metavar="N",

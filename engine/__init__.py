@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.errors import RequestError
-    from engine.launch import ModelSource, default_cache_dir, demo_checkpoint, load_engine
+    from engine.launch import ModelSource, Progress, default_cache_dir, demo_checkpoint, load_engine
     from engine.metrics import RequestMetrics
     from engine.output import RequestOutput
     from engine.sampling_params import SamplingParams, SamplingParamsError
@@ -39,6 +39,7 @@ _MODULES = {
     "EngineWorker": "engine.worker",
     "RequestError": "engine.errors",
     "ModelSource": "engine.launch",
+    "Progress": "engine.launch",
     "default_cache_dir": "engine.launch",
     "demo_checkpoint": "engine.launch",
     "load_engine": "engine.launch",

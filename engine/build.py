@@ -10,7 +10,6 @@ The step loop (engine/engine.py) only uses what this returns.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.launch import Progress
 from engine.output import OutputProcessor
 from engine.pacing import PrefillPacer
 from engine.runner import ModelRunner
@@ -29,8 +29,6 @@ from model.checkpoint.hub import resolve_checkpoint
 from model.checkpoint.loader import load_model
 from model.native import kernels as native_kernels
 from model.text.tokenizer import Tokenizer
-
-Progress = Callable[[str, "float | None"], None]
 
 
 def load_checkpoint(

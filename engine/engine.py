@@ -16,9 +16,10 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.build import Progress, build_parts, load_checkpoint
+from engine.build import build_parts, load_checkpoint
 from engine.config import EngineConfig
 from engine.errors import RequestError
+from engine.launch import Progress
 from engine.metrics import EngineMetrics, RequestMetrics, StepStats
 from engine.output import RequestOutput
 from engine.prompts import Prompt, prompt_token_ids

@@ -30,7 +30,7 @@ def default_cache_dir() -> Path:
 
 
 DEMO_CHECKPOINT = "demo-checkpoint-v1"  # bump when the demo model's shape changes
-Progress = Callable[[str, "float | None"], None]
+Progress = Callable[[str, "float | None"], None]  # a loading stage and its fraction done, if known
 
 
 @dataclass(frozen=True, slots=True)
