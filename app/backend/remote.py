@@ -152,6 +152,7 @@ class RemoteBackend:
         self._streams: dict[str, tuple[str, ChatStream]] = {}  # request id -> (tag, stream): client figures
         self._snapshot: ServerSnapshot | None = None
         self._history: list[float] = []
+        self._closing = False
         self._poller = asyncio.run_coroutine_threadsafe(self._poll(), self._loop)
 
     @classmethod
@@ -196,7 +197,7 @@ class RemoteBackend:
     async def _poll(self) -> None:
         """The server's figures (or none) plus this client's, every `poll_interval` seconds."""
         poller = MetricsPoller(self._client)
-        while True:
+        while not self._closing:  # not only the cancel: 3.11's wait_for can swallow one
             snap = await poller.poll() or ServerSnapshot("")
             rates = {tag: s.metrics.tokens_per_s or 0.0 for tag, s in self._streams.values() if s.first}
             if not poller.counts_tokens:
@@ -214,6 +215,7 @@ class RemoteBackend:
         """Cancel every stream (each gets its "abort" event), close the client, stop the loop."""
 
         async def shut() -> None:
+            self._closing = True
             self._poller.cancel()
             tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
             for task in tasks:
