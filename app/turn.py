@@ -38,9 +38,9 @@ class Turn:
         m = last.metrics
         return m.prompt_tokens + m.generated_tokens if m is not None and m.prompt_tokens else None
 
-    def keep(self, conversation: Conversation, backend: Backend) -> None:
-        """Add what was shown to the conversation; the backend keeps the ids the engine made, so the
-        next turn reuses them instead of re-tokenizing the reply."""
+    def keep(self, conversation: Conversation, backend: Backend, stopped: bool = False) -> None:
+        """Add what was shown to the conversation (`stopped`: cut short by the user); the backend
+        keeps the ids the engine made, so the next turn reuses them instead of re-tokenizing the reply."""
         if reply := self.reply.source:
-            conversation.messages.append(ChatMessage("assistant", reply))
+            conversation.messages.append(ChatMessage("assistant", reply, stopped=stopped))
             backend.remember(conversation, self.prompt, reply, self.ids)

@@ -218,7 +218,7 @@ class ChatPane(Vertical):
         if event.finish_reason == "error" and not turn.reply.source:
             await self._refuse_last(f"This request was refused: {event.error}")
             return
-        turn.keep(self.conversation, self.context.backend)
+        turn.keep(self.conversation, self.context.backend, stopped=event.finish_reason == "abort")
         if event.finish_reason == "error":  # a connection lost mid-reply: what came is kept
             await self.transcript.add_notice(f"The reply above is incomplete: {event.error}")
         if not turn.reply.source:
@@ -234,7 +234,7 @@ class ChatPane(Vertical):
         if turn is not None:
             turn.handle.cancel()
             await turn.reply.finish()
-            turn.keep(self.conversation, self.context.backend)
+            turn.keep(self.conversation, self.context.backend, stopped=True)
         self.conversation.draft = self.prompt_input.text
         self._persist()
 
@@ -338,7 +338,7 @@ class ChatPane(Vertical):
         copy_out(self, self.context.files_dir, code, "the last code block", missing)
 
     def action_export(self) -> None:
-        export_out(self, self.context.files_dir, self.conversation)
+        export_out(self, self.context.files_dir, self.conversation, self.context.backend.model_name)
 
     # ------------------------------------------------------------------ helpers
     async def measure_context(self) -> None:
