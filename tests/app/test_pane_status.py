@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal
+
 from app.widgets.pane_status import PaneStatus
 from engine import RequestMetrics
 
@@ -35,3 +38,34 @@ def test_a_server_reply_before_its_usage_shows_the_reply_tokens_only() -> None:
     status = PaneStatus()
     status.show("decoding", streaming)
     assert status.describe().startswith("decoding · 2 tok · ttft 0.50s")
+
+
+class ThreePanes(App[None]):
+    """Three status lines side by side, as three panes share a 160-column terminal."""
+
+    CSS = "PaneStatus { width: 1fr; border: round white; }"  # a pane's border takes 2 columns
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            for _ in range(3):
+                yield PaneStatus()
+
+
+def busy_metrics() -> RequestMetrics:
+    busy = RequestMetrics(arrival_time=10.0, prompt_tokens=1234, cached_prompt_tokens=1200)
+    for n in range(60):
+        busy.on_token(10.52 + n / 12)
+    return busy
+
+
+async def test_three_status_lines_fit_160_columns_keeping_what_matters_most() -> None:
+    async with ThreePanes().run_test(size=(160, 5)) as pilot:
+        statuses = list(pilot.app.query(PaneStatus))
+        for status in statuses:
+            status.show("decoding", busy_metrics())
+        await pilot.pause()
+        for status in statuses:
+            width = status.content_region.width
+            shown = str(status.render())
+            assert len(shown) <= width < len(status.describe())
+            assert shown.startswith("decoding") and "1234+60" in shown and "1200" in shown and "t/s" in shown
