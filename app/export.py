@@ -14,7 +14,9 @@ _FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[ \t]*$", re.DOTALL | re.MUL
 ROLE_HEADINGS = {"user": "You", "assistant": "Assistant"}
 
 
-def conversation_markdown(conversation: Conversation, model: str = "", exported_at: float | None = None) -> str:
+def conversation_markdown(
+    conversation: Conversation, model: str = "", exported_at: float | None = None
+) -> str:
     """The conversation as a Markdown document: what produced it, then one section per message
     (a reply the user stopped says so in its heading).
 
@@ -35,7 +37,10 @@ def provenance(conversation: Conversation, model: str, exported_at: float) -> li
     """The header's lines: an answer means little without the model and sampling that gave it."""
     started, exported = (_utc(moment) for moment in (conversation.created_at, exported_at))
     lines = [f"- Model: {strip_control(model) or 'unknown'}"]
-    lines += [f"- Sampling: {sampling_text(conversation.settings)}", f"- Started {started}, exported {exported}"]
+    lines += [
+        f"- Sampling: {sampling_text(conversation.settings)}",
+        f"- Started {started}, exported {exported}",
+    ]
     if system := strip_control(conversation.settings.system_prompt):
         lines += ["", "> System: " + system.replace("\n", "\n> ")]
     return [*lines, ""]
