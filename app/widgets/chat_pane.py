@@ -67,6 +67,7 @@ class ChatPane(Vertical):
         self.turn: Turn | None = None
         self._starting = False  # the prompt is rendering off the UI thread; not sendable meanwhile
         self.context_used: int | None = 0
+        self.context_estimated = False  # context_used is the client's guess (a server counts)
         self.inbox = TokenInbox(lambda: self.post_message(self.Woken()))
         self._draft_timer: Timer | None = None
         self._frame_timer: Timer | None = None  # the next frame, while waiting out FRAME_SECONDS
@@ -142,7 +143,7 @@ class ChatPane(Vertical):
         reply = await self.transcript.add_reply()
         handle = backend.submit(prompt, settings, min(settings.max_tokens, room), self.id, self.inbox.put)
         self.turn = Turn(handle, prompt, reply)
-        self.context_used = used
+        self.context_used, self.context_estimated = prompt.count
         self.status.show("queued")
         self._update_title()
 
@@ -190,7 +191,7 @@ class ChatPane(Vertical):
             await self.transcript.add_notice(notice, before=turn.reply)
         await turn.reply.update(turn.raw)
         last = mine[-1]
-        self.context_used = turn.context_used(last)
+        self.context_used, self.context_estimated = turn.context_used(last)
         if last.finished:
             await self._finish(turn, last)
         else:
@@ -346,20 +347,20 @@ class ChatPane(Vertical):
         the next send; '?' when the template cannot render it."""
         chat = self.conversation
         if not chat.messages and not chat.settings.system_prompt:
-            self.context_used = 0
+            self.context_used, self.context_estimated = 0, False
         else:
             try:
                 prompt = await asyncio.to_thread(self.context.backend.prepare, chat)
             except ValueError:
                 self.context_used = None
             else:
-                self.context_used = prompt.tokens
+                self.context_used, self.context_estimated = prompt.count
         self._update_title()
 
     def _update_title(self) -> None:
         """Plain text, never markup: the title is the user's own first message."""
         self.border_title = Content(f"{self.label} · {self.conversation.title or 'new chat'}")
-        used = "?" if self.context_used is None else self.context_used
+        used = "?" if self.context_used is None else f"{'~' * self.context_estimated}{self.context_used}"
         limit = self.context.backend.max_model_len or "?"
         preset = self.conversation.settings.preset
         self.border_subtitle = Content(f"ctx {used}/{limit}" + (f" · {preset}" if preset else ""))

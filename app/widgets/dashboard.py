@@ -183,6 +183,7 @@ class Dashboard(Vertical):
     def _show_server(self, snap: ServerSnapshot, labels: Mapping[object, str]) -> None:
         self.peak_running = max(self.peak_running, snap.running or 0, snap.streams_open)
         self.border_title = "server"
+        self.add_class("-server")  # its meters name what the client sees too: a wider column
         if self.mode == "line":
             self.line.update(server_line(snap))
         elif self.mode == "full":
