@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 
-from app.widgets.pane_status import PaneStatus
+from app.widgets.pane_status import PaneStatus, Part, fit
 from engine import RequestMetrics
 
 
@@ -69,3 +71,13 @@ async def test_three_status_lines_fit_160_columns_keeping_what_matters_most() ->
             shown = str(status.render())
             assert len(shown) <= width < len(status.describe())
             assert shown.startswith("decoding") and "1234+60" in shown and "1200" in shown and "t/s" in shown
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 120), st.integers(0, 10**9), st.integers(0, 10**9), st.floats(0, 1e5))
+def test_a_fitted_line_never_passes_its_width(width: int, prompt: int, generated: int, ttft: float) -> None:
+    parts = [Part(0, "decoding", "decoding"), Part(1, f"{prompt}+{generated} tok", f"{prompt}+{generated}t")]
+    parts.append(Part(3, f"ttft {ttft:.2f}s", f"ttft {ttft:.1f}"))
+    line = fit(parts, width)
+    assert len(line) <= width
+    assert line == " · ".join(p.full for p in parts) or len(" · ".join(p.full for p in parts)) > width

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from app.app import LfmChatApp
 from app.backend.server_metrics import from_slots
 from app.backend.smoothing import RATE_SMOOTHING_SECONDS, Smoothed
@@ -65,3 +68,17 @@ def test_figures_a_server_never_reports_are_named_not_shown_as_unknown() -> None
     lines, line = str(server_lines(snap)), server_line(snap)
     assert "batch  1 running" in lines and "not reported: queue, KV cache, prefix hits, preemptions" in lines
     assert "?" not in lines + line and "preempted" not in lines + line
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.floats(0, 1e6), st.floats(0, 5)), min_size=1, max_size=40))
+def test_the_smoothed_rate_stays_within_its_readings(readings: list[tuple[float, float]]) -> None:
+    """An average: never above the highest reading nor below the lowest, whatever the poll gaps
+    (zero included), so a burst can never show as more than it was."""
+    rate, now = Smoothed(RATE_SMOOTHING_SECONDS, start=0.0), 0.0
+    for n, (value, gap) in enumerate(readings):
+        now += gap
+        shown = rate.update(value, now)
+        seen = [v for v, _ in readings[: n + 1]]
+        slack = 1e-9 * max(1.0, max(seen))  # float rounding, not overshoot
+        assert min(seen) - slack <= shown <= max(seen) + slack
