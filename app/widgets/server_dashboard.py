@@ -1,5 +1,5 @@
 """The dashboard's figures for a server backend: what its metrics endpoint says, or that it says
-nothing and what this client sees instead (streams open, tok/s per pane)."""
+nothing and what this client sees instead (its streams, those with no token yet, tok/s per pane)."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def client_line(snap: ServerSnapshot) -> str:
     """This client's own view: its open streams, and those with no token yet (the server's queue
     may not count them, or say nothing of a queue at all)."""
     waiting = snap.waiting_here
-    line = f"client {snap.streams_open} stream{'s' * (snap.streams_open != 1)} open"
+    line = f"client {snap.streams_open} stream{'s' * (snap.streams_open != 1)}"
     return f"{line} · {waiting} waiting for a first token" if waiting else line
 
 
@@ -82,7 +82,7 @@ def server_line(snap: ServerSnapshot) -> str:
         parts += [f"kv {_known(snap.kv_usage, '{:.0%}')}"] if reported(snap, "KV cache") else []
     else:
         parts.append(_heading(snap))
-    parts.append(client_line(snap).removeprefix("client "))
+    parts.append(client_line(snap))
     return " · ".join(parts)
 
 
