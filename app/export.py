@@ -6,7 +6,7 @@ import re
 import time
 from pathlib import Path
 
-from app.conversation import Conversation
+from app.conversation import ChatSettings, Conversation
 from app.reply_parts import split_reply
 from app.sanitize import strip_control
 
@@ -14,20 +14,46 @@ _FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[ \t]*$", re.DOTALL | re.MUL
 ROLE_HEADINGS = {"user": "You", "assistant": "Assistant"}
 
 
-def conversation_markdown(conversation: Conversation) -> str:
-    """The conversation as a Markdown document: system prompt first, one section per message.
+def conversation_markdown(
+    conversation: Conversation, model: str = "", exported_at: float | None = None
+) -> str:
+    """The conversation as a Markdown document: what produced it, then one section per message
+    (a reply the user stopped says so in its heading).
 
     Without terminal controls: an export is read with `cat` and `less` as often as in an editor.
     """
     lines = [f"# {conversation.title or 'Conversation'}", ""]
-    if system := strip_control(conversation.settings.system_prompt):
-        lines += ["> System: " + system.replace("\n", "\n> "), ""]
+    lines += provenance(conversation, model, time.time() if exported_at is None else exported_at)
     for message in conversation.messages:
         heading = ROLE_HEADINGS.get(message.role, message.role)
+        heading += " (stopped)" if message.stopped else ""
         text = strip_control(message.content)
         body = reply_markdown(text) if message.role == "assistant" else text
         lines += [f"## {heading}", "", body.rstrip(), ""]
     return "\n".join(lines)
+
+
+def provenance(conversation: Conversation, model: str, exported_at: float) -> list[str]:
+    """The header's lines: an answer means little without the model and sampling that gave it."""
+    started, exported = (_utc(moment) for moment in (conversation.created_at, exported_at))
+    lines = [f"- Model: {strip_control(model) or 'unknown'}"]
+    lines += [
+        f"- Sampling: {sampling_text(conversation.settings)}",
+        f"- Started {started}, exported {exported}",
+    ]
+    if system := strip_control(conversation.settings.system_prompt):
+        lines += ["", "> System: " + system.replace("\n", "\n> ")]
+    return [*lines, ""]
+
+
+def sampling_text(settings: ChatSettings) -> str:
+    fields = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_tokens")
+    text = " · ".join(f"{name} {getattr(settings, name)}" for name in fields)
+    return f"{text} ({strip_control(settings.preset)})" if settings.preset else text
+
+
+def _utc(moment: float) -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(moment))
 
 
 def reply_markdown(reply: str) -> str:

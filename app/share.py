@@ -24,10 +24,10 @@ def copy_out(widget: Widget, files_dir: Path, text: str | None, what: str, missi
     widget.notify(f"Copied {what} (if your terminal allows OSC 52){where}", title="Copy", markup=False)
 
 
-def export_out(widget: Widget, files_dir: Path, conversation: Conversation) -> None:
+def export_out(widget: Widget, files_dir: Path, conversation: Conversation, model: str) -> None:
     """Write the conversation as Markdown under files_dir/exports and say where (or why not)."""
     try:
-        markdown = conversation_markdown(conversation)
+        markdown = conversation_markdown(conversation, model)
         path = write_text(files_dir / "exports", export_name(conversation), markdown)
     except OSError as exc:
         widget.notify(f"Could not export: {exc.strerror or exc}", severity="error", markup=False)

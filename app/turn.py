@@ -30,17 +30,21 @@ class Turn:
             self.ids.extend(event.token_ids)
         return mine
 
-    def context_used(self, last: StreamEvent) -> int | None:
-        """Tokens the conversation fills with this reply so far: counted here when the prompt's ids
-        are known, else the server's usage figures (None until it sends them)."""
-        if self.prompt.ids is not None:
-            return len(self.prompt.ids) + len(self.ids)
+    def context_used(self, last: StreamEvent) -> tuple[int | None, bool]:
+        """(tokens the conversation fills with this reply so far, estimated): counted here when the
+        prompt's ids are known, else the server's usage figures, else (before they come, or for a
+        stopped reply, which gets none) the prompt's estimate plus the chunks received."""
+        tokens, estimated = self.prompt.count
         m = last.metrics
-        return m.prompt_tokens + m.generated_tokens if m is not None and m.prompt_tokens else None
+        if not estimated or m is None:
+            return (None if tokens is None else tokens + len(self.ids)), estimated
+        if m.prompt_tokens:
+            return m.prompt_tokens + m.generated_tokens, False
+        return (None if tokens is None else tokens + m.generated_tokens), True
 
-    def keep(self, conversation: Conversation, backend: Backend) -> None:
-        """Add what was shown to the conversation; the backend keeps the ids the engine made, so the
-        next turn reuses them instead of re-tokenizing the reply."""
+    def keep(self, conversation: Conversation, backend: Backend, stopped: bool = False) -> None:
+        """Add what was shown to the conversation (`stopped`: cut short by the user); the backend
+        keeps the ids the engine made, so the next turn reuses them instead of re-tokenizing the reply."""
         if reply := self.reply.source:
-            conversation.messages.append(ChatMessage("assistant", reply))
+            conversation.messages.append(ChatMessage("assistant", reply, stopped=stopped))
             backend.remember(conversation, self.prompt, reply, self.ids)

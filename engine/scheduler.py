@@ -13,6 +13,9 @@ Policy, in order, under `max_num_batched_tokens` (the token budget) and `max_num
    never skipped, so nothing starves). Each first takes its cached prefix, then a chunk.
    None are admitted in a step that had to preempt.
 
+When requests still wait after a step is built, `wait_reason` says why the head of the queue was
+not admitted (one of WAIT_REASONS), so a dashboard can explain a queue beside free slots.
+
 When a running request needs a block and none is free (cached blocks count as free: they are
 evicted before any request is touched), the newest running request is preempted: its blocks
 and slot are freed and it goes back to the queue in arrival order, to be recomputed later.
@@ -27,6 +30,9 @@ from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
 from engine.request import Request, RequestStatus
+
+# Why the head of the queue waits, in the order they are checked.
+WAIT_REASONS = ("preemption", "max_batch", "token_budget", "kv_blocks")
 
 
 def _arrival(request: Request) -> int:
@@ -89,6 +95,7 @@ class Scheduler:
         self.max_num_batched_tokens = max_num_batched_tokens
         self.waiting: list[Request] = []  # sorted by arrival
         self.running: list[Request] = []  # sorted by arrival, so running[-1] is the newest
+        self.wait_reason = ""  # after each schedule: one of WAIT_REASONS while requests wait, else ""
 
     def add(self, request: Request) -> None:
         bisect.insort(self.waiting, request, key=_arrival)
@@ -125,8 +132,20 @@ class Scheduler:
             if not self._admit(self.waiting[0], plan):
                 break
             out.admitted.append(self.waiting.pop(0))
+        self.wait_reason = self._why_waiting(out, plan)
         out.chunks = [self._chunk(request, n) for request, n in plan.tokens.items()]
         return out
+
+    def _why_waiting(self, out: SchedulerOutput, plan: _Plan) -> str:
+        """What stopped admissions this step: the admit loop's conditions, and else `_admit` refusing
+        for want of blocks."""
+        if not self.waiting:
+            return ""
+        if out.preempted:
+            return "preemption"
+        if len(self.running) >= self.max_num_seqs:
+            return "max_batch"
+        return "kv_blocks" if plan.budget else "token_budget"
 
     def _grow_running(self, request: Request, plan: _Plan, out: SchedulerOutput) -> None:
         """Give `request` a chunk and its blocks, preempting newer requests if the pool is dry."""

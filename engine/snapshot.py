@@ -57,6 +57,7 @@ class EngineSnapshot:
     tokens_per_s: float
     throughput_history: tuple[float, ...]
     requests: tuple[RequestSnapshot, ...]  # first SNAPSHOT_REQUESTS live ones: running, then waiting
+    wait_reason: str = ""  # why the queue's head waits (scheduler.WAIT_REASONS), "" when none waits
     # the sliding-window layers' pool (LFM3), counted as the kv_blocks_* are; 0 for a model without one
     sliding_blocks_used: int = 0
     sliding_blocks_cached: int = 0
@@ -94,6 +95,7 @@ def take_snapshot(
         tokens_per_s=metrics.throughput.rate(now),
         throughput_history=metrics.throughput.history(now),
         requests=tuple(request_snapshot(request) for request in live),
+        wait_reason=scheduler.wait_reason,
     )
 
 

@@ -56,10 +56,16 @@ class Prompt:
     messages: list[dict[str, str]]
     text: str = ""
     ids: list[int] | None = field(default=None)
+    estimated_tokens: int | None = None  # without ids: the client's guess, never used to refuse
 
     @property
     def tokens(self) -> int | None:
         return None if self.ids is None else len(self.ids)
+
+    @property
+    def count(self) -> tuple[int | None, bool]:
+        """(tokens, estimated): the exact count when the ids are known, else the guess."""
+        return (len(self.ids), False) if self.ids is not None else (self.estimated_tokens, True)
 
 
 class Stream(Protocol):

@@ -12,6 +12,7 @@ import asyncio
 import json
 import math
 import threading
+import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import replace
@@ -22,14 +23,16 @@ import httpx
 from app.backend.base import OnEvent, Prompt
 from app.backend.chat_stream import EXTENSIONS, ChatStream, chat_body
 from app.backend.http_errors import ServerError, server_message
-from app.backend.server_metrics import HISTORY, MetricsPoller, ServerSnapshot
+from app.backend.server_metrics import HISTORY, ClientStream, MetricsPoller, ServerSnapshot
 from app.backend.server_text import MODEL_ID_CHARS, server_text
+from app.backend.smoothing import RATE_SMOOTHING_SECONDS, Smoothed
 from app.conversation import ChatSettings, Conversation
 
 TIMEOUT = httpx.Timeout(10.0, read=300.0)  # a long prefill on a busy server sends nothing for a while
 MODELS_BYTES = 4 * 1024 * 1024  # GET /v1/models: a listing larger than this is refused
 MODELS_NAMED = 20  # a refused --model lists this many of the server's ids
 MAX_CONTEXT = 1 << 31  # a max_model_len above this is not a context length
+CHARS_PER_TOKEN = 4  # this client's guess at a prompt's tokens (English, BPE), shown as "~N"
 
 
 class RemoteStream:
@@ -133,6 +136,20 @@ def read_capped(response: httpx.Response, cap: int, url: str) -> bytes:
     return bytes(body)
 
 
+def client_stream(tag: str, stream: ChatStream) -> ClientStream:
+    """What this client knows of one of its streams."""
+    m = stream.metrics
+    started = stream.first is not None
+    max_tokens = stream.body.get("max_tokens")
+    return ClientStream(
+        tag=tag,
+        started=started,
+        tokens=m.generated_tokens,
+        max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+        tokens_per_s=(m.tokens_per_s or 0.0) if started else 0.0,
+    )
+
+
 class RemoteBackend:
     """Streams chat completions from `url`; polls its metrics for the dashboard."""
 
@@ -170,7 +187,10 @@ class RemoteBackend:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def prepare(self, conversation: Conversation) -> Prompt:
-        return Prompt(conversation.chat_messages())
+        """Only the server can count tokens; until its usage figures come, the pane shows a guess."""
+        messages = conversation.chat_messages()
+        characters = sum(len(m["content"]) for m in messages)
+        return Prompt(messages, estimated_tokens=-(-characters // CHARS_PER_TOKEN))
 
     def submit(
         self, prompt: Prompt, settings: ChatSettings, max_tokens: int, tag: str, on_event: OnEvent
@@ -195,19 +215,18 @@ class RemoteBackend:
         return self._snapshot
 
     async def _poll(self) -> None:
-        """The server's figures (or none) plus this client's, every `poll_interval` seconds."""
+        """The server's figures (or none) plus this client's, every `poll_interval` seconds; the
+        rate smoothed, whichever side it comes from."""
         poller = MetricsPoller(self._client)
+        rate = Smoothed(RATE_SMOOTHING_SECONDS, time.monotonic())
         while not self._closing:  # not only the cancel: 3.11's wait_for can swallow one
             snap = await poller.poll() or ServerSnapshot("")
-            rates = {tag: s.metrics.tokens_per_s or 0.0 for tag, s in self._streams.values() if s.first}
-            if not poller.counts_tokens:
-                snap = replace(snap, tokens_per_s=sum(rates.values()))
-            self._history = [*self._history, snap.tokens_per_s][-HISTORY:]
+            streams = tuple(client_stream(tag, stream) for tag, stream in list(self._streams.values()))
+            reading = snap.tokens_per_s if poller.counts_tokens else sum(s.tokens_per_s for s in streams)
+            smoothed = rate.update(reading, time.monotonic())
+            self._history = [*self._history, smoothed][-HISTORY:]
             self._snapshot = replace(
-                snap,
-                streams_open=len(self._streams),
-                pane_rates=rates,
-                throughput_history=tuple(self._history),
+                snap, tokens_per_s=smoothed, streams=streams, throughput_history=tuple(self._history)
             )
             await asyncio.sleep(self.poll_interval)
 

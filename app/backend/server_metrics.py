@@ -14,7 +14,7 @@ import asyncio
 import json
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 
 import httpx
 
@@ -34,6 +34,25 @@ TOO_LARGE = f"the server's /metrics is larger than {BODY_LIMIT >> 20} MiB: ignor
 TOO_SLOW = f"metrics unavailable: the server took over {POLL_DEADLINE:.0f} s to send them"
 
 
+# What each source never reports, said on the dashboard in place of a "?" that looks like a fault.
+NOT_REPORTED: dict[str, tuple[str, ...]] = {
+    "llama-server metrics": ("prefix hits", "preemptions"),
+    "llama-server /slots": ("queue", "KV cache", "prefix hits", "preemptions"),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class ClientStream:
+    """One of this client's open streams as this client sees it (a server does not say whose
+    requests are whose): before its first token it is queued or prefilling, as far as we know."""
+
+    tag: object
+    started: bool  # its first token has come
+    tokens: int  # generated so far: the server's usage count, else the chunks received
+    max_tokens: int | None
+    tokens_per_s: float
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSnapshot:
     """None for a figure the server does not expose. `source` says where the figures came from."""
@@ -49,9 +68,17 @@ class ServerSnapshot:
     preemptions: int | None = None
     tokens_per_s: float = 0.0  # the server's generation rate if it counts tokens, else this client's
     throughput_history: tuple[float, ...] = ()
-    streams_open: int = 0  # this client's
-    pane_rates: dict[object, float] = field(default_factory=dict)  # tag -> this client's tok/s
+    streams: tuple[ClientStream, ...] = ()  # this client's open streams
     requests: tuple[()] = ()  # no per-request rows: the chat screen reads none from a server
+
+    @property
+    def streams_open(self) -> int:
+        return len(self.streams)
+
+    @property
+    def waiting_here(self) -> int:
+        """This client's streams with no token yet: queued (or prefilling) as far as it knows."""
+        return sum(not stream.started for stream in self.streams)
 
 
 class TooLarge(Exception):

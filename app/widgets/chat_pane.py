@@ -67,6 +67,7 @@ class ChatPane(Vertical):
         self.turn: Turn | None = None
         self._starting = False  # the prompt is rendering off the UI thread; not sendable meanwhile
         self.context_used: int | None = 0
+        self.context_estimated = False  # context_used is the client's guess (a server counts)
         self.inbox = TokenInbox(lambda: self.post_message(self.Woken()))
         self._draft_timer: Timer | None = None
         self._frame_timer: Timer | None = None  # the next frame, while waiting out FRAME_SECONDS
@@ -142,7 +143,7 @@ class ChatPane(Vertical):
         reply = await self.transcript.add_reply()
         handle = backend.submit(prompt, settings, min(settings.max_tokens, room), self.id, self.inbox.put)
         self.turn = Turn(handle, prompt, reply)
-        self.context_used = used
+        self.context_used, self.context_estimated = prompt.count
         self.status.show("queued")
         self._update_title()
 
@@ -190,7 +191,7 @@ class ChatPane(Vertical):
             await self.transcript.add_notice(notice, before=turn.reply)
         await turn.reply.update(turn.raw)
         last = mine[-1]
-        self.context_used = turn.context_used(last)
+        self.context_used, self.context_estimated = turn.context_used(last)
         if last.finished:
             await self._finish(turn, last)
         else:
@@ -218,7 +219,7 @@ class ChatPane(Vertical):
         if event.finish_reason == "error" and not turn.reply.source:
             await self._refuse_last(f"This request was refused: {event.error}")
             return
-        turn.keep(self.conversation, self.context.backend)
+        turn.keep(self.conversation, self.context.backend, stopped=event.finish_reason == "abort")
         if event.finish_reason == "error":  # a connection lost mid-reply: what came is kept
             await self.transcript.add_notice(f"The reply above is incomplete: {event.error}")
         if not turn.reply.source:
@@ -234,7 +235,7 @@ class ChatPane(Vertical):
         if turn is not None:
             turn.handle.cancel()
             await turn.reply.finish()
-            turn.keep(self.conversation, self.context.backend)
+            turn.keep(self.conversation, self.context.backend, stopped=True)
         self.conversation.draft = self.prompt_input.text
         self._persist()
 
@@ -338,7 +339,7 @@ class ChatPane(Vertical):
         copy_out(self, self.context.files_dir, code, "the last code block", missing)
 
     def action_export(self) -> None:
-        export_out(self, self.context.files_dir, self.conversation)
+        export_out(self, self.context.files_dir, self.conversation, self.context.backend.model_name)
 
     # ------------------------------------------------------------------ helpers
     async def measure_context(self) -> None:
@@ -346,20 +347,20 @@ class ChatPane(Vertical):
         the next send; '?' when the template cannot render it."""
         chat = self.conversation
         if not chat.messages and not chat.settings.system_prompt:
-            self.context_used = 0
+            self.context_used, self.context_estimated = 0, False
         else:
             try:
                 prompt = await asyncio.to_thread(self.context.backend.prepare, chat)
             except ValueError:
                 self.context_used = None
             else:
-                self.context_used = prompt.tokens
+                self.context_used, self.context_estimated = prompt.count
         self._update_title()
 
     def _update_title(self) -> None:
         """Plain text, never markup: the title is the user's own first message."""
         self.border_title = Content(f"{self.label} · {self.conversation.title or 'new chat'}")
-        used = "?" if self.context_used is None else self.context_used
+        used = "?" if self.context_used is None else f"{'~' * self.context_estimated}{self.context_used}"
         limit = self.context.backend.max_model_len or "?"
         preset = self.conversation.settings.preset
         self.border_subtitle = Content(f"ctx {used}/{limit}" + (f" · {preset}" if preset else ""))

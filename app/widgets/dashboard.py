@@ -20,6 +20,15 @@ if TYPE_CHECKING:  # engine.snapshot imports torch, which a server backend never
 
 PHASE_ORDER = {"decode": 0, "prefill": 1, "preempted": 2, "waiting": 3}
 TABLE_ROWS = 4  # the full dashboard's table: a header and this many rows
+COLUMNS = ("pane", "phase", "tokens", "tok/s")  # one request's cells (request_cells)
+COLUMN_SET_WIDTH = 38  # cells one set of COLUMNS needs; a wide table lists requests in several sets
+# Why the head of the queue waits (engine.scheduler.WAIT_REASONS), as the dashboard says it.
+WAIT_WORDS = {
+    "preemption": "KV cache short, preempted",
+    "max_batch": "batch full",
+    "token_budget": "step token budget spent",
+    "kv_blocks": "no free KV blocks",
+}
 
 
 def progress(request: RequestSnapshot) -> str:
@@ -29,6 +38,34 @@ def progress(request: RequestSnapshot) -> str:
     return f"{request.generated_tokens}/{request.max_tokens}"
 
 
+def request_cells(request: RequestSnapshot, labels: Mapping[object, str]) -> tuple[str, ...]:
+    """One request's row, in the order of COLUMNS."""
+    label = labels.get(request.tag, str(request.tag))
+    return (label, request.phase, progress(request), f"{request.tokens_per_s:.0f}")
+
+
+def queued(snap: EngineSnapshot) -> str:
+    """The queue's length, and why its head waits when the scheduler said."""
+    why = WAIT_WORDS.get(snap.wait_reason) if snap.waiting else None
+    return f"{snap.waiting} queued" + (f": {why}" if why else "")
+
+
+def table_grid(cells: list[tuple[str, ...]], total: int, sets: int) -> list[tuple[str, ...]]:
+    """`cells` laid out down then across `sets` column sets of TABLE_ROWS rows; when `total` is
+    more than fit, the last place says how many are not listed."""
+    room = sets * TABLE_ROWS
+    shown = cells if total <= room else cells[: room - 1]
+    if total > len(shown):
+        shown = [*shown, (f"+{total - len(shown)}", "more", *[""] * (len(COLUMNS) - 2))]
+    used = -(-len(shown) // TABLE_ROWS)  # sets with something in them
+    blank = ("",) * len(COLUMNS)
+    rows = []
+    for row in range(min(TABLE_ROWS, len(shown))):
+        places = (shown[n] if n < len(shown) else blank for n in range(row, used * TABLE_ROWS, TABLE_ROWS))
+        rows.append(tuple(cell for place in places for cell in place))
+    return rows
+
+
 def one_line(snap: EngineSnapshot) -> str:
     """The dashboard folded for short terminals: the figures that say the scheduler is working."""
     rate = f"{snap.tokens_per_s:.0f} tok/s" if snap.running or snap.waiting else "idle"
@@ -36,7 +73,7 @@ def one_line(snap: EngineSnapshot) -> str:
         [
             f"engine {rate}",
             f"batch {snap.running}/{snap.max_num_seqs}",
-            f"{snap.waiting} queued",
+            queued(snap),
             f"step {snap.step_tokens}/{snap.token_budget} tok",
             f"kv {snap.kv_blocks_used}/{snap.kv_blocks_total}",
             f"prefix {snap.prefix_hit_rate:.0%}",
@@ -80,7 +117,7 @@ class Dashboard(Vertical):
 
     def on_mount(self) -> None:
         self.border_title = "engine" if self.architecture is None else f"engine · {self.architecture}"
-        self.table.add_columns("pane", "phase", "tokens", "tok/s")
+        self.table.add_columns(*COLUMNS)
 
     def set_mode(self, mode: str) -> None:
         """Switch by CSS class (never inline `display`, which would defeat the too-small guard)."""
@@ -124,21 +161,29 @@ class Dashboard(Vertical):
         self.throughput.values = snap.throughput_history
         busy = snap.running or snap.waiting
         self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle")
-        self.border_subtitle = f"step {snap.steps} · {snap.step_time * 1000:.1f} ms"
-        table = self.table
-        table.clear()
+        step = f"step {snap.steps} · {snap.step_time * 1000:.1f} ms"
+        self.border_subtitle = f"{queued(snap)} · {step}" if snap.wait_reason and snap.waiting else step
         requests = sorted(snap.requests, key=lambda r: PHASE_ORDER.get(r.phase, len(PHASE_ORDER)))
-        shown = requests if len(requests) <= TABLE_ROWS else requests[: TABLE_ROWS - 1]
-        for request in shown:
-            label = labels.get(request.tag, str(request.tag))
-            table.add_row(label, request.phase, progress(request), f"{request.tokens_per_s:.0f}")
-        hidden = max(len(requests), snap.running + snap.waiting) - len(shown)
-        if hidden > 0:
-            table.add_row(f"+{hidden}", "more", "", "")
+        cells = [request_cells(request, labels) for request in requests]
+        self._fill_table(cells, max(len(requests), snap.running + snap.waiting))
+
+    def _fill_table(self, cells: list[tuple[str, ...]], total: int) -> None:
+        """As many column sets side by side as the table's width holds, and only as many as needed."""
+        sets = max(1, self.table.size.width // COLUMN_SET_WIDTH)
+        rows = table_grid(cells, total, sets)
+        width = max((len(row) for row in rows), default=len(COLUMNS))
+        table = self.table
+        if len(table.columns) != width:
+            table.clear(columns=True)
+            table.add_columns(*COLUMNS * (width // len(COLUMNS)))
+        table.clear()
+        for row in rows:
+            table.add_row(*row)
 
     def _show_server(self, snap: ServerSnapshot, labels: Mapping[object, str]) -> None:
         self.peak_running = max(self.peak_running, snap.running or 0, snap.streams_open)
         self.border_title = "server"
+        self.add_class("-server")  # its meters name what the client sees too: a wider column
         if self.mode == "line":
             self.line.update(server_line(snap))
         elif self.mode == "full":
@@ -147,6 +192,5 @@ class Dashboard(Vertical):
             busy = snap.streams_open or snap.running
             self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle")
             self.border_subtitle = snap.source or "client-side"
-            self.table.clear()
-            for row in pane_rows(snap, labels):
-                self.table.add_row(*row)
+            rows = pane_rows(snap, labels)
+            self._fill_table(rows, len(rows))

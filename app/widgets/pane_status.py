@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from textual.widgets import Static
 
 from app.backend.base import Metrics
@@ -32,26 +34,62 @@ class PaneStatus(Static):
         self.prefill = prefill
         for name in STATES:
             self.set_class(name == state, f"-{name}")
-        self.update(self.describe())
+        self.refresh()
 
     def reset(self) -> None:
         """A new conversation: nothing of the old one's figures stays on screen."""
         self.metrics = None
         self.show("idle")
 
+    def render(self) -> str:
+        """The line fitted to the width it has now (a narrow pane keeps what matters most)."""
+        return fit(self.parts(), self.content_region.width)
+
     def describe(self) -> str:
-        parts = [self.state]
-        if self.state == "prefill" and self.prefill:
+        """The whole line, unabbreviated."""
+        return " · ".join(part.full for part in self.parts())
+
+    def parts(self) -> list[Part]:
+        """The line's parts in screen order, each with its priority (0 is kept longest)."""
+        state = self.state
+        if state == "prefill" and self.prefill:
             done, total = self.prefill
-            parts = [f"prefill {done}/{total}"]
+            state = f"prefill {done}/{total}"
+        parts = [Part(0, state, state)]
         m = self.metrics
         if m is not None and self.state not in ("queued", "prefill"):
-            cached = f" ({m.cached_prompt_tokens} cached)" if m.cached_prompt_tokens else ""
             # a server's prompt count comes with its last chunk; until then only the reply's is known
             prompt = f"{m.prompt_tokens}+" if m.prompt_tokens else ""
-            parts.append(f"{prompt}{m.generated_tokens} tok{cached}")
+            tokens = f"{prompt}{m.generated_tokens}"
+            if m.cached_prompt_tokens:
+                cached = m.cached_prompt_tokens
+                parts.append(Part(1, f"{tokens} tok ({cached} cached)", f"{tokens}t ({cached}c)"))
+            else:
+                parts.append(Part(1, f"{tokens} tok", f"{tokens}t"))
             if m.ttft is not None:
-                parts.append(f"ttft {m.ttft:.2f}s")
+                parts.append(Part(3, f"ttft {m.ttft:.2f}s", f"ttft {m.ttft:.1f}"))
             if m.tokens_per_s:
-                parts.append(f"{m.tokens_per_s:.0f} tok/s")
-        return " · ".join(parts)
+                parts.append(Part(2, f"{m.tokens_per_s:.0f} tok/s", f"{m.tokens_per_s:.0f}t/s"))
+        return parts
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    priority: int
+    full: str
+    short: str
+
+
+def fit(parts: list[Part], width: int) -> str:
+    """The whole line if it fits; else every part abbreviated; else the least important parts left
+    out, one at a time; a line that still does not fit is cut with an ellipsis."""
+    line = " · ".join(part.full for part in parts)
+    if len(line) <= width or width <= 0:
+        return line
+    kept = list(parts)
+    while True:
+        line = " · ".join(part.short for part in kept)
+        if len(line) <= width or len(kept) == 1:
+            break
+        kept.remove(max(kept, key=lambda part: part.priority))
+    return line if len(line) <= width else line[: width - 1] + "…"

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from app.widgets.pane_status import PaneStatus
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from textual.app import App, ComposeResult
+from textual.containers import Horizontal
+
+from app.widgets.pane_status import PaneStatus, Part, fit
 from engine import RequestMetrics
 
 
@@ -35,3 +40,44 @@ def test_a_server_reply_before_its_usage_shows_the_reply_tokens_only() -> None:
     status = PaneStatus()
     status.show("decoding", streaming)
     assert status.describe().startswith("decoding · 2 tok · ttft 0.50s")
+
+
+class ThreePanes(App[None]):
+    """Three status lines side by side, as three panes share a 160-column terminal."""
+
+    CSS = "PaneStatus { width: 1fr; border: round white; }"  # a pane's border takes 2 columns
+
+    def compose(self) -> ComposeResult:
+        with Horizontal():
+            for _ in range(3):
+                yield PaneStatus()
+
+
+def busy_metrics() -> RequestMetrics:
+    busy = RequestMetrics(arrival_time=10.0, prompt_tokens=1234, cached_prompt_tokens=1200)
+    for n in range(60):
+        busy.on_token(10.52 + n / 12)
+    return busy
+
+
+async def test_three_status_lines_fit_160_columns_keeping_what_matters_most() -> None:
+    async with ThreePanes().run_test(size=(160, 5)) as pilot:
+        statuses = list(pilot.app.query(PaneStatus))
+        for status in statuses:
+            status.show("decoding", busy_metrics())
+        await pilot.pause()
+        for status in statuses:
+            width = status.content_region.width
+            shown = str(status.render())
+            assert len(shown) <= width < len(status.describe())
+            assert shown.startswith("decoding") and "1234+60" in shown and "1200" in shown and "t/s" in shown
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 120), st.integers(0, 10**9), st.integers(0, 10**9), st.floats(0, 1e5))
+def test_a_fitted_line_never_passes_its_width(width: int, prompt: int, generated: int, ttft: float) -> None:
+    parts = [Part(0, "decoding", "decoding"), Part(1, f"{prompt}+{generated} tok", f"{prompt}+{generated}t")]
+    parts.append(Part(3, f"ttft {ttft:.2f}s", f"ttft {ttft:.1f}"))
+    line = fit(parts, width)
+    assert len(line) <= width
+    assert line == " · ".join(p.full for p in parts) or len(" · ".join(p.full for p in parts)) > width
