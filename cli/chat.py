@@ -31,7 +31,7 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = ChatSettings()
     parser = Parser(
         prog="lfm-chat",
-        usage="lfm-chat [chat] [options]\n       lfm-chat serve | download | bench [options]  (each: --help)",
+        usage="lfm-chat [chat | serve | download | bench] [options]  (each command: --help)",
         description="Several chat panes streaming at once from one engine with continuous batching "
         "(LFM2, LFM2.5, LFM2-MoE, LFM3).",
         epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "f2"}; '
