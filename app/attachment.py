@@ -51,6 +51,7 @@ def display_name(name: str) -> str:
 
 def from_bytes(name: str, data: bytes) -> Attachment:
     """`data` (at most ATTACHMENT_LIMIT_BYTES + 1 bytes read) as an attachment, or AttachmentError."""
+    name = display_name(name)
     if len(data) > ATTACHMENT_LIMIT_BYTES:
         raise AttachmentError(f"{name} is larger than {ATTACHMENT_LIMIT_BYTES >> 20} MiB: not attached.")
     try:
@@ -64,7 +65,7 @@ def from_bytes(name: str, data: bytes) -> Attachment:
 
 def from_text(name: str, text: str) -> Attachment:
     """Text already decoded (a paste) as an attachment: newlines made \\n, controls stripped."""
-    return Attachment(name, strip_control(text.replace("\r\n", "\n").replace("\r", "\n")))
+    return Attachment(display_name(name), strip_control(text.replace("\r\n", "\n").replace("\r", "\n")))
 
 
 def read_stream(stream: BinaryIO, name: str) -> Attachment:
@@ -90,7 +91,7 @@ def read_file(path_text: str) -> Attachment:
         raise AttachmentError(f"{shown} cannot be read: permission denied.") from None
     except OSError as exc:
         raise AttachmentError(f"{shown} cannot be read: {exc.strerror or exc}.") from None
-    return from_bytes(display_name(path.name), data)
+    return from_bytes(path.name, data)
 
 
 def with_attachments(text: str, attachments: Sequence[Attachment]) -> str:
