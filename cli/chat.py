@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import re
+import sys
 from pathlib import Path
 
 from app import __version__
@@ -31,7 +32,8 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = ChatSettings()
     parser = Parser(
         prog="lfm-chat",
-        usage="lfm-chat [chat] [options]\n       lfm-chat serve | download | bench [options]  (each: --help)",
+        usage="lfm-chat [chat | serve | download | bench] [options]  (each command: --help)\n"
+        '       lfm-chat -p "question" [options]  (one reply to stdout; piped stdin is attached)',
         description="Several chat panes streaming at once from one engine with continuous batching "
         "(LFM2, LFM2.5, LFM2-MoE, LFM3).",
         epilog='Keys can be remapped by binding id in DATA_DIR/keymap.json, e.g. {"new_pane": "f2"}; '
@@ -52,6 +54,19 @@ def build_parser() -> argparse.ArgumentParser:
     add_server_flags(parser)
     chat.add_argument(
         "--max-tokens", type=whole_number(1), default=defaults.max_tokens, help="new tokens per reply"
+    )
+    one_shot = parser.add_argument_group(
+        "one-shot",
+        'One reply to stdout, then exit: lfm-chat -p "question", or cat notes.md | lfm-chat -p "summarise".',
+    )
+    one_shot.add_argument(
+        "-p",
+        "--prompt",
+        metavar="TEXT",
+        help="ask this, stream the reply to stdout and exit (piped stdin is attached)",
+    )
+    one_shot.add_argument(
+        "--save", action="store_true", help="keep the -p exchange in the conversation history"
     )
     chat.add_argument(
         "--data-dir",
@@ -108,6 +123,10 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
         options.server, options.api_key = server_url(args.server), args.api_key
     elif args.api_key is not None:
         raise UsageError("--api-key goes with --server URL")
+    if args.save and args.prompt is None:
+        raise UsageError(
+            '--save keeps a one-shot reply; it goes with -p "question" (the chat saves by itself)'
+        )
     return options
 
 
@@ -129,14 +148,32 @@ def run(argv: list[str]) -> int:
         options = options_from_args(args)
     except UsageError as exc:
         parser.error(str(exc))
+    message = None if args.prompt is None else one_shot_message(parser, args.prompt)
     try:
         if options.server is None:
             check_machine(options.source, args.device)
-        store = open_store(options)
+        store = open_store(options) if message is None or args.save else None
     except SetupError as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")
+    if message is not None:
+        from cli.oneshot import run_oneshot
+
+        return run_oneshot(options, message, store)
     from app.app import LfmChatApp  # Textual is imported only when a UI will run
 
     app = LfmChatApp(options, store)
     app.run()
     return app.return_code or 0
+
+
+def one_shot_message(parser: argparse.ArgumentParser, question: str) -> str:
+    """`-p`'s message (with piped stdin attached), read before anything loads."""
+    from cli.oneshot import OneShotError, question_text
+
+    try:
+        message = question_text(question, getattr(sys.stdin, "buffer", None))  # None: stdin closed
+    except OneShotError as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
+    if not message.strip():
+        parser.error('-p needs a question, or text piped into stdin: lfm-chat -p "summarise" < notes.md')
+    return message

@@ -196,6 +196,8 @@ def model_flags(args: argparse.Namespace) -> ModelFlags:
             f"({args.max_num_seqs}), so every running request can decode in each step; raise the one "
             "or lower the other"
         )
+    if args.demo and args.model != DEFAULT_MODEL:
+        raise UsageError(f"--demo runs a tiny random checkpoint, not --model {args.model}; drop one of them")
     if args.revision is not None and (args.demo or Path(args.model).expanduser().exists()):
         what = "--demo" if args.demo else f"--model {args.model}, a local path"
         raise UsageError(f"--revision picks a version of a Hub repo, not of {what}; drop one of them")

@@ -23,13 +23,16 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import TextArea
 
+from app.attachment import Attachment, AttachmentError, file_command, from_text, read_file, with_attachments
 from app.backend.base import Prompt, StreamEvent
 from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.export import last_code_block
 from app.keys import PANE_KEYS
+from app.pane_attachments import PaneAttachments, measure
 from app.pane_context import PaneContext
 from app.reply_parts import answer_text
 from app.sanitize import strip_control
+from app.screens.attach import AttachScreen
 from app.screens.settings import SettingsScreen
 from app.share import copy_out, export_out
 from app.turn import Turn
@@ -68,6 +71,7 @@ class ChatPane(Vertical):
         self._starting = False  # the prompt is rendering off the UI thread; not sendable meanwhile
         self.context_used: int | None = 0
         self.context_estimated = False  # context_used is the client's guess (a server counts)
+        self.attachments = PaneAttachments()  # held for the next message
         self.inbox = TokenInbox(lambda: self.post_message(self.Woken()))
         self._draft_timer: Timer | None = None
         self._frame_timer: Timer | None = None  # the next frame, while waiting out FRAME_SECONDS
@@ -108,7 +112,40 @@ class ChatPane(Vertical):
     # ------------------------------------------------------------------ sending
     async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
         message.stop()
-        await self.send(message.text)
+        path = file_command(message.text)
+        if path is None:
+            await self.send(message.text)
+        elif not path:
+            dropped = self.attachments.take()
+            self.notify("Attachments dropped." if dropped else "Nothing is attached.", severity="warning")
+            self._update_title()
+        elif not await self.attach_file(path):
+            self.prompt_input.give_back(message.text)  # to fix the path
+
+    async def on_prompt_input_paste_offered(self, message: PromptInput.PasteOffered) -> None:
+        message.stop()
+        await self.attach(from_text("pasted text", message.text))
+
+    async def attach_file(self, path: str) -> bool:
+        """Read the file off the UI thread (a slow disk must not freeze it) and attach it."""
+        try:
+            attachment = await asyncio.to_thread(read_file, path)
+        except AttachmentError as exc:
+            self.notify(str(exc), severity="warning", timeout=10, markup=False)
+            return False
+        return await self.attach(attachment)
+
+    async def attach(self, attachment: Attachment) -> bool:
+        """Count it against the context left and hold it for the next message, or say why not."""
+        backend, held = self.context.backend, self.attachments.attachments
+        measured = await asyncio.to_thread(measure, backend, self.conversation, held, attachment)
+        limit = backend.max_model_len
+        if (refusal := self.attachments.add(attachment, measured, limit)) is not None:
+            self.notify(refusal, severity="warning", timeout=10, markup=False)
+            return False
+        self.notify(self.attachments.notice(limit, measured), timeout=10, markup=False)
+        self._update_title()
+        return True
 
     async def send(self, text: str) -> None:
         """Add a user message, save it, and start the reply; refused (text given back) while busy."""
@@ -116,6 +153,7 @@ class ChatPane(Vertical):
             self.prompt_input.give_back(text)
             self.notify("This pane is still replying: Esc stops it.", severity="warning")
             return
+        text = with_attachments(text, self.attachments.take())
         self.conversation.messages.append(ChatMessage("user", text))
         self.conversation.draft = self.prompt_input.text
         self._persist()
@@ -311,6 +349,13 @@ class ChatPane(Vertical):
 
         self.app.push_screen(SettingsScreen(self.conversation.settings, self.label), apply)
 
+    def action_attach_file(self) -> None:
+        async def attach(path: str | None) -> None:
+            if path:
+                await self.attach_file(path)
+
+        self.app.push_screen(AttachScreen(self.label), attach)
+
     def action_toggle_thinking(self) -> None:
         self.transcript.set_thinking_shown(not self.transcript.show_thinking)
 
@@ -363,4 +408,7 @@ class ChatPane(Vertical):
         used = "?" if self.context_used is None else f"{'~' * self.context_estimated}{self.context_used}"
         limit = self.context.backend.max_model_len or "?"
         preset = self.conversation.settings.preset
-        self.border_subtitle = Content(f"ctx {used}/{limit}" + (f" · {preset}" if preset else ""))
+        held = self.attachments.summary()
+        self.border_subtitle = Content(
+            f"ctx {used}/{limit}" + (f" · {preset}" if preset else "") + (f" · {held}" if held else "")
+        )

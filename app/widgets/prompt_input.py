@@ -130,9 +130,26 @@ class PromptInput(TextArea):
         self.text = f"{text}\n{typed}" if typed.strip() else text
         self.move_cursor(self.document.end)
 
+    @dataclass
+    class PasteOffered(Message):
+        """A paste too large for the box, whose text the parser kept: the pane may attach it."""
+
+        prompt_input: PromptInput
+        text: str
+
+        @property
+        def control(self) -> PromptInput:
+            return self.prompt_input
+
     async def _on_oversized_paste(self, event: OversizedPaste) -> None:
-        """Textual dispatches a message to the handler named after its own class: the same refusal."""
-        await self._on_paste(event)
+        """Textual dispatches a message to the handler named after its own class. A paste too large
+        to edit is offered as an attachment while its text was kept; past that, refused as any."""
+        if event.text and not self.read_only:
+            event.prevent_default()
+            event.stop()
+            self.post_message(self.PasteOffered(self, event.text))
+        else:
+            await self._on_paste(event)
 
     async def _on_paste(self, event: events.Paste) -> None:
         """A paste is text, never terminal controls (it may come from anywhere), and bounded: a

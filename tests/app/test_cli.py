@@ -46,6 +46,14 @@ def test_help_lists_the_documented_flags(capsys: pytest.CaptureFixture[str]) -> 
         assert flag in out
 
 
+def test_the_usage_line_names_every_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """The first line is what a user reads: it must say the other commands exist."""
+    with pytest.raises(SystemExit):
+        main(["--help"])
+    first = capsys.readouterr().out.splitlines()[0]
+    assert all(command in first for command in ("chat", "serve", "download", "bench")), first
+
+
 def test_version(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit):
         main(["--version"])
@@ -143,6 +151,7 @@ def one_error_line(capsys: pytest.CaptureFixture[str], prog: str = "lfm-chat") -
         (["--quantize", "int3"], "--quantize: invalid choice"),
         (["--no-such-flag"], "unrecognized arguments: --no-such-flag"),
         (["--demo", "--revision", "v1"], "--revision picks a version of a Hub repo, not of --demo"),
+        (["--model", "/tmp", "--demo"], "--demo runs a tiny random checkpoint, not --model /tmp"),
         (["download"], "the following arguments are required: MODEL"),
         (["download", "no-such-model"], "'no-such-model' is not a Hub repo id"),
         (["download", "LiquidAI/LFM2-350M", "--nope"], "unrecognized arguments: --nope"),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from textual import events
 
 from app.app import LfmChatApp
+from app.attachment import ATTACHMENT_LIMIT_BYTES
 from app.paste import PASTE_LIMIT_BYTES, OversizedPaste, PasteSafeParser
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
 
@@ -50,21 +51,26 @@ def test_a_paste_cut_off_by_the_end_of_input_is_still_delivered() -> None:
     assert [e.text for e in parsed if isinstance(e, events.Paste)] == ["half a paste"]
 
 
-def test_a_paste_past_the_cap_arrives_as_its_size_only() -> None:
+def test_a_paste_past_what_may_be_attached_arrives_as_its_size_only() -> None:
     """A 400 MB paste must not be held whole in memory before the prompt refuses it."""
     parser = PasteSafeParser()
     chunk = "é" * 4096  # 8 KiB of UTF-8 per read, as a terminal sends a big paste
-    reads = 2 * PASTE_LIMIT_BYTES // len(chunk.encode()) + 1
+    reads = 2 * ATTACHMENT_LIMIT_BYTES // len(chunk.encode()) + 1
     parsed = list(parser.feed(START))
     for _ in range(reads):
         parsed += parser.feed(chunk)
-        assert sum(len(part) for part in parser._paste or []) <= PASTE_LIMIT_BYTES
+        assert sum(len(part.encode()) for part in parser._paste or []) <= ATTACHMENT_LIMIT_BYTES
     parsed += parser.feed(f"{END}ok")
     pastes = [e for e in parsed if isinstance(e, events.Paste)]
     assert len(pastes) == 1 and isinstance(pastes[0], OversizedPaste)
     assert pastes[0].size == reads * len(chunk.encode()) and pastes[0].text == ""
     assert [e.key for e in parsed if isinstance(e, events.Key)] == ["o", "k"]
     assert parse(f"{START}{'x' * PASTE_LIMIT_BYTES}{END}")[0].text == "x" * PASTE_LIMIT_BYTES  # type: ignore[attr-defined]
+
+
+def test_a_paste_too_big_for_the_box_keeps_its_text_to_be_attached() -> None:
+    [paste] = parse(f"{START}{'x' * (PASTE_LIMIT_BYTES + 1)}{END}")
+    assert isinstance(paste, OversizedPaste) and paste.text == "x" * (PASTE_LIMIT_BYTES + 1)
 
 
 # ---------------------------------------------------------------- the prompt input, in the real app
@@ -93,7 +99,7 @@ async def _pasted_then_typed(make_options: MakeOptions, *pastes: str) -> tuple[s
 async def test_a_huge_paste_is_refused_with_its_size_and_the_cap(make_options: MakeOptions) -> None:
     text, notices = await _pasted_then_typed(make_options, "pasted log line\n" * 312_500)  # 5.0 MB
     assert text == "z"
-    assert "Paste of 5.0 MB is larger than 256 KiB: not inserted" in notices
+    assert "Paste of 5.0 MB is larger than 1 MiB, the most a message may attach: not inserted" in notices
 
 
 async def test_pastes_adding_up_past_the_cap_are_refused(make_options: MakeOptions) -> None:

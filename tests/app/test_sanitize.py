@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.sanitize import strip_control
+from app.sanitize import StreamStripper, strip_control
 
 
 @pytest.mark.parametrize(
@@ -43,3 +43,21 @@ def test_any_text_comes_out_without_controls_and_cleaning_twice_changes_nothing(
     shown = strip_control(raw)
     assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown)
     assert strip_control(shown) == shown
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="\x1b\x9b\x9c\x9d\x90[]P^_\\;0:m\x07\x00\r\n\ta"), st.lists(st.integers(0, 60)))
+def test_text_cleaned_in_pieces_is_the_text_cleaned_whole(raw: str, cuts: list[int]) -> None:
+    """`lfm-chat -p` prints a reply as it streams and saves it whole: both must be the same text."""
+    stripper, pieces, start = StreamStripper(), [], 0
+    for end in sorted(min(cut, len(raw)) for cut in cuts):
+        pieces.append(stripper.feed(raw[start:end]))
+        start = end
+    pieces += [stripper.feed(raw[start:]), stripper.finish()]
+    assert "".join(pieces) == strip_control(raw)
+
+
+def test_text_after_a_finished_sequence_is_not_held_back() -> None:
+    stripper = StreamStripper()
+    assert stripper.feed("a\x1b[31") == "a"
+    assert stripper.feed("mred") == "red"

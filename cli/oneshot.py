@@ -1,0 +1,131 @@
+"""`lfm-chat -p "question"`: one reply streamed to stdout, then exit, as `llm` and `aichat` do.
+
+It runs on the chat's own backends (a local engine or --server), so the model, sampling and server
+flags mean the same; piped stdin is attached to the question, bounded and cleaned by app.attachment.
+Exit codes: 0 the reply ended, 1 a failure (one sentence on stderr), 130 Ctrl+C. Nothing is saved
+unless --save asks; loading progress goes to stderr only when someone is watching it (a terminal).
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, BinaryIO, TextIO
+
+from app.attachment import AttachmentError, read_stream, with_attachments
+from app.conversation import ChatMessage, Conversation
+from app.options import AppOptions
+from app.sanitize import StreamStripper, strip_control
+from app.startup import STARTUP_ERRORS, load_backend
+
+if TYPE_CHECKING:
+    from app.backend.base import Backend, StreamEvent
+    from app.store import Store
+
+PROG = "lfm-chat"
+STDIN_NAME = "stdin"
+INTERRUPTED = 130  # what shells report for a command ended by SIGINT
+
+
+class OneShotError(Exception):
+    """The reply could not be made or finished: one sentence for stderr, exit code 1."""
+
+
+def question_text(question: str, stdin: BinaryIO | None) -> str:
+    """The message: piped stdin (if any) as an attachment, then the question; "" for the caller to
+    refuse when both are empty."""
+    if stdin is None or os.isatty(stdin.fileno()):
+        return question
+    try:
+        attached = read_stream(stdin, STDIN_NAME)
+    except AttachmentError as exc:
+        raise OneShotError(str(exc)) from None
+    return with_attachments(question, [attached] if attached.text.strip() else [])
+
+
+def loading_progress(stderr: TextIO) -> Callable[[str, float | None], None]:
+    """Loading stages on one stderr line when it is a terminal; silence in a pipe or a log."""
+    if not stderr.isatty():
+        return lambda stage, fraction: None
+
+    def show(stage: str, fraction: float | None) -> None:
+        percent = "" if fraction is None else f" {fraction:.0%}"
+        stderr.write(f"\r\x1b[K{stage}{percent}")
+        stderr.flush()
+
+    return show
+
+
+def run_oneshot(options: AppOptions, message: str, store: Store | None) -> int:
+    """Load, stream one reply to stdout, save it if asked; the exit code."""
+    try:
+        backend = load_backend(options, loading_progress(sys.stderr))
+        if sys.stderr.isatty():
+            sys.stderr.write("\r\x1b[K")
+        try:
+            conversation = Conversation([ChatMessage("user", message)], options.chat)
+            stream_reply(backend, conversation, sys.stdout)
+        finally:
+            backend.close()
+    except KeyboardInterrupt:
+        return INTERRUPTED
+    except STARTUP_ERRORS as exc:
+        return fail(str(exc))
+    except OneShotError as exc:
+        return fail(str(exc))
+    except BrokenPipeError:  # `lfm-chat -p ... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
+        return fail("stdout was closed before the reply ended.")
+    if store is not None:
+        store.save(conversation)
+    return 0
+
+
+def fail(sentence: str) -> int:
+    print(f"{PROG}: error: {' '.join(sentence.split())}", file=sys.stderr)
+    return 1
+
+
+def stream_reply(backend: Backend, conversation: Conversation, out: TextIO) -> None:
+    """Write the reply to `out` as it comes and add it to `conversation`; OneShotError on failure.
+    Ctrl+C cancels the request before the KeyboardInterrupt goes on."""
+    try:
+        prompt = backend.prepare(conversation)
+    except ValueError as exc:  # the tokenizer's ChatTemplateError
+        raise OneShotError(f"The model's chat template refused this prompt: {exc}") from None
+    settings, limit, used = conversation.settings, backend.max_model_len, prompt.tokens
+    room = settings.max_tokens if limit is None or used is None else limit - used
+    if room < 1:
+        raise OneShotError(f"The prompt is {used:,} tokens and the model's context is {limit:,}: shorten it.")
+    events: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
+    handle = backend.submit(prompt, settings, min(settings.max_tokens, room), "one-shot", events.put)
+    try:
+        reply, ids, last = print_stream(events, out)
+    except BaseException:  # Ctrl+C, or a closed stdout: the engine must not go on for no one
+        handle.cancel()
+        raise
+    if last.finish_reason == "error":
+        raise OneShotError(last.error or "the request failed")
+    conversation.messages.append(ChatMessage("assistant", reply))
+    backend.remember(conversation, prompt, reply, ids)
+
+
+def print_stream(events: queue.SimpleQueue[StreamEvent], out: TextIO) -> tuple[str, list[int], StreamEvent]:
+    """Print events up to the final one, cleaned as they come; (the reply cleaned, its ids, the final
+    event). The printed text is the returned reply, ended by a newline."""
+    raw, ids, stripper = "", [], StreamStripper()
+    while True:
+        event = events.get()
+        raw += event.text
+        ids.extend(event.token_ids)
+        if shown := stripper.feed(event.text) + (stripper.finish() if event.finished else ""):
+            out.write(shown)
+            out.flush()
+        if event.finished:
+            break
+    reply = strip_control(raw)
+    if reply and not reply.endswith("\n"):
+        out.write("\n")
+    return reply, ids, event
