@@ -12,6 +12,7 @@ widget's bindings come first in the chain, and priority ones were already tried 
 from __future__ import annotations
 
 from textual import command, events
+from textual.actions import parse
 from textual.widget import Widget
 from textual.widgets import Input
 
@@ -22,6 +23,9 @@ async def act_now(widget: Widget, event: events.Key) -> bool:
     binding = next((b for b in bindings if not b.priority), None)
     if binding is None or event.is_printable:
         return False
+    _, name, parameters = parse(binding.action)
+    if not widget.check_action(name, parameters):
+        return False  # disabled here: the key goes on to the bindings further up, as Textual would
     event.stop()
     event.prevent_default()
     await widget.run_action(binding.action)

@@ -132,5 +132,5 @@ async def test_a_huge_or_broken_keymap_is_a_warning(make_options: MakeOptions, t
     async with app.run_test(size=(200, 36)) as pilot:
         await chat_screen(app, pilot)
         await wait_until(pilot, lambda: app._notifications, "a notice")
-        assert "^n New" in footer_labels(app)
+        await wait_until(pilot, lambda: "^n New" in footer_labels(app), "the default key in the footer")
         assert "too big" in str(next(iter(app._notifications)).message)
