@@ -159,7 +159,7 @@ def parse_keymap(data: bytes, screens: Sequence[Sequence[BindingType]]) -> Parse
     parsed = ParsedKeymap()
     for binding_id, keys in entries.items():
         if (why := _entry_refusal(binding_id, keys, declared)) is not None:
-            parsed.skipped.append(f"{_quote(binding_id)} {why}")
+            parsed.skipped.append(why)
         else:
             parsed.keys[binding_id] = ",".join(normal_key(k) for k in keys.split(","))
     while (clash := _first_clash(parsed.keys, screens)) is not None:
@@ -170,13 +170,14 @@ def parse_keymap(data: bytes, screens: Sequence[Sequence[BindingType]]) -> Parse
 
 
 def _entry_refusal(binding_id: str, keys: object, declared: set[str]) -> str | None:
+    """Why the entry `binding_id: keys` is skipped, naming it; None if it can be done."""
     if binding_id not in declared:
-        return "is not a binding id"
+        return f"{_quote(binding_id)} is not a binding id"
     if not isinstance(keys, str):
-        return "is not a string"
+        return f"{_quote(binding_id)}: the key is not a string"
     for key_name in keys.split(","):
         if (why := refusal(key_name)) is not None:
-            return f"{_quote(key_name.strip())} {why}"
+            return f"{_quote(binding_id)}: {_quote(key_name.strip())} {why}"
     return None
 
 
