@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import App, SystemCommand
-from textual.binding import BindingType
+from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
 from app import paste
 from app.conversation import Conversation
-from app.keys import key, palette_commands
+from app.keys import key, load_keymap, palette_commands
 from app.options import MAX_PANES, AppOptions
 from app.persistence import Saver
 from app.screens.error import ErrorScreen, what_to_try
@@ -21,6 +20,7 @@ from app.screens.loading import LoadingScreen
 from app.store import Store
 from app.store_errors import StoreError
 from app.store_rows import repairs_notice
+from app.widgets import instant_keys
 
 if TYPE_CHECKING:  # imports torch-based widgets: loaded after the loading screen is drawn
     from app.backend.base import Backend
@@ -45,13 +45,14 @@ class LfmChatApp(App[None]):
         without one the app opens `options.store_path` itself and shows what went wrong."""
         super().__init__()
         paste.install()
+        instant_keys.install()
         self.options = options
         self.store = store
         self.backend: Backend | None = None
         self.chat_screen: ChatScreen | None = None
+        self.user_keys: dict[str, str] = {}  # binding id -> keys, as keymap.json set them
 
     def on_mount(self) -> None:
-        self._load_keymap()
         if self.store is None:
             try:
                 self.store = Store(self.options.store_path)
@@ -68,6 +69,7 @@ class LfmChatApp(App[None]):
         if (theme := self.store.get_state(THEME_KEY)) in self.available_themes:
             self.theme = theme
         self.push_screen(LoadingScreen(self.options))
+        self.call_after_refresh(self._load_keymap)  # it imports the chat screen's keys: after the first frame
 
     def watch_theme(self, theme: str) -> None:
         """Remember the theme picked in the palette for the next launch."""
@@ -75,18 +77,37 @@ class LfmChatApp(App[None]):
             Saver(self.store).set_state(THEME_KEY, theme)
 
     def _load_keymap(self) -> None:
-        """Users remap keys by binding id, e.g. {"new_pane": "f2"}, in keymap.json in the data dir."""
+        """Users remap keys by binding id, e.g. {"new_pane": "f2"}, in keymap.json in the data dir;
+        what cannot be done is skipped and named in one notice."""
         path = self.options.keymap_path
-        if not path.is_file():
-            return
-        try:
-            keymap = json.loads(path.read_text(encoding="utf-8"))
-            if not isinstance(keymap, dict) or not all(isinstance(v, str) for v in keymap.values()):
-                raise ValueError('expected an object of binding id -> key, like {"new_pane": "f2"}')
-        except (OSError, ValueError) as exc:
-            self.notify(f"Ignoring {path}: {exc}", severity="warning", timeout=10, markup=False)
-            return
-        self.set_keymap(keymap)
+        parsed = load_keymap(path, self._key_screens())
+        if parsed.problem is not None:
+            self.notify(f"Ignoring {path}: {parsed.problem}.", severity="warning", timeout=15, markup=False)
+        elif parsed.skipped:
+            skipped = "; ".join(parsed.skipped)
+            self.notify(f"{path}: skipped {skipped}.", severity="warning", timeout=15, markup=False)
+        self.user_keys = parsed.keys
+        self.set_keymap(parsed.keys)
+
+    def _key_screens(self) -> list[list[BindingType]]:
+        """The bindings active together, screen by screen: a key may do one thing in each."""
+        from app.screens.chat import ChatScreen
+        from app.screens.history import HistoryScreen
+        from app.screens.settings import SettingsScreen
+        from app.widgets.chat_pane import ChatPane
+
+        screens = (ChatScreen, HistoryScreen, SettingsScreen, ErrorScreen, LoadingScreen)
+        panes = {ChatScreen: ChatPane.BINDINGS}
+        return [[*self.BINDINGS, *screen.BINDINGS, *panes.get(screen, [])] for screen in screens]
+
+    def get_key_display(self, binding: Binding) -> str:
+        """The key the user's keymap put in force, wherever a key is named: footer, palette, notices;
+        a binding with several keys shows them all ("delete/^d")."""
+        keys = self.user_keys.get(binding.id or "", binding.key)
+        if keys == binding.key and "," not in keys:
+            return super().get_key_display(binding)
+        display = super().get_key_display  # (a bare super() cannot run inside the generator)
+        return "/".join(display(binding.with_key(k.strip())) for k in keys.split(","))
 
     def on_loading_screen_loaded(self, message: LoadingScreen.Loaded) -> None:
         from app.screens.chat import ChatScreen  # imported by the loader thread (see TYPE_CHECKING above)

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from textual import work
 from textual.app import ComposeResult, SystemCommand
-from textual.binding import Binding, BindingType
+from textual.binding import BindingType
 from textual.containers import Grid
 from textual.events import DescendantFocus, Resize
 from textual.message import Message
@@ -21,7 +21,7 @@ from textual.worker import get_current_worker
 from app.backend.base import Backend
 from app.backend.server_metrics import ServerSnapshot
 from app.conversation import ChatMessage, ChatSettings, Conversation
-from app.keys import key, palette_commands
+from app.keys import PANE_KEYS, key, key_named, palette_commands
 from app.layout import plan_layout
 from app.options import MAX_PANES
 from app.pane_context import PaneContext
@@ -142,7 +142,8 @@ class ChatScreen(Screen[None]):
         layout = plan_layout(width, height, len(panes), chrome, self.dashboard_wanted)
         self.grid.styles.grid_size_columns, self.grid.styles.grid_size_rows = layout.columns, layout.rows
         self.dashboard.set_mode(layout.dashboard)
-        self.too_small.update(f"{layout.too_small}\nEnlarge the window, or close a pane (ctrl+w).")
+        close = key_named(self.app, self.BINDINGS, "close_pane")
+        self.too_small.update(f"{layout.too_small}\nEnlarge the window, or close a pane ({close}).")
         was_too_small = self.has_class("-too-small")
         self.set_class(layout.too_small is not None, "-too-small")
         if was_too_small and layout.too_small is None and self.focused is None:
@@ -208,7 +209,8 @@ class ChatScreen(Screen[None]):
             self._relayout()
         if problem:
             self.save_warning.update(
-                f"Not saved: {problem} Retrying every {RETRY_SECONDS:.0f} s; ctrl+o exports a pane."
+                f"Not saved: {problem} Retrying every {RETRY_SECONDS:.0f} s; "
+                f"{key_named(self.app, PANE_KEYS, 'export')} exports a pane."
             )
 
     async def save_all(self) -> None:
@@ -244,10 +246,11 @@ class ChatScreen(Screen[None]):
 
     async def action_close_pane(self) -> None:
         if len(self.panes) == 1:
-            self.notify("The last pane stays open: ctrl+l clears it.", severity="warning")
+            clear = key_named(self.app, PANE_KEYS, "clear")
+            self.notify(f"The last pane stays open: {clear} clears it.", severity="warning")
             return
         pane = self.active_pane
-        key_name = self.app.get_key_display(self._binding("close_pane"))
+        key_name = key_named(self.app, self.BINDINGS, "close_pane")
         if pane.busy and not self._confirmed(
             f"close {pane.id}",
             f"Pane {pane.label} is still replying. {key_name} again closes it (the reply so far is kept).",
@@ -259,9 +262,6 @@ class ChatScreen(Screen[None]):
         self._relayout()
         self.persist(pane.conversation)
         self.set_focus(self.panes[min(index, len(self.panes) - 1)].prompt_input)
-
-    def _binding(self, binding_id: str) -> Binding:
-        return next(b for b in self.BINDINGS if isinstance(b, Binding) and b.id == binding_id)
 
     def action_toggle_dashboard(self) -> None:
         self.dashboard_wanted = not self.dashboard_wanted
@@ -279,7 +279,7 @@ class ChatScreen(Screen[None]):
 
     def action_history(self) -> None:
         open_ids = {p.conversation.id for p in self.panes}
-        self.app.push_screen(HistoryScreen(self.saver, open_ids), self._reopen)
+        self.app.push_screen(HistoryScreen(self.saver, open_ids, self._release), self._reopen)
 
     async def _reopen(self, conversation_id: int | None) -> None:
         self._adopt_names()
@@ -288,8 +288,26 @@ class ChatScreen(Screen[None]):
         pane = next((p for p in self.panes if p.conversation.id == conversation_id), None)
         if pane is not None:
             self.set_focus(pane.prompt_input)
-        elif (conversation := self.saver.store.load(conversation_id)) is not None:
+        elif (conversation := self.saver.store.load(conversation_id)) is None:
+            return
+        elif (empty := self._empty_pane()) is not None:
+            await empty.open_conversation(conversation)
+            self.set_focus(empty.prompt_input)
+        else:
             await self.action_new_pane(conversation)
+
+    def _empty_pane(self) -> ChatPane | None:
+        """Where a reopened conversation goes before a new pane is opened: the active pane if it is
+        empty, else the first empty one."""
+        return next((p for p in [self.active_pane, *self.panes] if p.empty), None)
+
+    async def _release(self, conversation_id: int) -> None:
+        """History is deleting a conversation open in a pane: stop its reply and give the pane a new
+        conversation first, so no later save writes the deleted row back."""
+        for pane in self.panes:
+            if pane.conversation.id == conversation_id:
+                await pane.settle()
+                await pane.open_conversation(Conversation(settings=replace(pane.conversation.settings)))
 
     def _adopt_names(self) -> None:
         """A rename in History of a conversation open in a pane: the pane takes the new name (its next

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Collection
+from collections.abc import Awaitable, Callable, Collection
 from typing import ClassVar
 
 from rich.text import Text
@@ -14,9 +14,11 @@ from textual.screen import ModalScreen
 from textual.widgets import Input, Label, OptionList
 from textual.widgets.option_list import Option
 
+from app.keys import key_named
 from app.persistence import Saver
 from app.sanitize import strip_control
 from app.store import ConversationSummary
+from app.widgets.instant_keys import InstantInput
 from app.widgets.key_footer import KeyFooter
 
 CONFIRM_SECONDS = 3.0
@@ -59,24 +61,38 @@ class HistoryScreen(ModalScreen[int | None]):
         Binding("up", "move(-1)", "", show=False, priority=True),
     ]
 
-    def __init__(self, saver: Saver, open_ids: Collection[int | None]) -> None:
+    def __init__(
+        self,
+        saver: Saver,
+        open_ids: Collection[int | None],
+        release: Callable[[int], Awaitable[None]],
+    ) -> None:
+        """`release(id)`: the chat screen lets go of a conversation open in a pane before it is deleted."""
         super().__init__()
         self.saver = saver
-        self.open_ids = open_ids
+        self.open_ids = set(open_ids)
+        self.release = release
         self._renaming: int | None = None
         self._confirm: tuple[int, float] | None = None
-        self.search = Input(placeholder="Search titles and messages…", id="history-search", compact=True)
+        self.search = InstantInput(
+            placeholder="Search titles and messages…", id="history-search", compact=True
+        )
         self.options = OptionList(id="history-list")
 
     def compose(self) -> ComposeResult:
         with Vertical(id="history-dialog") as dialog:
             dialog.border_title = "History"
-            yield Label(
-                "Type to search · Enter opens · ctrl+r renames · Del deletes · Esc closes", id="history-title"
-            )
+            yield Label(self._help(), id="history-title", markup=False)
             yield self.search
             yield self.options
         yield KeyFooter()
+
+    def _help(self) -> str:
+        """The keys as they are in force (keymap.json may have moved them)."""
+        keys = {name: key_named(self.app, self.BINDINGS, f"history_{name}") for name in ("rename", "delete")}
+        return (
+            f"Type to search · Enter opens · {keys['rename']} renames · {keys['delete']} deletes · Esc closes"
+        )
 
     def on_mount(self) -> None:
         self._fill()
@@ -133,19 +149,27 @@ class HistoryScreen(ModalScreen[int | None]):
         self.search.value = ""
         self.search.focus()
 
-    def action_delete(self) -> None:
+    async def action_delete(self) -> None:
         cid = self._highlighted_id()
         if cid is None:
-            return
-        if cid in self.open_ids:
-            self.notify("That conversation is open in a pane; close the pane first.", severity="warning")
             return
         now = time.monotonic()
         if self._confirm is None or self._confirm[0] != cid or now > self._confirm[1]:
             self._confirm = (cid, now + CONFIRM_SECONDS)
-            self.notify("Press Del again to delete it for good.", severity="warning", timeout=CONFIRM_SECONDS)
+            again = key_named(self.app, self.BINDINGS, "history_delete")
+            opened = (
+                " It is open in a pane, which will start a new conversation." if cid in self.open_ids else ""
+            )
+            self.notify(
+                f"Press {again} again to delete it for good.{opened}",
+                severity="warning",
+                timeout=CONFIRM_SECONDS,
+            )
             return
         self._confirm = None
+        if cid in self.open_ids:
+            await self.release(cid)
+            self.open_ids.discard(cid)
         index = self.options.highlighted or 0
         if self.saver.delete(cid):
             self._fill()

@@ -12,6 +12,7 @@ from textual.widgets import Button, Input, Label, TextArea
 
 from app.conversation import ChatSettings
 from app.sanitize import strip_control
+from app.widgets.instant_keys import InstantInput
 from app.widgets.key_footer import KeyFooter
 from engine import SamplingParamsError
 
@@ -77,7 +78,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             with Grid(id="settings-fields"):
                 for name, label, _ in FIELDS:
                     yield Label(label)
-                    yield Input(str(getattr(self.settings, name)), id=name, compact=True)
+                    yield InstantInput(str(getattr(self.settings, name)), id=name, compact=True)
             yield Label("", id="settings-error", markup=False)
             with Horizontal(id="settings-buttons"):
                 yield Button("Save", variant="primary", id="save")
@@ -89,14 +90,19 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
 
     def on_button_pressed(self, event: Button.Pressed) -> None:
         if event.button.id == "save":
-            self.action_save()
+            self._save()
         else:
             self.dismiss(None)
 
     def on_input_submitted(self) -> None:
-        self.action_save()
+        self._save()
 
     def action_save(self) -> None:
+        """ctrl+s is a priority key: it runs before keys typed just ahead of it reach their box, so
+        the fields are read from the focused box's queue, after those keys."""
+        (self.focused or self).call_later(self._save)
+
+    def _save(self) -> None:
         values = {name: self.query_one(f"#{name}", Input).value for name, _, _ in FIELDS}
         try:
             system_prompt = strip_control(self.query_one("#system-prompt", TextArea).text)

@@ -27,7 +27,7 @@ from app.attachment import Attachment, AttachmentError, file_command, from_text,
 from app.backend.base import Prompt, StreamEvent
 from app.conversation import ChatMessage, ChatSettings, Conversation
 from app.export import last_code_block
-from app.keys import PANE_KEYS
+from app.keys import PANE_KEYS, key_named
 from app.pane_attachments import PaneAttachments, measure
 from app.pane_context import PaneContext
 from app.reply_parts import answer_text
@@ -87,12 +87,28 @@ class ChatPane(Vertical):
         yield self.prompt_input
 
     async def on_mount(self) -> None:
-        self.prompt_input.text = strip_control(self.conversation.draft)
+        self.prompt_input.restore(strip_control(self.conversation.draft))
         await self.measure_context()
 
     @property
     def busy(self) -> bool:
         return self.turn is not None or self._starting
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to lose by showing another conversation here: no messages, nothing typed."""
+        return not self.busy and not self.conversation.messages and not self.prompt_input.text.strip()
+
+    async def open_conversation(self, conversation: Conversation) -> None:
+        """Show `conversation` here instead of the current one (which stays saved as it is). What is
+        typed in the box stays unless `conversation` brings a draft of its own."""
+        self.conversation = conversation
+        await self.transcript.show(conversation.messages)
+        if conversation.draft:
+            self.prompt_input.restore(strip_control(conversation.draft))
+        self.status.reset()
+        await self.measure_context()
+        self._persist()
 
     def focus_input(self) -> None:
         self.prompt_input.focus()
@@ -175,7 +191,8 @@ class ChatPane(Vertical):
         if room < 1:
             await self._refuse_last(
                 f"This message would not fit: the conversation needs {used} tokens and the "
-                f"model's context is {limit}. Shorten it, or clear the pane (ctrl+l)."
+                f"model's context is {limit}. Shorten it, or clear the pane "
+                f"({key_named(self.app, PANE_KEYS, 'clear')})."
             )
             return
         reply = await self.transcript.add_reply()
@@ -332,13 +349,8 @@ class ChatPane(Vertical):
         self.prompt_input.move_cursor(self.prompt_input.document.end)
 
     async def action_clear(self) -> None:
-        if self.busy:
-            return
-        self.conversation = Conversation(settings=replace(self.conversation.settings))
-        await self.transcript.show([])
-        self.status.reset()
-        await self.measure_context()
-        self._persist()
+        if not self.busy:
+            await self.open_conversation(Conversation(settings=replace(self.conversation.settings)))
 
     def action_settings(self) -> None:
         async def apply(settings: ChatSettings | None) -> None:
@@ -357,6 +369,9 @@ class ChatPane(Vertical):
         self.app.push_screen(AttachScreen(self.label), attach)
 
     def action_toggle_thinking(self) -> None:
+        if not any(reply.has_thinking for reply in self.transcript.replies):
+            self.notify("No thinking to show: no reply in this pane has any.", severity="warning")
+            return
         self.transcript.set_thinking_shown(not self.transcript.show_thinking)
 
     def action_select(self, step: int) -> None:

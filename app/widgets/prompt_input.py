@@ -11,6 +11,7 @@ from textual.widgets import TextArea
 
 from app.paste import OversizedPaste, paste_refusal
 from app.sanitize import strip_control
+from app.widgets.instant_keys import InstantKeys
 
 
 class PromptHistory:
@@ -47,7 +48,7 @@ class PromptHistory:
         return entries[self._index]
 
 
-class PromptInput(TextArea):
+class PromptInput(InstantKeys, TextArea):
     """Multi-line input. Enter sends because that is what every chat app does; a newline needs
     ctrl+j (what terminals send for it) or shift+enter (where the terminal reports it).
 
@@ -121,14 +122,17 @@ class PromptInput(TextArea):
 
     def _recall(self, text: str | None) -> None:
         if text is not None:
-            self.text = text
-            self.move_cursor(self.document.end)
+            self.restore(text)
+
+    def restore(self, text: str) -> None:
+        """Put `text` in the box with the cursor after it, where typing goes on."""
+        self.text = text
+        self.move_cursor(self.document.end)
 
     def give_back(self, text: str) -> None:
         """Return a message the pane could not send, ahead of anything typed since."""
         typed = self.text
-        self.text = f"{text}\n{typed}" if typed.strip() else text
-        self.move_cursor(self.document.end)
+        self.restore(f"{text}\n{typed}" if typed.strip() else text)
 
     @dataclass
     class PasteOffered(Message):

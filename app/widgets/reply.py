@@ -16,6 +16,7 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
+from app.keys import PANE_KEYS, key_named
 from app.reply_parts import Part, answer_text, split_reply
 from app.sanitize import strip_control
 
@@ -59,7 +60,8 @@ class ThinkingBlock(Vertical):
             title = f"▾ Thinking… {words} words"
         else:
             arrow, verb = ("▾", "folds") if visible else ("▸", "shows")
-            title = f"{arrow} Thought · {words} words · ctrl+t {verb}"
+            toggle = key_named(self.app, PANE_KEYS, "toggle_thinking")
+            title = f"{arrow} Thought · {words} words · {toggle} {verb}"
         self.header.update(Content(title))
         self.body.display = visible and bool(self.part.text.strip())
         self.display = writing or bool(self.part.text.strip())
@@ -136,6 +138,10 @@ class Reply(Vertical):
     @property
     def markdown_parts(self) -> list[Markdown]:
         return [v for v in self._views if isinstance(v, AnswerMarkdown)]
+
+    @property
+    def has_thinking(self) -> bool:
+        return any(isinstance(v, ThinkingBlock) and v.part.text.strip() for v in self._views)
 
     async def update(self, text: str) -> None:
         """Show `text` (the whole reply so far): append to open parts, add new ones, redraw on a mismatch."""
