@@ -47,8 +47,8 @@ def test_two_actions_on_one_key_is_refused_but_a_swap_is_fine() -> None:
     clash = parse_keymap(b'{"export": "ctrl+y"}', [CHAT])  # copy keeps ctrl+y
     assert clash.keys == {}
     assert "copy" in clash.skipped[0]
-    both = parse_keymap(b'{"export": "f3", "copy": "f3"}', [CHAT])
-    assert both.keys == {"export": "f3"}
+    both = parse_keymap(b'{"export": "f7", "copy": "f7"}', [CHAT])
+    assert both.keys == {"export": "f7"}
     swap = parse_keymap(b'{"export": "ctrl+y", "copy": "ctrl+o"}', [CHAT])
     assert swap.keys == {"export": "ctrl+y", "copy": "ctrl+o"}
     elsewhere = [key("ctrl+n", "history_new", "New", "In another screen")]
@@ -94,15 +94,15 @@ def test_any_text_gives_valid_keys_and_clean_notices(text: str) -> None:
 async def test_the_footer_and_palette_show_the_keys_in_force(make_options: MakeOptions) -> None:
     options = make_options(panes=1)
     options.data_dir.mkdir(parents=True)
-    options.keymap_path.write_text(json.dumps({"new_pane": "f2", "export": "f3"}), encoding="utf-8")
+    options.keymap_path.write_text(json.dumps({"new_pane": "f2", "export": "f7"}), encoding="utf-8")
     app = LfmChatApp(options)
     async with app.run_test(size=(200, 36)) as pilot:
         screen = await chat_screen(app, pilot)
         await wait_until(pilot, lambda: "f2 New" in footer_labels(app), "the remapped key in the footer")
-        assert "f3 Export" in footer_labels(app)
+        assert "f7 Export" in footer_labels(app)
         helps = {c.title: c.help for c in app.get_system_commands(screen)}
         assert helps["Open a new pane"].startswith("f2 ")
-        assert helps["Export this conversation to a Markdown file"].startswith("f3 ")
+        assert helps["Export this conversation to a Markdown file"].startswith("f7 ")
         assert not app._notifications
 
 
