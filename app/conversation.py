@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from app.sanitize import strip_control
@@ -190,6 +190,17 @@ class Conversation:
     @property
     def last_reply(self) -> str | None:
         return next((m.content for m in reversed(self.messages) if m.role == "assistant"), None)
+
+    def fork(self, end: int, draft: str = "") -> Conversation:
+        """A new conversation with the first `end` messages, the same settings and the ids the engine
+        saw (so its first turn is served from the prefix cache), named after this one."""
+        return Conversation(
+            [replace(m) for m in self.messages[:end]],
+            replace(self.settings),
+            name=f"fork of {self.title or 'new chat'}",
+            draft=draft,
+            prompt_cache=self.prompt_cache.copy(),
+        )
 
     def chat_messages(self) -> list[dict[str, str]]:
         """The messages in chat-template form, system prompt first when there is one."""
