@@ -47,7 +47,7 @@ PANE_KEYS: list[BindingType] = [
     key("ctrl+l", "clear", "Clear", "Clear: a new conversation in this pane (old one kept)"),
     key("ctrl+f", "fork", "Fork", "Fork: a new pane continuing this chat up to the selected message"),
     key("alt+m", "mark", "Mark", "Mark or unmark this pane for broadcast"),
-    key("alt+b", "broadcast", "Broadcast", "Broadcast this pane's message to the marked panes (else all)"),
+    key("alt+a", "broadcast", "Broadcast", "Broadcast this pane's message to the marked panes (else all)"),
     key(
         "ctrl+up",
         "select(-1)",

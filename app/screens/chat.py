@@ -246,8 +246,9 @@ class ChatScreen(Screen[None]):
         self.persist(pane.conversation)
 
     async def on_chat_pane_forked(self, message: ChatPane.Forked) -> None:
-        """The fork opens right after its parent, so the two answers grow side by side."""
-        await self.action_new_pane(message.conversation, after=message.pane)
+        """The fork opens right after its parent (if still open), so the two answers grow side by side."""
+        parent = message.pane if message.pane in self.panes else None
+        await self.action_new_pane(message.conversation, after=parent)
 
     async def on_chat_pane_broadcast(self, message: ChatPane.Broadcast) -> None:
         """Send to the marked panes (else all): every prompt is built first, then all are submitted at

@@ -3,11 +3,14 @@ message to the marked panes (else all), batched together."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from app.app import LfmChatApp
 from app.conversation import ChatSettings
 from app.sanitize import strip_control
 from app.widgets.chat_pane import ChatPane
-from engine import RequestMetrics
+from app.widgets.dashboard import progress
+from engine import RequestMetrics, RequestSnapshot
 from tests.app.pilot_helpers import (
     MakeOptions,
     Reference,
@@ -93,7 +96,7 @@ async def test_broadcast_sends_to_the_marked_panes_else_to_all(
 
         two.focus_input()
         two.prompt_input.text = "Hello!"
-        await pilot.press("alt+b")  # typed in an unmarked pane: still goes to the marked ones
+        await pilot.press("alt+a")  # typed in an unmarked pane: still goes to the marked ones
         await wait_replied(pilot, one, three)
         assert two.prompt_input.text == "" and two.conversation.messages == []
         for pane in (one, three):
@@ -112,7 +115,25 @@ async def test_broadcast_sends_to_the_marked_panes_else_to_all(
             await pilot.press("alt+m")
         two.focus_input()
         two.prompt_input.text = "Hello!"
-        await pilot.press("alt+b")  # none marked: all panes
+        await pilot.press("alt+a")  # none marked: all panes
         await wait_replied(pilot, one, three, turns=2)
         await wait_replied(pilot, two)
         assert [r.source for r in two.transcript.replies] == [want]
+
+
+def test_the_dashboard_names_the_prompt_tokens_each_request_got_from_the_prefix_cache() -> None:
+    request = RequestSnapshot(
+        "r1",
+        "pane-2",
+        "prefill",
+        120,
+        112,
+        cached_prompt_tokens=96,
+        generated_tokens=0,
+        max_tokens=24,
+        tokens_per_s=0.0,
+        ttft=None,
+    )
+    assert progress(request) == "112/120 (96 cached)"
+    assert progress(replace(request, phase="decode", generated_tokens=3)) == "3/24 (96 cached)"
+    assert progress(replace(request, cached_prompt_tokens=0)) == "112/120"
