@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
 from app.sanitize import strip_control
@@ -77,44 +77,65 @@ class ChatMessage:
 
 @dataclass(slots=True)
 class PromptCache:
-    """Token ids the engine already saw for a conversation, each with the text it stands for.
+    """The ids the engine last computed for a conversation, as a chain of (text, ids) segments.
 
-    A reply is keyed by its text as stored (sanitized for display) but kept as the ids the model
-    generated: the model is shown exactly what it said, and the next render still matches.
+    Segments alternate: template text as it was encoded, then a reply as the ids the model
+    generated, keyed by its text as stored (sanitized for display). Joined, the texts are the last
+    prompt and reply, and the ids exactly what the engine saw. A chain, not one entry per turn: a
+    regenerate, an edit or a fork that drops the last reply still matches every segment before it
+    whole, so earlier replies are sent as generated, never re-encoded from their text.
     """
 
     entries: list[tuple[str, list[int]]] = field(default_factory=list)
 
-    def build(self, tokenizer: ChatTokenizer, messages: Sequence[dict[str, str]]) -> tuple[str, list[int]]:
-        """(prompt text, prompt ids): the ids of the cached entry sharing the longest start with the
-        render, as far as they cover that shared start, plus the rest encoded.
+    @property
+    def ids(self) -> list[int]:
+        """The last prompt and reply, as the engine saw them."""
+        return [token for _, ids in self.entries for token in ids]
 
-        An entry that prefixes the render is used whole. Otherwise the render left the entry part way
-        (a template that strips past thinking rewrites the previous reply): the entry's ids that decode
-        to a prefix of the shared text are kept, so the engine's prefix cache still covers it.
-        """
+    def copy(self) -> PromptCache:
+        """An independent cache (a fork's): segments are replaced, never changed in place."""
+        return PromptCache(list(self.entries))
+
+    def build(self, tokenizer: ChatTokenizer, messages: Sequence[dict[str, str]]) -> tuple[str, list[int]]:
+        """(prompt text, prompt ids): the ids of every segment the render repeats whole, then of the
+        first one it leaves, those that decode to a prefix of what the render kept of it, then the rest
+        encoded. A render that leaves a segment part way is an edited message, or a template that
+        strips past thinking from the previous reply."""
         text = tokenizer.render_chat(messages)
-        shared, best = max(((_shared_start(e[0], text), e) for e in self.entries), default=(0, None))
-        if best is None or shared == 0:
-            return text, tokenizer.encode(text)
-        if shared == len(best[0]):
-            count, covered = len(best[1]), shared
-        else:
-            count, covered = _ids_within(tokenizer, best[1], text[:shared])
-        return text, best[1][:count] + tokenizer.encode(text[covered:])
+        ids: list[int] = []
+        at = 0
+        for segment_text, segment_ids in self.entries:
+            if text.startswith(segment_text, at):
+                ids += segment_ids
+                at += len(segment_text)
+                continue
+            if shared := _shared_start(segment_text, text[at:]):
+                count, covered = _ids_within(tokenizer, segment_ids, text[at : at + shared])
+                ids += segment_ids[:count]
+                at += covered
+            break
+        return text, ids + (tokenizer.encode(text[at:]) if at < len(text) else [])
 
     def remember(
         self, tokenizer: ChatTokenizer, prompt: tuple[str, list[int]], reply: str, ids: list[int]
     ) -> None:
-        """Record a finished turn: its prompt, and prompt + stored reply as generated ids (stop included)."""
+        """Record a finished turn: the segments its prompt repeated, the rest of the prompt as one
+        segment, and the reply as the ids generated (stop included) keyed by the stored text."""
         text, prompt_ids = prompt
-        full = text + reply
+        kept: list[tuple[str, list[int]]] = []
+        at = count = 0
+        for segment_text, segment_ids in self.entries:
+            end = count + len(segment_ids)
+            if not (text.startswith(segment_text, at) and prompt_ids[count:end] == segment_ids):
+                break
+            kept.append((segment_text, segment_ids))
+            at, count = at + len(segment_text), end
+        if at < len(text) or count < len(prompt_ids):
+            kept.append((text[at:], prompt_ids[count:]))
         if ids and ids[-1] in tokenizer.stop_token_ids:
-            full += tokenizer.decode(ids[-1:], skip_special_tokens=False)
-        self.entries = [(text, prompt_ids), (full, prompt_ids + ids)]
-
-    def clear(self) -> None:
-        self.entries.clear()
+            reply += tokenizer.decode(ids[-1:], skip_special_tokens=False)
+        self.entries = [*kept, (reply, list(ids))]
 
 
 def _shared_start(a: str, b: str) -> int:
@@ -170,6 +191,17 @@ class Conversation:
     @property
     def last_reply(self) -> str | None:
         return next((m.content for m in reversed(self.messages) if m.role == "assistant"), None)
+
+    def fork(self, end: int, draft: str = "") -> Conversation:
+        """A new conversation with the first `end` messages, the same settings and the ids the engine
+        saw (so its first turn is served from the prefix cache), named after this one."""
+        return Conversation(
+            [replace(m) for m in self.messages[:end]],
+            replace(self.settings),
+            name=f"fork of {self.title or 'new chat'}",
+            draft=draft,
+            prompt_cache=self.prompt_cache.copy(),
+        )
 
     def chat_messages(self) -> list[dict[str, str]]:
         """The messages in chat-template form, system prompt first when there is one."""

@@ -77,6 +77,9 @@ PANE_KEYS: list[BindingType] = [
     key("ctrl+t", "toggle_thinking", "Thinking", "Show or fold the model's thinking in this pane"),
     key("f3", "attach_file", "Attach", "Attach a text file to the next message (or type /file PATH)"),
     key("ctrl+l", "clear", "Clear", "Clear: a new conversation in this pane (old one kept)"),
+    key("ctrl+f", "fork", "Fork", "Fork: a new pane continuing this chat up to the selected message"),
+    key("alt+m", "mark", "Mark", "Mark or unmark this pane for broadcast"),
+    key("alt+a", "broadcast", "Broadcast", "Broadcast this pane's message to the marked panes (else all)"),
     key(
         "ctrl+up",
         "select(-1)",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
@@ -234,15 +235,40 @@ class ChatScreen(Screen[None]):
         self.notify(prompt, severity="warning", timeout=CONFIRM_SECONDS, markup=False)
         return False
 
-    async def action_new_pane(self, conversation: Conversation | None = None) -> None:
+    async def action_new_pane(
+        self, conversation: Conversation | None = None, after: ChatPane | None = None
+    ) -> None:
         if len(self.panes) >= MAX_PANES:
             self.notify(f"At most {MAX_PANES} panes fit on screen.", severity="warning")
             return
         pane = self._new_pane(conversation or Conversation(settings=replace(self.defaults)))
-        await self.grid.mount(pane)
+        await self.grid.mount(pane, after=after)
         self._relayout()
         self.set_focus(pane.prompt_input)
         self.persist(pane.conversation)
+
+    async def on_chat_pane_forked(self, message: ChatPane.Forked) -> None:
+        """The fork opens right after its parent (if still open), so the two answers grow side by side."""
+        parent = message.pane if message.pane in self.panes else None
+        await self.action_new_pane(message.conversation, after=parent)
+
+    async def on_chat_pane_broadcast(self, message: ChatPane.Broadcast) -> None:
+        """Send to the marked panes (else all): every prompt is built first, then all are submitted at
+        once, so the engine batches their replies. A pane still replying is skipped and named; if
+        none could take it, the text goes back."""
+        panes = self.panes
+        targets = [p for p in panes if p.marked] or panes
+        ready = [p for p in targets if not p.busy]
+        if skipped := [p.label for p in targets if p.busy]:
+            self.notify(f"Not sent to pane {', '.join(skipped)}: still replying.", severity="warning")
+        if not ready:
+            message.pane.prompt_input.give_back(message.text)
+            return
+        taken = [pane for pane in ready if await pane.take_message(message.text)]
+        prepared = await asyncio.gather(*(pane.prepare_turn() for pane in taken))
+        for pane, turn in zip(taken, prepared, strict=True):
+            if turn is not None:
+                pane.start_turn(turn)
 
     async def action_close_pane(self) -> None:
         if len(self.panes) == 1:

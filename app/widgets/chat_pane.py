@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
@@ -38,6 +38,7 @@ from app.share import copy_out, export_out
 from app.turn import Turn
 from app.widgets.pane_status import PaneStatus
 from app.widgets.prompt_input import PromptInput
+from app.widgets.reply import Reply
 from app.widgets.token_inbox import TokenInbox
 from app.widgets.transcript import Transcript, copy_text
 
@@ -54,6 +55,15 @@ FRAME_SECONDS = 1 / 30
 DRAFT_SAVE_SECONDS = 1.0
 
 
+@dataclass(frozen=True, slots=True)
+class PreparedTurn:
+    """A turn ready to submit: its prompt, its token allowance, and the reply widget it streams into."""
+
+    prompt: Prompt
+    max_tokens: int
+    reply: Reply
+
+
 class ChatPane(Vertical):
     """A chat with the shared backend. Actions act on this pane only (Esc stops only this one)."""
 
@@ -62,11 +72,26 @@ class ChatPane(Vertical):
     class Woken(Message):
         """Token events are waiting in the pane's inbox (posted from the backend's thread)."""
 
+    @dataclass
+    class Forked(Message):
+        """A fork of this pane's conversation, for the screen to open beside it."""
+
+        pane: ChatPane
+        conversation: Conversation
+
+    @dataclass
+    class Broadcast(Message):
+        """A message typed in this pane, for the screen to send to the marked panes (else all)."""
+
+        pane: ChatPane
+        text: str
+
     def __init__(self, conversation: Conversation, context: PaneContext, *, id: str) -> None:
         super().__init__(id=id)
         self.conversation = conversation
         self.context = context
         self.label = id.removeprefix("pane-")
+        self.marked = False  # a target of broadcasts
         self.turn: Turn | None = None
         self._starting = False  # the prompt is rendering off the UI thread; not sendable meanwhile
         self.context_used: int | None = 0
@@ -165,28 +190,44 @@ class ChatPane(Vertical):
 
     async def send(self, text: str) -> None:
         """Add a user message, save it, and start the reply; refused (text given back) while busy."""
+        if await self.take_message(text):
+            await self._start_turn()
+
+    async def take_message(self, text: str) -> bool:
+        """Add a user message and save it; False (text given back) while busy."""
         if self.busy:  # a second Enter got in before the first turn started
             self.prompt_input.give_back(text)
             self.notify("This pane is still replying: Esc stops it.", severity="warning")
-            return
+            return False
         text = with_attachments(text, self.attachments.take())
         self.conversation.messages.append(ChatMessage("user", text))
         self.conversation.draft = self.prompt_input.text
         self._persist()
         await self.transcript.add_user(text)
         self._update_title()
-        await self._start_turn()
+        return True
 
     async def _start_turn(self) -> None:
-        backend = self.context.backend
+        if (prepared := await self.prepare_turn()) is not None:
+            self.start_turn(prepared)
+
+    async def prepare_turn(self) -> PreparedTurn | None:
+        """Everything before the request: the prompt built and checked against the context, and the
+        empty reply that will show it; None (with a notice) if it cannot be sent. The pane stays busy
+        until `start_turn`, so no second message slips in meanwhile."""
         self._starting = True
+        prepared = None
         try:
-            prompt = await self._build_prompt()
+            prepared = await self._prepare()
         finally:
-            self._starting = False
+            self._starting = prepared is not None
+        return prepared
+
+    async def _prepare(self) -> PreparedTurn | None:
+        prompt = await self._build_prompt()
         if prompt is None:
-            return
-        settings, limit, used = self.conversation.settings, backend.max_model_len, prompt.tokens
+            return None
+        settings, limit, used = self.conversation.settings, self.context.backend.max_model_len, prompt.tokens
         room = settings.max_tokens if limit is None or used is None else limit - used
         if room < 1:
             await self._refuse_last(
@@ -194,11 +235,19 @@ class ChatPane(Vertical):
                 f"model's context is {limit}. Shorten it, or clear the pane "
                 f"({key_named(self.app, PANE_KEYS, 'clear')})."
             )
-            return
-        reply = await self.transcript.add_reply()
-        handle = backend.submit(prompt, settings, min(settings.max_tokens, room), self.id, self.inbox.put)
-        self.turn = Turn(handle, prompt, reply)
-        self.context_used, self.context_estimated = prompt.count
+            return None
+        return PreparedTurn(prompt, min(settings.max_tokens, room), await self.transcript.add_reply())
+
+    def start_turn(self, prepared: PreparedTurn) -> None:
+        """Submit a prepared turn. Not async: a broadcast submits all its panes' turns without
+        yielding, so they reach the engine together and run in one batch."""
+        self._starting = False
+        settings = self.conversation.settings
+        handle = self.context.backend.submit(
+            prepared.prompt, settings, prepared.max_tokens, self.id, self.inbox.put
+        )
+        self.turn = Turn(handle, prepared.prompt, prepared.reply)
+        self.context_used, self.context_estimated = prepared.prompt.count
         self.status.show("queued")
         self._update_title()
 
@@ -368,6 +417,32 @@ class ChatPane(Vertical):
 
         self.app.push_screen(AttachScreen(self.label), attach)
 
+    def action_fork(self) -> None:
+        """Fork through the selected message, else the whole chat. A fork never ends on a user
+        message: that message goes to the fork's input instead, to be sent (or edited) there."""
+        messages = self.conversation.messages
+        selected = self.transcript.selected_message()
+        end = len(messages) if selected is None else min(selected + 1, len(messages))
+        draft = ""
+        if end and messages[end - 1].role == "user":
+            end, draft = end - 1, messages[end - 1].content
+        if not end and not draft:
+            self.notify("Nothing to fork yet: send a message first.", severity="warning")
+            return
+        self.transcript.select(None)
+        self.post_message(self.Forked(self, self.conversation.fork(end, strip_control(draft))))
+
+    def action_mark(self) -> None:
+        self.marked = not self.marked
+        self.set_class(self.marked, "-marked")
+        self._update_title()
+
+    def action_broadcast(self) -> None:
+        if text := self.prompt_input.take():
+            self.post_message(self.Broadcast(self, text))
+        else:
+            self.notify("Type the message to broadcast in this pane's input first.", severity="warning")
+
     def action_toggle_thinking(self) -> None:
         if not any(reply.has_thinking for reply in self.transcript.replies):
             self.notify("No thinking to show: no reply in this pane has any.", severity="warning")
@@ -419,7 +494,8 @@ class ChatPane(Vertical):
 
     def _update_title(self) -> None:
         """Plain text, never markup: the title is the user's own first message."""
-        self.border_title = Content(f"{self.label} · {self.conversation.title or 'new chat'}")
+        mark = "● " if self.marked else ""
+        self.border_title = Content(f"{mark}{self.label} · {self.conversation.title or 'new chat'}")
         used = "?" if self.context_used is None else f"{'~' * self.context_estimated}{self.context_used}"
         limit = self.context.backend.max_model_len or "?"
         preset = self.conversation.settings.preset

@@ -32,10 +32,12 @@ WAIT_WORDS = {
 
 
 def progress(request: RequestSnapshot) -> str:
-    """Prompt tokens computed while prefilling, else tokens generated, out of the total."""
+    """Prompt tokens computed while prefilling, else tokens generated, out of the total; and how
+    many prompt tokens the prefix cache served (a fork's or a regenerate's whole history)."""
+    cached = f" ({request.cached_prompt_tokens} cached)" if request.cached_prompt_tokens else ""
     if request.phase in ("prefill", "waiting", "preempted") and not request.generated_tokens:
-        return f"{request.computed_prompt_tokens}/{request.prompt_tokens}"
-    return f"{request.generated_tokens}/{request.max_tokens}"
+        return f"{request.computed_prompt_tokens}/{request.prompt_tokens}{cached}"
+    return f"{request.generated_tokens}/{request.max_tokens}{cached}"
 
 
 def request_cells(request: RequestSnapshot, labels: Mapping[object, str]) -> tuple[str, ...]:

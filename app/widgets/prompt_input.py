@@ -115,10 +115,16 @@ class PromptInput(InstantKeys, TextArea):
         if (reason := self._refusal()) is not None:
             self.notify(reason, severity="warning")
             return
+        self.post_message(self.Submitted(self, self.take()))
+
+    def take(self) -> str:
+        """The message typed, taken out of the box; "" (the box left alone) when it is blank."""
+        if not self.text.strip():
+            return ""
         text = self.text
         self.clear()
         self.recall.reset()
-        self.post_message(self.Submitted(self, text))
+        return text
 
     def _recall(self, text: str | None) -> None:
         if text is not None:

@@ -116,6 +116,15 @@ class Transcript(VerticalScroll, can_focus=False):
                 items.extend(child.query(MarkdownFence) if isinstance(child, Reply) else ())
         return items
 
+    def selected_message(self) -> int | None:
+        """Index of the message the selection is in (a code block belongs to its reply), if any."""
+        selected = self.selected
+        if selected is None:
+            return None
+        messages = [c for c in self.children if isinstance(c, UserMessage | Reply)]
+        owner = next((a for a in selected.ancestors_with_self if a in messages), None)
+        return None if owner is None else messages.index(owner)
+
     def move_selection(self, step: int) -> Widget | None:
         """Select the previous (-1) or next (+1) item; from no selection, -1 starts at the last."""
         items = self.selectables()

@@ -73,3 +73,31 @@ def test_title_export_and_code_blocks() -> None:
     assert markdown.startswith("# Write a function") and "## Assistant" in markdown
     assert last_code_block(chat.messages[1].content) == "y\n"
     assert last_code_block("no code") is None
+
+
+def test_dropping_the_last_reply_gives_back_the_exact_ids_of_its_prompt(tiny_ckpt: Path) -> None:
+    """Regenerate and edit drop the last reply: the earlier replies are still sent as generated, even
+    when their stored text (U+FFFD for split UTF-8) re-encodes to other ids."""
+    tokenizer = Tokenizer.from_pretrained(tiny_ckpt)
+    end = tokenizer.token_to_id("<|im_end|>")
+    split_utf8 = tokenizer.encode("é")[:1] if len(tokenizer.encode("é")) > 1 else tokenizer.encode("é")
+    chat = Conversation([ChatMessage("user", "Hello")])
+    cache = PromptCache()
+    first = cache.build(tokenizer, chat.chat_messages())
+    generated = [*(tokenizer.encode(ch)[0] for ch in "Hi there"), *split_utf8, end]
+    reply = "Hi there" + tokenizer.decode(split_utf8)  # what the pane stores
+    cache.remember(tokenizer, first, reply, generated)
+    chat.messages += [ChatMessage("assistant", reply), ChatMessage("user", "And you?")]
+    second = cache.build(tokenizer, chat.chat_messages())
+    assert second[1][: len(first[1]) + len(generated)] == first[1] + generated
+    cache.remember(tokenizer, second, "Fine", [*tokenizer.encode("Fine"), end])
+    assert cache.ids == second[1] + [*tokenizer.encode("Fine"), end]
+
+    for _ in range(2):  # ctrl+r twice: the same prompt, id for id
+        again = cache.build(tokenizer, chat.chat_messages())
+        assert again == second
+        cache.remember(tokenizer, again, "Other", tokenizer.encode("Other"))
+
+    fork = cache.copy()
+    cache.remember(tokenizer, second, "Mine", tokenizer.encode("Mine"))
+    assert fork.ids == second[1] + tokenizer.encode("Other")  # a fork's cache is its own

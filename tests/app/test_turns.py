@@ -62,13 +62,14 @@ async def test_second_turn_prefills_only_new_tokens(make_options: MakeOptions) -
         pane = (await chat_screen(app, pilot)).panes[0]
         await submit(pilot, pane, "Tell me a story about the sea.")
         await wait_replied(pilot, pane)
-        [(_, first_prompt), (_, first_turn)] = pane.conversation.prompt_cache.entries
+        [(_, first_prompt), _] = pane.conversation.prompt_cache.entries
+        first_turn = pane.conversation.prompt_cache.ids
 
         await submit(pilot, pane, "And then?")
         await wait_replied(pilot, pane, turns=2)
-        second_prompt = pane.conversation.prompt_cache.entries[0][1]
         metrics = pane.status.metrics
         assert metrics is not None
+        second_prompt = pane.conversation.prompt_cache.ids[: metrics.prompt_tokens]
 
         # The second prompt extends the ids the engine saw (prompt + generated), not a re-tokenization...
         assert second_prompt[: len(first_turn)] == first_turn
