@@ -72,7 +72,7 @@ class ChatMessage:
     role: str  # "user" | "assistant"
     content: str
     created_at: float = field(default_factory=time.time)
-    stopped: bool = False  # a reply the user stopped (Esc): exports mark it; not stored
+    stopped: bool = False  # a reply the user stopped (Esc): exports mark it
 
 
 @dataclass(slots=True)

@@ -27,12 +27,12 @@ from app.store_file import cause, check_writable, holds, identity, lock, move_as
 from app.store_rows import MESSAGE_LIMIT_CHARS, RowChecker
 from app.store_schema import upgrade
 
-_MESSAGES = "SELECT role, content, created_at FROM messages WHERE conversation_id = ? ORDER BY position"
+_MESSAGES = "SELECT role, content, created_at, stopped FROM messages WHERE conversation_id = ? ORDER BY position"
 _LOADED_MESSAGES = (  # no more of a message than is loaded, so a huge row never reaches memory whole
-    f"SELECT role, substr(content, 1, {MESSAGE_LIMIT_CHARS + 1}), created_at FROM messages"
+    f"SELECT role, substr(content, 1, {MESSAGE_LIMIT_CHARS + 1}), created_at, stopped FROM messages"
     " WHERE conversation_id = ? ORDER BY position"
 )
-_MessageRow = tuple[str, str, float]  # role, content, created_at: what decides whether a row is rewritten
+_MessageRow = tuple[str, str, float, int]  # role, content, created_at, stopped: decide whether a row is rewritten
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,16 +172,17 @@ class Store:
             self._last_id += 1
             conversation.id = self._last_id
         cid = conversation.id
-        rows = [(m.role, m.content, m.created_at) for m in conversation.messages]
+        rows = [(m.role, m.content, m.created_at, int(m.stopped)) for m in conversation.messages]
         written = self._written.pop(cid, None)  # back only once this commit succeeds
         with self._write() as db:
             if written is None:
                 written = db.execute(_MESSAGES, (cid,)).fetchall()
             self._upsert_conversation(db, conversation)
             db.executemany(
-                """INSERT INTO messages (conversation_id, position, role, content, created_at)
-                   VALUES (?, ?, ?, ?, ?) ON CONFLICT (conversation_id, position) DO UPDATE
-                   SET role = excluded.role, content = excluded.content, created_at = excluded.created_at""",
+                """INSERT INTO messages (conversation_id, position, role, content, created_at, stopped)
+                   VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (conversation_id, position) DO UPDATE
+                   SET role = excluded.role, content = excluded.content, created_at = excluded.created_at,
+                   stopped = excluded.stopped""",
                 [(cid, i, *row) for i, row in enumerate(rows) if i >= len(written) or written[i] != row],
             )
             if len(written) > len(rows):

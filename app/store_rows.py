@@ -53,13 +53,15 @@ class RowChecker:
         self.repairs.append(f"{what} is not a number")
         return default
 
-    def message(self, role: object, content: object, created_at: object, what: str) -> ChatMessage | None:
-        """A message, or None (left out) for a role lfm-chat never writes."""
+    def message(
+        self, role: object, content: object, created_at: object, stopped: object, what: str
+    ) -> ChatMessage | None:
+        """A message, or None (left out) for a role lfm-chat never writes; `stopped` is 1 or not."""
         if role not in ROLES:
             self.repairs.append(f"{what} has an unknown role and was left out")
             return None
         text = self.text(content, what, MESSAGE_LIMIT_CHARS, clean=False)
-        return ChatMessage(str(role), text, self.number(created_at, f"{what}'s time"))
+        return ChatMessage(str(role), text, self.number(created_at, f"{what}'s time"), stopped=stopped == 1)
 
     def settings(self, raw: object, what: str) -> ChatSettings:
         """Known fields of the right type; the rest take their defaults."""

@@ -38,6 +38,10 @@ _UPGRADES: tuple[str, ...] = (
     ALTER TABLE conversations ADD COLUMN prompt_cache TEXT NOT NULL DEFAULT '[]';
     CREATE TABLE state (key TEXT PRIMARY KEY, value TEXT NOT NULL);
     """,
+    # 2 -> 3: a reply the user stopped stays marked as stopped (exports say so)
+    """
+    ALTER TABLE messages ADD COLUMN stopped INTEGER NOT NULL DEFAULT 0;
+    """,
 )
 SCHEMA_VERSION = len(_UPGRADES)
 

@@ -101,7 +101,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.executescript(V1_SCHEMA)
     store = Store(path)
-    assert store.schema_version == SCHEMA_VERSION == 2
+    assert store.schema_version == SCHEMA_VERSION == 3
     [old] = store.open_conversations()
     assert (old.id, old.settings.temperature) == (7, 0.9)
     assert (old.name, old.draft, old.prompt_cache) == ("", "", PromptCache())
@@ -112,6 +112,16 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     store.close()
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def test_a_stopped_reply_stays_marked_after_a_reload(tmp_path: Path) -> None:
+    store = Store(tmp_path / "db.sqlite3")
+    chat = conversation("hi", "cut sh")
+    chat.messages[1].stopped = True
+    cid = store.save(chat)
+    store.close()
+    again = Store(tmp_path / "db.sqlite3").load(cid)
+    assert again is not None and [m.stopped for m in again.messages] == [False, True]
 
 
 def message_writes(path: Path) -> sqlite3.Connection:
