@@ -3,7 +3,8 @@
 Within a repetition each workload runs on every engine back to back, and the order flips
 from one repetition to the next, so slow drift on a shared machine (thermal, other jobs)
 does not favour whichever engine always goes first. Workloads marked `isolated` run once
-per engine in a fresh subprocess (bench.rss) instead.
+per engine in a fresh subprocess (bench.rss) instead. Ctrl+C ends the loop but keeps every run
+that finished, so the report still shows them.
 """
 
 from __future__ import annotations
@@ -51,32 +52,61 @@ def warm_up(backend: Backend, quick: bool) -> float:
 
 def run_benchmark(
     workloads: list[Workload], engines: list[str], settings: RunSettings, repeats: int, progress: Progress
-) -> tuple[RunSettings, list[WorkloadResult]]:
-    """Run everything; returns the settings as finally used (with the calibrated Poisson rate)."""
+) -> tuple[RunSettings, list[WorkloadResult], bool]:
+    """Run everything; returns the settings as finally used (with the calibrated Poisson rate), the
+    results and whether every run finished (False: Ctrl+C stopped it; the finished runs are kept)."""
     results = {w.name: WorkloadResult(w) for w in workloads}
+    try:
+        settings = _run_in_process(workloads, engines, settings, repeats, progress, results)
+        _run_isolated(workloads, engines, settings, progress, results)
+    except KeyboardInterrupt:
+        progress.note(f"interrupted: {progress.finished} of {progress.total} runs finished")
+        return settings, [r for r in results.values() if r.samples], False
+    return settings, [results[w.name] for w in workloads], True
+
+
+def _run_in_process(
+    workloads: list[Workload],
+    engines: list[str],
+    settings: RunSettings,
+    repeats: int,
+    progress: Progress,
+    results: dict[str, WorkloadResult],
+) -> RunSettings:
     in_process = [w for w in workloads if not w.isolated]
-    if in_process:
-        backends = []
-        for name in engines:
-            progress.note(f"loading {name} from {settings.checkpoint}")
+    if not in_process:
+        return settings
+    backends = []
+    for name in engines:
+        with progress.stage(f"loading {name} from {settings.checkpoint}"):
             dtype = settings.dtype_of(name)
             backends.append(load_backend(name, settings.checkpoint, dtype, settings.quantize))
+    with progress.stage("warming up"):
         step_times = {backend.name: warm_up(backend, settings.quick) for backend in backends}
-        if settings.poisson_rate is None and any(w.uses_arrival_rate for w in in_process):
-            rate = poisson_rate(step_times[engines[0]], settings.quick)
-            settings = dataclasses.replace(settings, poisson_rate=rate)
-            progress.note(f"Poisson rate {rate:.3g} requests/s, from {engines[0]}'s warm-up step time")
-        for repetition in range(repeats):
-            order = backends if repetition % 2 == 0 else backends[::-1]
-            for workload in in_process:
-                scenario = workload.build(settings.build_context(workload, repetition))
-                for backend in order:
-                    with progress.run(f"rep {repetition + 1}/{repeats} {workload.name:<12} {backend.name}"):
-                        results[workload.name].add(
-                            backend.name, workload.measure(run_checked(backend, scenario))
-                        )
+    if settings.poisson_rate is None and any(w.uses_arrival_rate for w in in_process):
+        rate = poisson_rate(step_times[engines[0]], settings.quick)
+        settings = dataclasses.replace(settings, poisson_rate=rate)
+        progress.note(f"Poisson rate {rate:.3g} requests/s, from {engines[0]}'s warm-up step time")
+    for repetition in range(repeats):
+        order = backends if repetition % 2 == 0 else backends[::-1]
+        for workload in in_process:
+            scenario = workload.build(settings.build_context(workload, repetition))
+            for backend in order:
+                with progress.run(f"rep {repetition + 1}/{repeats} {workload.name:<12} {backend.name}"):
+                    figures = workload.measure(run_checked(backend, scenario))
+                results[workload.name].add(backend.name, figures)
+    return settings
+
+
+def _run_isolated(
+    workloads: list[Workload],
+    engines: list[str],
+    settings: RunSettings,
+    progress: Progress,
+    results: dict[str, WorkloadResult],
+) -> None:
     for workload in (w for w in workloads if w.isolated):
         for name in engines:
             with progress.run(f"fresh process {workload.name:<12} {name}"):
-                results[workload.name].add(name, measure_in_subprocess(name, workload, settings))
-    return settings, [results[w.name] for w in workloads]
+                figures = measure_in_subprocess(name, workload, settings)
+            results[workload.name].add(name, figures)
