@@ -25,6 +25,7 @@ import torch
 
 from bench import ours, quality
 from bench.backends import ENGINES
+from bench.bandwidth import measure_read_bandwidth
 from bench.checkpoint import DEFAULT_SHAPE, SHAPES, random_checkpoint, tiny_checkpoint
 from bench.machine import describe
 from bench.progress import Progress
@@ -203,6 +204,9 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(threads)
     try:
         dtype, isa = _dtype_and_kernels(args.dtype, progress)
+        with progress.stage("measuring the memory bandwidth"):
+            bandwidth = measure_read_bandwidth(threads)
+        progress.note(f"memory bandwidth: {bandwidth.describe()}")
     except KeyboardInterrupt:
         progress.note("interrupted before any run finished")
         return INTERRUPTED
@@ -228,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
         )
         dtypes = dtype if args.hf_dtype is None else f"{dtype} (transformers: {args.hf_dtype})"
         machine = describe(threads, dtypes)
-        settings, results, complete = run_benchmark(workloads, args.engines, settings, args.repeats, progress)
+        run = run_benchmark(workloads, args.engines, settings, args.repeats, progress, bandwidth)
+        settings, results, complete = run.settings, run.results, run.complete
         measured = None
         if schemes and complete:
             try:
@@ -249,6 +254,20 @@ def main(argv: list[str] | None = None) -> int:
         },
         "engine": {**ours.describe(), "quantize": args.quantize, "native kernels": isa},
         "command": shlex.join(["lfm-chat", "bench", *argv]),
+        "bandwidth": {
+            "GB/s": bandwidth.gb_per_s,
+            "threads": bandwidth.threads,
+            "probe bytes": bandwidth.probe_bytes,
+            "described": bandwidth.describe(),
+        },
+        "decode limit": None
+        if run.limit is None
+        else {
+            "scheme": run.limit.scheme,
+            "step bytes": run.limit.step_bytes,
+            "tok/s": run.limit.tok_per_s,
+            "described": run.limit.describe(),
+        },
     }
     reports = [text_report(results, args.engines, context, markdown=args.markdown)] if results else []
     if not complete:

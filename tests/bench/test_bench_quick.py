@@ -11,8 +11,8 @@ import time
 
 import pytest
 
+from bench import bandwidth, runner
 from bench import progress as progress_module
-from bench import runner
 from bench.cli import INTERRUPTED, main, parse, planned_runs
 from bench.progress import Progress
 
@@ -49,6 +49,7 @@ def test_ctrl_c_mid_run_prints_the_runs_that_finished_and_exits_130(monkeypatch:
         return real(*args)
 
     monkeypatch.setattr(runner, "run_checked", interrupted_at_the_third)
+    monkeypatch.setattr(bandwidth, "PROBE_BYTES", 32 * 2**20)  # the real probe's 512 MB is for real runs
     stdout, stderr = io.StringIO(), io.StringIO()
     argv = ["--tiny", "--quick", "--engines", "ours", "--threads", "1", "--workloads", "single,batch8"]
     with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
@@ -59,3 +60,7 @@ def test_ctrl_c_mid_run_prints_the_runs_that_finished_and_exits_130(monkeypatch:
     rows = [line.split() for line in text.splitlines() if line.startswith(("single", "batch8"))]
     assert rows and all(row[0] == "single" for row in rows)
     assert all(row[-1] != "n/a" for row in rows)
+    assert "memory bandwidth: " in text and "GB/s (1-thread read of 32 MB" in text
+    assert "limit: a one-stream decode step reads " in text
+    (limit_row,) = [line.split() for line in text.splitlines() if "% of limit" in line]
+    assert limit_row[0] == "single" and limit_row[-1].endswith("%")
