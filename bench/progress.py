@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TextIO
 
-HEARTBEAT_SECONDS = 5.0
+HEARTBEAT_SECONDS = 10.0
 
 
 class Progress:
