@@ -40,7 +40,7 @@ class KeyLatency:
     keys: int
     interval_s: float
     latencies_s: list[float]  # per key, press to first frame showing it
-    streamed_tokens: int  # tokens the streaming panes received meanwhile
+    streamed_tokens: int  # tokens the streaming panes drew meanwhile
 
     def report(self) -> str:
         def ms(q: float) -> str:
@@ -48,7 +48,7 @@ class KeyLatency:
 
         return (
             f"key-to-screen latency, {self.keys} keys at {self.interval_s * 1000:.0f} ms while "
-            f"{self.streams} panes stream ({self.streamed_tokens} tokens meanwhile): "
+            f"{self.streams} panes stream ({self.streamed_tokens} tokens shown meanwhile): "
             f"p50 {ms(50)}, p95 {ms(95)}, max {max(self.latencies_s) * 1000:.0f} ms"
         )
 
