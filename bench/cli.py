@@ -4,7 +4,8 @@ lfm-chat bench                                   all workloads, 350M-shape rando
 lfm-chat bench --workloads single,chats8 --markdown
 lfm-chat bench --shape lfm3-1.7b --workloads single,batch8   LFM3-1.7B-shape random weights
 lfm-chat bench --shape lfm2-8b-a1b --quantize int8           LFM2-8B-A1B-shape random weights (17 GB)
-lfm-chat bench --tiny --quick --repeats 1        a smoke run in seconds
+lfm-chat bench --quick                           QUICK_WORKLOADS once each at short lengths (about a minute)
+lfm-chat bench --tiny --quick                    a smoke run in seconds
 lfm-chat bench --workloads quality               each --quantize scheme's KL divergence from bf16
 """
 
@@ -24,19 +25,27 @@ import torch
 
 from bench import ours, quality
 from bench.backends import ENGINES
+from bench.bandwidth import measure_read_bandwidth
 from bench.checkpoint import DEFAULT_SHAPE, SHAPES, random_checkpoint, tiny_checkpoint
 from bench.machine import describe
 from bench.progress import Progress
 from bench.report import json_report, machine_line, text_report
 from bench.runner import count_runs, run_benchmark
 from bench.settings import RunSettings
-from bench.workloads import WORKLOADS
+from bench.workloads import WORKLOADS, Workload
 from engine.config import resolve_dtype
 from model.checkpoint.hub import resolve_checkpoint
 from model.errors import CheckpointError, ModelNotAvailableError
 from model.native import kernels
 from model.quant import QUANTIZATIONS
 from model.quant.apply import QUANTIZED_LINEARS
+
+# --quick's default: the in-process workloads that stay short at quick sizes, once each (8 runs
+# with both engines). Left out: rss (a fresh process per engine, each loading the model),
+# long_prompt, mixed32 and poisson (transformers' slowest at quick sizes: one generate per request).
+QUICK_WORKLOADS = ("single", "chats8", "batch8", "mixed16")
+REPEATS = {False: 3, True: 1}  # by --quick, unless --repeats says otherwise
+INTERRUPTED = 130  # the shell's exit status for Ctrl+C
 
 
 def _names(allowed: list[str] | tuple[str, ...], what: str) -> Callable[[str], list[str]]:
@@ -82,8 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--workloads",
         type=_names([*WORKLOADS, quality.NAME], "workloads"),
-        default=list(WORKLOADS),
-        help=f"comma-separated (default: every speed workload; {quality.NAME} on request)",
+        default=None,
+        help=f"comma-separated (default: every speed workload, with --quick {','.join(QUICK_WORKLOADS)}; "
+        f"{quality.NAME} on request)",
     )
     parser.add_argument(
         "--engines",
@@ -91,7 +101,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=list(ENGINES),
         help="comma-separated (default: ours,transformers)",
     )
-    parser.add_argument("--repeats", type=int, default=3, help="repetitions per workload and engine")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=None,
+        help=f"repetitions per workload and engine (default: {REPEATS[False]}, with --quick {REPEATS[True]})",
+    )
     parser.add_argument(
         "--dtype",
         choices=["auto", "bfloat16", "float32"],
@@ -112,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
         f"transformers: --dtype; {quality.NAME}: the one scheme to compare (default: every one)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
-    parser.add_argument("--quick", action="store_true", help="short lengths, for a smoke run")
+    parser.add_argument(
+        "--quick", action="store_true", help="short lengths, fewer workloads and runs: a first look"
+    )
     parser.add_argument(
         "--poisson-rate",
         type=float,
@@ -141,14 +158,39 @@ def _quality_schemes(args: argparse.Namespace) -> list[str]:
     return [args.quantize] if args.quantize != "none" else list(QUANTIZED_LINEARS)
 
 
-def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
+def parse(argv: list[str]) -> argparse.Namespace:
+    """The arguments, with --workloads and --repeats defaulted by --quick."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if args.workloads is None:
+        args.workloads = list(QUICK_WORKLOADS if args.quick else WORKLOADS)
+    if args.repeats is None:
+        args.repeats = REPEATS[args.quick]
     if args.repeats < 1 or (args.threads is not None and args.threads < 1):
         parser.error("--repeats and --threads must be at least 1")
+    return args
+
+
+def planned_runs(args: argparse.Namespace) -> tuple[list[Workload], list[str], int]:
+    """The speed workloads, the quality schemes, and how many runs they make together."""
     workloads = [WORKLOADS[name] for name in args.workloads if name in WORKLOADS]
     schemes = _quality_schemes(args)
+    quality_runs = 1 + len(schemes) if schemes else 0
+    return workloads, schemes, count_runs(workloads, args.engines, args.repeats) + quality_runs
+
+
+def _dtype_and_kernels(requested: str, progress: Progress) -> tuple[str, str]:
+    """The dtype "auto" resolves to and the kernels' ISA; the first call builds the kernels (a minute)."""
+    if not kernels.runnable_isas():
+        return resolve_dtype(requested, "cpu"), native_isa()
+    with progress.stage("preparing CPU kernels (built once: about a minute the first time)"):
+        return resolve_dtype(requested, "cpu"), native_isa()
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    args = parse(argv)
+    workloads, schemes, total = planned_runs(args)
     if workloads and "transformers" in args.engines and importlib.util.find_spec("transformers") is None:
         print(
             "lfm-chat bench: the transformers baseline is not installed; "
@@ -156,17 +198,28 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    progress = Progress(total)
+    progress.note(f"{total} runs planned: {', '.join(args.workloads)} x {', '.join(args.engines)}")
     threads = args.threads or torch.get_num_threads()
     torch.set_num_threads(threads)
-    dtype = resolve_dtype(args.dtype, "cpu")
-    quality_runs = 1 + len(schemes) if schemes else 0
-    progress = Progress(count_runs(workloads, args.engines, args.repeats) + quality_runs)
+    try:
+        dtype, isa = _dtype_and_kernels(args.dtype, progress)
+        with progress.stage("measuring the memory bandwidth"):
+            bandwidth = measure_read_bandwidth(threads)
+        progress.note(f"memory bandwidth: {bandwidth.describe()}")
+    except KeyboardInterrupt:
+        progress.note("interrupted before any run finished")
+        return INTERRUPTED
     with tempfile.TemporaryDirectory(prefix="lfm-bench-") as scratch:
         try:
-            checkpoint = _checkpoint(args, Path(scratch), progress)
+            with progress.stage("locating the checkpoint"):
+                checkpoint = _checkpoint(args, Path(scratch), progress)
         except (CheckpointError, ModelNotAvailableError) as exc:
             print(f"lfm-chat bench: {exc}", file=sys.stderr)
             return 1
+        except KeyboardInterrupt:
+            progress.note("interrupted before any run finished")
+            return INTERRUPTED
         settings = RunSettings(
             checkpoint,
             dtype,
@@ -179,11 +232,15 @@ def main(argv: list[str] | None = None) -> int:
         )
         dtypes = dtype if args.hf_dtype is None else f"{dtype} (transformers: {args.hf_dtype})"
         machine = describe(threads, dtypes)
-        settings, results = run_benchmark(workloads, args.engines, settings, args.repeats, progress)
+        run = run_benchmark(workloads, args.engines, settings, args.repeats, progress, bandwidth)
+        settings, results, complete = run.settings, run.results, run.complete
         measured = None
-        if schemes:
-            chunks = quality.default_chunks(checkpoint, args.quick, args.seed)
-            measured = quality.run_quality(checkpoint, dtype, schemes, chunks, progress)
+        if schemes and complete:
+            try:
+                chunks = quality.default_chunks(checkpoint, args.quick, args.seed)
+                measured = quality.run_quality(checkpoint, dtype, schemes, chunks, progress)
+            except KeyboardInterrupt:
+                complete = False
     context = {
         "machine": machine,
         "settings": {
@@ -195,10 +252,27 @@ def main(argv: list[str] | None = None) -> int:
             "seed": args.seed,
             "poisson_rate": settings.poisson_rate,
         },
-        "engine": {**ours.describe(), "quantize": args.quantize, "native kernels": native_isa()},
+        "engine": {**ours.describe(), "quantize": args.quantize, "native kernels": isa},
         "command": shlex.join(["lfm-chat", "bench", *argv]),
+        "bandwidth": {
+            "GB/s": bandwidth.gb_per_s,
+            "threads": bandwidth.threads,
+            "probe bytes": bandwidth.probe_bytes,
+            "described": bandwidth.describe(),
+        },
+        "decode limit": None
+        if run.limit is None
+        else {
+            "scheme": run.limit.scheme,
+            "step bytes": run.limit.step_bytes,
+            "tok/s": run.limit.tok_per_s,
+            "described": run.limit.describe(),
+        },
     }
-    reports = [text_report(results, args.engines, context, markdown=args.markdown)] if workloads else []
+    reports = [text_report(results, args.engines, context, markdown=args.markdown)] if results else []
+    if not complete:
+        finished = f"{progress.finished} of {total}"
+        reports.insert(0, f"lfm-chat bench: interrupted; the {finished} runs that finished:")
     if measured is not None:
         reports.append(quality.quality_report(measured, args.markdown))
         if not workloads:
@@ -209,4 +283,4 @@ def main(argv: list[str] | None = None) -> int:
         if measured is not None:
             report[quality.NAME] = dataclasses.asdict(measured)
         args.json.write_text(json.dumps(report, indent=2) + "\n")
-    return 0
+    return 0 if complete else INTERRUPTED

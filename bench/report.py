@@ -14,6 +14,7 @@ from bench.backends import OURS_METHOD
 from bench.runner import WorkloadResult
 
 RATIO_HEADER = "ours/transformers"
+ONE_STREAM = ("single", "decode")  # the row the bandwidth limit applies to (one stream, decode)
 
 
 def _number(value: float | None, unit: str = "") -> str:
@@ -30,8 +31,11 @@ def _medians(result: WorkloadResult, metric: str, engines: list[str]) -> dict[st
     return {engine: result.median(engine, metric) for engine in engines}
 
 
-def table_rows(results: list[WorkloadResult], engines: list[str]) -> tuple[list[str], list[list[str]]]:
-    """Headers and rows: workload, metric with unit and direction, one median per engine, the ratio."""
+def table_rows(
+    results: list[WorkloadResult], engines: list[str], limit_tok_s: float | None = None
+) -> tuple[list[str], list[list[str]]]:
+    """Headers and rows: workload, metric with unit and direction, one median per engine, the ratio;
+    after one-stream decode, our share of the bandwidth limit (`limit_tok_s`), where known."""
     both = "ours" in engines and "transformers" in engines
     headers = ["workload", "metric", *engines] + ([RATIO_HEADER] if both else [])
     rows = []
@@ -44,7 +48,20 @@ def table_rows(results: list[WorkloadResult], engines: list[str]) -> tuple[list[
             if both:
                 row.append(_number(stats.ratio(medians["ours"], medians["transformers"]), "x"))
             rows.append(row)
+            if (result.workload.name, metric.name) == ONE_STREAM and limit_tok_s:
+                rows.append(_limit_row(medians, engines, limit_tok_s, both))
     return headers, rows
+
+
+def _limit_row(
+    medians: dict[str, float | None], engines: list[str], limit_tok_s: float, both: bool
+) -> list[str]:
+    """Our one-stream decode as a share of what the measured bandwidth allows (ours only: the
+    limit is computed from our engine's weights in this run's scheme)."""
+    ours = medians.get("ours")
+    share = None if ours is None else f"{100 * ours / limit_tok_s:.0f}%"
+    cells = [(share or "n/a") if engine == "ours" else "n/a" for engine in engines]
+    return [ONE_STREAM[0], f"decode, % of limit ({limit_tok_s:.1f} tok/s) ↑", *cells] + ([""] if both else [])
 
 
 def render_table(headers: list[str], rows: list[list[str]], markdown: bool) -> str:
@@ -81,7 +98,8 @@ def text_report(
     results: list[WorkloadResult], engines: list[str], context: dict[str, Any], markdown: bool
 ) -> str:
     """The human report: what ran where, the table, and how each engine ran each workload."""
-    headers, rows = table_rows(results, engines)
+    limit = context.get("decode limit")
+    headers, rows = table_rows(results, engines, limit["tok/s"] if limit else None)
     settings = context["settings"]
     sizes = "quick (short) sizes" if settings["quick"] else "full sizes"
     about = [
@@ -89,6 +107,10 @@ def text_report(
         f"model: {settings['model']}",
         "our engine: " + ", ".join(f"{k} {v}" for k, v in context["engine"].items()),
     ]
+    if "bandwidth" in context:
+        about.append(f"memory bandwidth: {context['bandwidth']['described']}")
+    if limit:
+        about.append(f"limit: {limit['described']}")
     if settings["poisson_rate"] is not None:
         about.append(f"Poisson arrival rate: {_number(settings['poisson_rate'])} requests/s")
     about.append(f"reproduce: `{context['command']}`" if markdown else f"reproduce: {context['command']}")

@@ -21,6 +21,11 @@ class RunSettings:
     quantize: str = "none"  # our engine's linears: "none", "int8" (weight-only), "w8a8" or "int4"
     hf_dtype: str | None = None  # transformers' dtype where it differs (its fastest on this CPU)
 
+    @property
+    def scheme(self) -> str:
+        """Our engine's weight format: the dtype, and the quantization where there is one."""
+        return self.dtype if self.quantize == "none" else f"{self.dtype} + {self.quantize}"
+
     def dtype_of(self, engine: str) -> str:
         return self.hf_dtype if engine == "transformers" and self.hf_dtype else self.dtype
 

@@ -45,7 +45,7 @@ def load_checkpoint(
     model_config = load_config(path)
     if config.device == "cpu" and config.dtype != "float32" and native_kernels.runnable_isas():
         # built here, before "auto" asks whether bf16 runs fast on this CPU
-        report("preparing CPU kernels (built once: about a minute the first time)", None)
+        report("building CPU kernels (first launch only: about a minute)", None)
         native_kernels.load()
     resolved = config.resolve(model_config)
     if resolved.num_threads is not None:

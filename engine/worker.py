@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import itertools
 import logging
+import os
+import sys
 import threading
 import time
 from collections import deque
@@ -92,8 +94,11 @@ class StreamHandle:
 class EngineWorker:
     """Runs an Engine on a daemon thread; every public method is thread-safe and non-blocking."""
 
-    def __init__(self, engine: Engine, name: str = "lfm-engine") -> None:
+    def __init__(self, engine: Engine, name: str = "lfm-engine", nice: int = 0) -> None:
+        """`nice`: how far below its caller the worker thread's CPU priority runs (Linux, where each
+        thread has its own; ignored elsewhere). An interactive caller gives its UI the CPU first."""
         self.engine = engine
+        self._nice = nice
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._cond = threading.Condition()
         self._inbox: deque[Callable[[], None]] = deque()
@@ -150,6 +155,7 @@ class EngineWorker:
         return True
 
     def _run(self) -> None:
+        _lower_this_thread(self._nice)
         while True:
             with self._cond:
                 self._cond.wait_for(lambda: self._inbox or self._stopping or self.engine.has_unfinished())
@@ -195,6 +201,17 @@ class EngineWorker:
             if out.finished:
                 del self._handles[out.request_id]
             handle._deliver(out)
+
+
+def _lower_this_thread(nice: int) -> None:
+    """Raise the calling thread's nice value by `nice` (Linux only; a refusal is not an error)."""
+    if nice <= 0 or sys.platform != "linux":
+        return
+    thread = threading.get_native_id()
+    try:
+        os.setpriority(os.PRIO_PROCESS, thread, os.getpriority(os.PRIO_PROCESS, thread) + nice)
+    except OSError:
+        logger.info("could not lower the engine thread's priority", exc_info=True)
 
 
 def _reject(handle: StreamHandle, error: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import threading
+import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -47,6 +48,9 @@ class LoadingScreen(Screen[None]):
     def __init__(self, options: AppOptions) -> None:
         super().__init__()
         self.options = options
+        self._stage = "starting"
+        self._stage_began = time.monotonic()
+        self._fraction: float | None = None
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading"):
@@ -62,6 +66,7 @@ class LoadingScreen(Screen[None]):
         # A daemon thread, not a Textual thread worker: the app waits for its workers on exit, so
         # ctrl+q during a long download would hang until the download finished.
         threading.Thread(target=self._load, name="lfm-loader", daemon=True).start()
+        self.set_interval(1.0, self._show_stage)
 
     def _load(self) -> None:
         def progress(stage: str, fraction: float | None) -> None:
@@ -80,9 +85,19 @@ class LoadingScreen(Screen[None]):
 
     def on_loading_screen_progress(self, message: Progress) -> None:
         message.stop()
-        self.query_one("#loading-stage", Label).update(f"{message.stage}…")
+        if message.stage != self._stage:
+            self._stage, self._stage_began = message.stage, time.monotonic()
+        self._fraction = message.fraction
         bar = self.query_one(ProgressBar)
+        bar.set_class(message.fraction is None, "-unknown")  # no "--%": the stage shows its seconds instead
         if message.fraction is None:
             bar.update(total=None)
         else:
             bar.update(total=1.0, progress=message.fraction)
+        self._show_stage()
+
+    def _show_stage(self) -> None:
+        """The stage, wrapped to the box; a stage of unknown length says how long it has run."""
+        elapsed = int(time.monotonic() - self._stage_began)
+        clock = f" {elapsed} s" if self._fraction is None and elapsed >= 1 else ""
+        self.query_one("#loading-stage", Label).update(f"{self._stage}…{clock}")

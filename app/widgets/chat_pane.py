@@ -48,10 +48,6 @@ if TYPE_CHECKING:
 # Snapshot phases as the status line names them.
 PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill", "decode": "decoding"}
 PARTIAL_SAVE_SECONDS = 1.0
-# At most this often a streaming pane redraws (30 a second). Drawing every token cost the UI
-# thread most of a core at one fast stream, taken from the engine on a 2-core machine: the
-# same decode ran at ~55-63 tok/s in the app against ~120 alone (75 paced).
-FRAME_SECONDS = 1 / 30
 DRAFT_SAVE_SECONDS = 1.0
 
 
@@ -99,12 +95,12 @@ class ChatPane(Vertical):
         self.attachments = PaneAttachments()  # held for the next message
         self.inbox = TokenInbox(lambda: self.post_message(self.Woken()))
         self._draft_timer: Timer | None = None
-        self._frame_timer: Timer | None = None  # the next frame, while waiting out FRAME_SECONDS
+        self._frame_timer: Timer | None = None  # the next frame, while the pacer says wait
         self._drawn_at = 0.0
         # Kept as attributes, not queried: backend events may still arrive while the pane is torn down.
         self.transcript = Transcript(conversation.messages)
         self.status = PaneStatus()
-        self.prompt_input = PromptInput(self._sent_texts, self._refusal)
+        self.prompt_input = PromptInput(self._sent_texts, self._refusal, context.pacer.key_pressed)
 
     def compose(self) -> ComposeResult:
         yield self.transcript
@@ -271,17 +267,20 @@ class ChatPane(Vertical):
         self.status.show("error")
 
     # ------------------------------------------------------------------ streaming
-    async def on_chat_pane_woken(self, message: Woken) -> None:
-        """Draw what arrived, or, within FRAME_SECONDS of the last frame, at the next frame: the
-        inbox wakes the pane only when it was empty, so nothing arriving meanwhile is missed."""
+    def on_chat_pane_woken(self, message: Woken) -> None:
+        """Draw what arrived at the frame the pacer gives (app/widgets/frame_pacer.py): the inbox
+        wakes the pane only when it was empty, so nothing arriving meanwhile is missed."""
         message.stop()
-        wait = self._drawn_at + FRAME_SECONDS - time.monotonic()
-        if wait <= 0:
-            await self._draw_frame()
-        elif self._frame_timer is None:
-            self._frame_timer = self.set_timer(wait, self._draw_frame)
+        if self._frame_timer is None:
+            self._frame_timer = self.set_timer(
+                self.context.pacer.until_frame(self._drawn_at), self._draw_frame
+            )
 
     async def _draw_frame(self) -> None:
+        """Draw, unless keys arrived since the frame was planned: then wait for the typing to pause."""
+        if (hold := self.context.pacer.hold(self._drawn_at)) > 0:
+            self._frame_timer = self.set_timer(hold, self._draw_frame)
+            return
         self._frame_timer = None
         self._drawn_at = time.monotonic()
         await self.apply(self.inbox.take())

@@ -71,6 +71,7 @@ class PromptInput(InstantKeys, TextArea):
         self,
         history: Callable[[], Sequence[str]] = tuple,
         refusal: Callable[[], str | None] = lambda: None,
+        on_key: Callable[[], None] = lambda: None,
         *,
         id: str | None = None,
     ) -> None:
@@ -84,8 +85,10 @@ class PromptInput(InstantKeys, TextArea):
         )
         self.recall = PromptHistory(history)
         self._refusal = refusal
+        self._key_pressed = on_key
 
     async def _on_key(self, event: events.Key) -> None:
+        self._key_pressed()
         if event.key not in ("enter", "ctrl+j", "shift+enter"):
             await super()._on_key(event)
             return

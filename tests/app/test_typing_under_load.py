@@ -7,13 +7,20 @@ for the app to go idle: that wait is exactly what a busy app does not give a typ
 
 from __future__ import annotations
 
+import time
+from collections.abc import Awaitable, Callable
+
 import pytest
 from textual import events
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
+from app.backend.base import StreamEvent
 from app.conversation import ChatSettings
-from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_replied, wait_until
+from app.widgets import frame_pacer
+from bench.key_latency import FrameClock, type_from_thread
+from engine import EngineConfig
+from tests.app.pilot_helpers import ENGINE, MakeOptions, chat_screen, wait_replied, wait_until
 
 LONG = ChatSettings(temperature=0.0, max_tokens=160)
 
@@ -78,3 +85,49 @@ async def test_keys_typed_right_after_enter_stay_for_the_next_message(make_optio
         assert pane.prompt_input.text == "first"
         await pilot.press("down", "down")
         assert pane.prompt_input.text == ""
+
+
+async def test_keys_reach_the_screen_before_any_stream_redraws_while_five_panes_stream(
+    make_options: MakeOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Typing has the UI first: while keys arrive, streaming panes hold their frames (each redraw
+    of a growing reply lays the whole screen out again), and catch up, losing nothing, after."""
+    monkeypatch.setattr(
+        frame_pacer, "TYPING_HOLD_SECONDS", 5.0
+    )  # the test's burst is one burst, however slow
+    monkeypatch.setattr(frame_pacer, "MAX_HOLD_SECONDS", 60.0)
+    engine = EngineConfig(**{**ENGINE, "max_num_seqs": 5})
+    app = LfmChatApp(make_options(panes=6, engine=engine, chat=ChatSettings(temperature=0.0, max_tokens=600)))
+    async with app.run_test(size=(150, 60)) as pilot:
+        screen = await chat_screen(app, pilot)
+        *streaming, typing = screen.panes
+        draws: list[float] = []
+        for pane in streaming:
+            pane.apply = recorded(pane.apply, draws)  # type: ignore[method-assign]
+            await pane.send("Tell me a long story.")
+        await wait_until(
+            pilot, lambda: all(p.turn is not None and p.turn.ids for p in streaming), "5 streams"
+        )
+        typing.focus_input()
+        await wait_until(pilot, lambda: app.focused is typing.prompt_input, "focus on pane 6")
+        clock = FrameClock(app, lambda: len(typing.prompt_input.text))
+        sent = type_from_thread(app, "twenty keys, typed..", 0.03)
+        await wait_until(pilot, lambda: len(sent) == 20 and clock.first_showing(20, sent[-1]) is not None)
+        assert all(p.turn is not None for p in streaming), "the replies ended before the typing did"
+        first, last = clock.first_showing(1, sent[0]), clock.first_showing(20, sent[-1])
+        assert first is not None and last is not None
+        assert [t for t in draws if first <= t <= last] == []
+        await wait_replied(pilot, *streaming)
+        assert all(p.conversation.last_reply == p.transcript.replies[-1].source for p in streaming)
+        assert typing.prompt_input.text == "twenty keys, typed.."
+
+
+def recorded(apply: Callable[[list[StreamEvent]], Awaitable[None]], draws: list[float]):  # type: ignore[no-untyped-def]
+    """A pane's `apply`, noting when it drew events."""
+
+    async def run(events: list[StreamEvent]) -> None:
+        if events:
+            draws.append(time.perf_counter())
+        await apply(events)
+
+    return run

@@ -1,0 +1,149 @@
+"""Key-to-screen latency of the real app while other panes stream: what a typist feels under load.
+
+    python -m bench.key_latency                        8 panes stream on --demo, 60 keys at 30 ms into a 9th
+    python -m bench.key_latency --streams 4 --keys 100 --interval 0.05
+
+The app runs headless (Textual's test driver) on the --demo engine. Keys come from a separate
+thread, as a terminal driver's reader thread posts them, so a busy UI thread delays their
+handling but not their sending. A key counts as on screen at the first frame the app composes
+(App._display, which the headless driver then discards) after the input holds it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from textual import events
+
+from app.app import LfmChatApp
+from app.conversation import ChatSettings
+from app.options import MAX_PANES, AppOptions
+from app.screens.chat import ChatScreen
+from app.widgets.chat_pane import ChatPane
+from bench import stats
+
+TYPED = "the quick brown fox jumps over the lazy dog "
+DEMO_ENGINE = {"dtype": "float32", "kv_cache_memory_mb": 64}  # what `lfm-chat --demo` runs (cli/flags.py)
+WAIT_LIMIT_S = 300.0  # only a hung app gets there
+
+
+@dataclass(frozen=True, slots=True)
+class KeyLatency:
+    streams: int
+    keys: int
+    interval_s: float
+    latencies_s: list[float]  # per key, press to first frame showing it
+    streamed_tokens: int  # tokens the streaming panes drew meanwhile
+
+    def report(self) -> str:
+        def ms(q: float) -> str:
+            return f"{stats.percentile(self.latencies_s, q) * 1000:.0f} ms"
+
+        return (
+            f"key-to-screen latency, {self.keys} keys at {self.interval_s * 1000:.0f} ms while "
+            f"{self.streams} panes stream ({self.streamed_tokens} tokens shown meanwhile): "
+            f"p50 {ms(50)}, p95 {ms(95)}, max {max(self.latencies_s) * 1000:.0f} ms"
+        )
+
+
+class FrameClock:
+    """Records when each frame was composed and how many characters the input held then."""
+
+    def __init__(self, app: LfmChatApp, shown: Callable[[], int]) -> None:
+        self.frames: list[tuple[float, int]] = []
+        display = app._display
+
+        def timed(screen: object, renderable: object) -> None:
+            display(screen, renderable)  # type: ignore[arg-type]
+            if renderable is not None:
+                self.frames.append((time.perf_counter(), shown()))
+
+        app._display = timed  # type: ignore[method-assign]
+
+    def first_showing(self, count: int, after: float) -> float | None:
+        return next((t for t, held in self.frames if t >= after and held >= count), None)
+
+
+def type_from_thread(app: LfmChatApp, text: str, interval: float) -> list[float]:
+    """Post one key per `interval` from this thread; returns when each was sent."""
+    loop = asyncio.get_running_loop()
+    sent: list[float] = []
+
+    def typist() -> None:
+        for char in text:
+            sent.append(time.perf_counter())
+            loop.call_soon_threadsafe(app.post_message, events.Key(char, char))
+            time.sleep(interval)
+
+    thread = threading.Thread(target=typist, name="typist", daemon=True)
+    thread.start()
+    return sent
+
+
+async def _until(check: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + WAIT_LIMIT_S
+    while not check():
+        if time.monotonic() > deadline:
+            raise SystemExit(f"bench.key_latency: gave up waiting for {what}")
+        await asyncio.sleep(0.05)
+
+
+def _received(panes: list[ChatPane]) -> int:
+    return sum(len(p.turn.ids) for p in panes if p.turn is not None)
+
+
+async def measure(streams: int, keys: int, interval: float, max_tokens: int, data: Path) -> KeyLatency:
+    chat = ChatSettings(temperature=1.0, max_tokens=max_tokens)
+    options = AppOptions(demo=True, panes=streams + 1, engine=DEMO_ENGINE, chat=chat, data_dir=data)
+    app = LfmChatApp(options)
+    async with app.run_test(size=(200, 60)):
+        await _until(lambda: isinstance(app.screen, ChatScreen) and app.screen.is_mounted, "the chat screen")
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        *streaming, typing = screen.panes
+        for pane in streaming:
+            await pane.send("Tell me a long story.")
+        await _until(lambda: all(p.turn is not None and p.turn.ids for p in streaming), "every stream")
+        typing.focus_input()
+        await _until(lambda: app.focused is typing.prompt_input, "focus on the typing pane")
+        clock = FrameClock(app, lambda: len(typing.prompt_input.text))
+        before = _received(streaming)
+        text = (TYPED * (keys // len(TYPED) + 1))[:keys]
+        sent = type_from_thread(app, text, interval)
+        await _until(
+            lambda: len(sent) == keys and clock.first_showing(keys, sent[-1]) is not None, "the keys"
+        )
+        streamed = _received(streaming) - before
+        if any(p.turn is None for p in streaming):
+            print("bench.key_latency: a stream ended before the typing did; raise --max-tokens")
+        latencies = [clock.first_showing(i + 1, at) - at for i, at in enumerate(sent)]  # type: ignore[operator]
+        for pane in streaming:
+            await pane.settle()
+    return KeyLatency(streams, keys, interval, latencies, streamed)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.key_latency", description=__doc__.splitlines()[0])
+    parser.add_argument(
+        "--streams", type=int, default=8, help=f"panes streaming (0-{MAX_PANES - 1}; 0: the idle baseline)"
+    )
+    parser.add_argument("--keys", type=int, default=60)
+    parser.add_argument("--interval", type=float, default=0.03, help="seconds between keys")
+    parser.add_argument("--max-tokens", type=int, default=4000, help="each stream's reply length")
+    args = parser.parse_args(argv)
+    if not 0 <= args.streams < MAX_PANES or args.keys < 1 or args.interval < 0:
+        parser.error(f"--streams must be 0-{MAX_PANES - 1}, --keys >= 1, --interval >= 0")
+    with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
+        result = asyncio.run(measure(args.streams, args.keys, args.interval, args.max_tokens, Path(data)))
+    print(result.report())
+
+
+if __name__ == "__main__":
+    main()

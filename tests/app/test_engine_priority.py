@@ -1,0 +1,31 @@
+"""The UI thread gets the CPU before the engine's: however busy the engine, keys show at once."""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from app.backend.local import ENGINE_NICE, LocalBackend
+from engine import Engine, EngineConfig
+from tests.app.pilot_helpers import ENGINE
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice values are Linux's")
+def test_the_engine_thread_runs_nicer_than_the_ui_thread(tiny_ckpt: Path) -> None:
+    ui = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+    backend = LocalBackend(Engine.from_pretrained(tiny_ckpt, EngineConfig(**ENGINE)), "tiny")
+    try:
+        engine_thread = backend.worker._thread.native_id
+        assert engine_thread is not None
+        deadline = time.monotonic() + 15
+        while os.getpriority(os.PRIO_PROCESS, engine_thread) != min(19, ui + ENGINE_NICE):
+            assert time.monotonic() < deadline, "the engine thread kept the UI's priority"
+            time.sleep(0.01)
+        assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ui  # the UI's is untouched
+    finally:
+        backend.close()
