@@ -27,12 +27,14 @@ from app.store_file import cause, check_writable, holds, identity, lock, move_as
 from app.store_rows import MESSAGE_LIMIT_CHARS, RowChecker
 from app.store_schema import upgrade
 
-_MESSAGES = "SELECT role, content, created_at, stopped FROM messages WHERE conversation_id = ? ORDER BY position"
+_MESSAGES = (
+    "SELECT role, content, created_at, stopped FROM messages WHERE conversation_id = ? ORDER BY position"
+)
 _LOADED_MESSAGES = (  # no more of a message than is loaded, so a huge row never reaches memory whole
     f"SELECT role, substr(content, 1, {MESSAGE_LIMIT_CHARS + 1}), created_at, stopped FROM messages"
     " WHERE conversation_id = ? ORDER BY position"
 )
-_MessageRow = tuple[str, str, float, int]  # role, content, created_at, stopped: decide whether a row is rewritten
+_MessageRow = tuple[str, str, float, int]  # role, content, created_at, stopped: a changed one is rewritten
 
 
 @dataclass(frozen=True, slots=True)
