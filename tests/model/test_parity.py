@@ -204,7 +204,7 @@ def test_half_precision_checkpoints_load_into_float32(tiny_ckpt_factory, disk_dt
     """Weights stored in fp16/bf16 (as real checkpoints are) are upcast on load, matching the reference."""
     path = tiny_ckpt_factory("default", dtype=disk_dtype)
     model = load_model(path, dtype="float32")
-    assert model.model.embed_tokens.weight.dtype == torch.float32
+    assert model.model.embed_tokens(torch.tensor([3])).dtype == torch.float32
     ids = prompt(model.config.vocab_size, 20, seed=13)
     ours = run(model, new_cache(model), [SequenceChunk(ids, 0, blocks(0), 0, 1)], all_rows=True)
     assert (ours - reference_logits(reference(path), ids)).abs().max().item() <= FP32_TOL
