@@ -43,8 +43,8 @@ def load_checkpoint(
     report("locating checkpoint", None)
     path = resolve_checkpoint(str(name_or_path), progress=progress is None)
     model_config = load_config(path)
-    if config.device == "cpu" and config.dtype != "float32" and native_kernels.runnable_isas():
-        # built here, before "auto" asks whether bf16 runs fast on this CPU
+    if config.device == "cpu" and native_kernels.runnable_isas():
+        # built here, before "auto" asks whether bf16 runs fast on this CPU (float32 takes them too)
         report("building CPU kernels (first launch only: about a minute)", None)
         native_kernels.load()
     resolved = config.resolve(model_config)

@@ -23,11 +23,15 @@ FILE_READS_SUPPORTED = hasattr(os, "preadv")  # POSIX; on Windows the table stay
 
 
 class FileEmbedding(nn.Module):
-    """``F.embedding(ids, table)`` where ``table`` stays in its safetensors file (CPU only)."""
+    """``F.embedding(ids, table)`` where ``table`` stays in its safetensors file (CPU only).
 
-    def __init__(self, table: TensorLocation) -> None:
+    ``dtype``: the model's, when the rows widen to it (bf16 rows of a float32 model); default the file's.
+    """
+
+    def __init__(self, table: TensorLocation, dtype: torch.dtype | None = None) -> None:
         super().__init__()
         self.table = table
+        self.dtype = table.dtype if dtype is None else dtype
         self.num_embeddings, self.embedding_dim = table.shape
         self.row_bytes = self.embedding_dim * torch.empty((), dtype=table.dtype).element_size()
         self._file = table.path.open("rb", buffering=0)  # kept open: a deleted file stays readable
@@ -42,4 +46,4 @@ class FileEmbedding(nn.Module):
         for i, token in enumerate(flat):
             if os.preadv(fd, [buffer[i * size : (i + 1) * size]], self.table.offset + token * size) != size:
                 raise CheckpointError(f"{self.table.path} changed on disk while in use (row {token})")
-        return rows.view(*ids.shape, self.embedding_dim)
+        return rows.to(self.dtype).view(*ids.shape, self.embedding_dim)

@@ -30,7 +30,7 @@ from model.memory import return_large_frees_to_os
 from model.native import kernels as native_kernels
 from model.native.accelerate import use_native_kernels
 from model.native.kernels.layout import native_attention
-from model.native.linears import bf16_cpu_linear, replace_linears
+from model.native.linears import cpu_linear, replace_linears
 from model.quant import QUANTIZATIONS
 from model.quant.apply import quantize_linears
 
@@ -132,15 +132,20 @@ def load_model(
     wants_kernels = native_kernels.wanted_for(torch_dtype, device)
     kernels = native_kernels.load() if wants_kernels else None
     return_large_frees_to_os()
-    # Reading embedding rows from the file needs the table there in the model's dtype, on CPU.
+    # Reading embedding rows from the file needs the table there in the model's dtype (or bf16 rows
+    # widened to a float32 model's, exactly), on CPU.
     table = locate_tensor(checkpoint_dir, EMBEDDING)
-    from_file = table is not None and table.dtype == torch_dtype and on_cpu and FILE_READS_SUPPORTED
+    from_file = (
+        table is not None and widens_exactly(table.dtype, torch_dtype) and on_cpu and FILE_READS_SUPPORTED
+    )
     if quantize != "none":  # the head gets its own quantized copy
         cache_dir = (quantized_cache or quantized.default_dir()) if on_cpu else None
-        load = _QuantizedLoad(checkpoint_dir, config, torch_dtype, quantize, kernels, report)
+        # the quantized kernels take bf16 activations: a float32 model's quantized layers stay PyTorch's
+        quant_kernels = kernels if torch_dtype == torch.bfloat16 else None
+        load = _QuantizedLoad(checkpoint_dir, config, torch_dtype, quantize, quant_kernels, report)
         model = load.run(device, cache_dir, embedding=None if from_file else table)
     else:
-        make_linear = bf16_cpu_linear(kernels) if wants_kernels else None
+        make_linear = cpu_linear(kernels, torch_dtype) if wants_kernels else None
         # A repacked tied head needs its own copy of the table (128 MB at 350M), paid back by
         # reading embedding rows from the file. Where that can't be done, the head stays
         # unpacked and shares the in-memory table (plain F.linear: slower decode).
@@ -156,8 +161,13 @@ def load_model(
         use_native_kernels(model, kernels, paged_attention=native_attention(*heads))
     head_shares_table = getattr(model.lm_head, "weight", None) is model.model.embed_tokens.weight
     if from_file and not head_shares_table:
-        model.model.embed_tokens = FileEmbedding(table)
+        model.model.embed_tokens = FileEmbedding(table, torch_dtype)
     return model
+
+
+def widens_exactly(stored: torch.dtype, model_dtype: torch.dtype) -> bool:
+    """A checkpoint tensor stored as ``stored`` becomes ``model_dtype`` without losing a bit."""
+    return stored == model_dtype or (stored == torch.bfloat16 and model_dtype == torch.float32)
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from types import ModuleType
 
+import torch
+
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.native.layers import use_native_layers, use_reference_layers
 from model.native.stack import use_native_stack, use_python_stack
@@ -24,7 +26,8 @@ ROW_QUERY_LIMIT = 16
 
 
 def use_native_kernels(model: Lfm2ForCausalLM, kernels: ModuleType, paged_attention: bool) -> Lfm2ForCausalLM:
-    """Run the elementwise work in model/native/kernels' fused loops (a bf16 model on CPU), in place.
+    """Run the elementwise work in model/native/kernels' fused loops (a bf16 model on CPU), in place;
+    a float32 model takes only the kernels' argmax here (its linears came from the loader).
 
     The norms, SwiGLUs, short convs (and an MoE's routers) become model/native/layers.py's
     subclasses; then the decoder stack becomes the native one where the kernels run all of it.
@@ -34,6 +37,8 @@ def use_native_kernels(model: Lfm2ForCausalLM, kernels: ModuleType, paged_attent
     row by row; off where the head shape is outside what the kernel takes.
     """
     model.kernels = kernels
+    if model.dtype != torch.bfloat16:  # the layer ops and the decode stack are bf16 loops
+        return model
     use_native_layers(model.model, kernels, attention=paged_attention)
     if paged_attention:
         model.row_query_limit = ROW_QUERY_LIMIT

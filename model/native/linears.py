@@ -1,10 +1,14 @@
-"""The CPU forms of a bf16 linear layer, and the walk that swaps them into a model.
+"""The CPU forms of a bf16 or float32 linear layer, and the walk that swaps them into a model.
 
 - ``NativeLinear``: the weight packed in model/native/kernels' panel layout and multiplied by its
   loop (AVX-512 or AVX2), at every batch size: it streams weights at memory speed at one row and
   outpaces oneDNN at prefill sizes too (docs/ARCHITECTURE.md), and a row's result never
   depends on the other rows of the batch. A ``KernelLinear`` (model/native/kernel_linear.py), as the
   quantized layers are, so the native decode stack takes either alike.
+- ``NativeFloatLinear``: a float32 model's linear in the kernels' fp32 loop. A bf16 checkpoint
+  loaded as float32 (every LFM2 release) widened its weights exactly, so they are kept as bf16:
+  half the bytes per step for the same fp32 products and sums. A weight with any value bf16 cannot
+  hold stays fp32.
 - ``PackedLinear``: the fallback where the native kernels cannot be built but oneDNN does bf16
   (AVX-512 BW/VL/DQ or AVX-NE-CONVERT). oneDNN repacks a bf16 weight into its blocked layout on
   every ``F.linear`` call; packing once at load made a 1024x9216 product 1.6-1.9x faster at 1-8
@@ -45,7 +49,7 @@ class NativeLinear(KernelLinear):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         flat = x.reshape(-1, self.in_features).contiguous()
-        out = self.kernels.linear_bf16(flat, self.packed_weight, self.out_features)
+        out = self._multiply(flat, self.packed_weight, self.out_features)
         if self.bias is not None:
             out = out + self.bias
         return out.view(*x.shape[:-1], self.out_features)
@@ -54,7 +58,37 @@ class NativeLinear(KernelLinear):
         """``self(x)`` as float32, written into ``out`` [rows, out_features]; see `logits_into`."""
         if self.bias is not None:
             return out.copy_(self(x))
-        return self.kernels.linear_bf16(x.contiguous(), self.packed_weight, self.out_features, out)
+        return self._multiply(x.contiguous(), self.packed_weight, self.out_features, out)
+
+    def _multiply(self, *args: torch.Tensor | int) -> torch.Tensor:
+        """The kernel named by ``native_kind``: ``linear_bf16`` here."""
+        return self.kernels.linear_bf16(*args)
+
+
+class NativeFloatLinear(NativeLinear):
+    """A float32 linear layer computed by model/native/kernels' ``linear_f32``; its weight bf16 if exact."""
+
+    def __init__(self, linear: nn.Linear, kernels: ModuleType) -> None:
+        KernelLinear.__init__(self)
+        if not native_width(linear.in_features):
+            raise ValueError(f"the native kernels need in_features divisible by 4, not {linear.in_features}")
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.register_buffer(
+            "packed_weight", pack_panels(exact_narrowing(linear.weight.detach()), 1, kernels.PANEL)
+        )
+        self.bias = None if linear.bias is None else linear.bias.detach()
+        self.kernels = kernels
+
+    native_kind = "f32"
+
+    def _multiply(self, *args: torch.Tensor | int) -> torch.Tensor:
+        return self.kernels.linear_f32(*args)
+
+
+def exact_narrowing(weight: torch.Tensor) -> torch.Tensor:
+    """``weight`` as bf16 where that loses nothing (it was bf16 before it was widened), else as it is."""
+    narrow = weight.to(torch.bfloat16)
+    return narrow if torch.equal(narrow.to(weight.dtype), weight) else weight
 
 
 class PackedLinear(nn.Module):
@@ -71,6 +105,15 @@ class PackedLinear(nn.Module):
         flat = x.reshape(-1, self.in_features)
         out = torch.ops.mkldnn._linear_pointwise(flat, self.packed_weight, self.bias, "none", [], "")
         return out.view(*x.shape[:-1], self.out_features)
+
+
+def cpu_linear(kernels: ModuleType | None, dtype: torch.dtype) -> Callable[[nn.Linear], nn.Module] | None:
+    """How to build each CPU linear of a ``dtype`` model, or None (keep ``nn.Linear``)."""
+    if dtype != torch.float32:
+        return bf16_cpu_linear(kernels)
+    if kernels is None:
+        return None
+    return lambda linear: NativeFloatLinear(linear, kernels) if native_width(linear.in_features) else linear
 
 
 def bf16_cpu_linear(kernels: ModuleType | None) -> Callable[[nn.Linear], nn.Module] | None:

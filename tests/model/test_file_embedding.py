@@ -24,6 +24,16 @@ def test_rows_equal_the_loaded_table(tiny_ckpt_factory, stored_as):
     assert embedding(torch.tensor([], dtype=torch.long)).shape == (0, table.shape[1])
 
 
+def test_bf16_rows_widen_to_a_float32_models_table(tiny_ckpt_factory):
+    """A bf16 checkpoint loaded as float32 reads its rows from the file, widened exactly."""
+    path = tiny_ckpt_factory("default", dtype=torch.bfloat16)
+    table = load_state_dict(path, load_config(path), torch.float32)[NAME]
+    embedding = FileEmbedding(locate_tensor(path, NAME), torch.float32)
+    ids = torch.tensor([[0, 5], [table.shape[0] - 1, 17]])
+    assert embedding(ids).dtype == torch.float32
+    assert torch.equal(embedding(ids), F.embedding(ids, table))
+
+
 def test_out_of_range_ids_are_rejected_not_read_from_other_tensors(tiny_ckpt_factory):
     embedding = FileEmbedding(locate_tensor(tiny_ckpt_factory("default", dtype=torch.bfloat16), NAME))
     for bad in (embedding.num_embeddings, -1):

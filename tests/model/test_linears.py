@@ -1,4 +1,4 @@
-"""bf16 and int8 CPU linears: the native kernels (model/native/kernels) and the PyTorch fallbacks.
+"""bf16, float32 and int8 CPU linears: the native kernels (model/native/kernels) and the PyTorch fallbacks.
 
 The native kernels sum in another order than oneDNN, so they are checked against fp32 products
 (as exact as torch's own bf16 product), for bitwise row independence, and, for w8a8, for
@@ -21,7 +21,14 @@ from model.checkpoint.file_embedding import FileEmbedding
 from model.checkpoint.loader import build_model, load_model
 from model.checkpoint.weights import load_state_dict
 from model.native import kernels
-from model.native.linears import NativeLinear, PackedLinear, logits_into, onednn_bf16_supported
+from model.native.linears import (
+    NativeFloatLinear,
+    NativeLinear,
+    PackedLinear,
+    exact_narrowing,
+    logits_into,
+    onednn_bf16_supported,
+)
 from model.quant.int4 import Int4Linear
 from model.quant.int8 import Int8Linear, W8A8Linear
 
@@ -176,7 +183,80 @@ def test_without_native_kernels_or_onednn_bf16_runs_plain_linears(tiny_ckpt_fact
     assert torch.equal(logits(model, ids), logits(plain, ids))
 
 
-def test_float32_keeps_plain_linears(tiny_ckpt):
+def fp32_linear(n: int, k: int, seed: int = 0, bf16_values: bool = False) -> nn.Linear:
+    """A float32 layer; ``bf16_values``: every weight one bf16 holds (a bf16 checkpoint loaded as float32)."""
+    torch.manual_seed(seed)
+    linear = nn.Linear(k, n, bias=False)
+    if bf16_values:
+        linear.weight.data = linear.weight.data.to(torch.bfloat16).float()
+    return linear
+
+
+@pytest.mark.parametrize("bf16_values", [True, False], ids=["bf16-values", "fp32-values"])
+@pytest.mark.parametrize(("n", "k"), SHAPES)
+@pytest.mark.parametrize("m", [1, 3, 5, 17, 70])
+def test_native_float32_product_is_as_exact_as_torchs(native, n, k, m, bf16_values):
+    linear = fp32_linear(n, k, bf16_values=bf16_values)
+    x = torch.randn(m, k)
+    exact = (x.double() @ linear.weight.double().t()).float()
+    torch_error = (F.linear(x, linear.weight) - exact).abs().max().item()
+    native = NativeFloatLinear(linear, native)
+    assert native.packed_weight.dtype == (torch.bfloat16 if bf16_values else torch.float32)
+    native_error = (native(x) - exact).abs().max().item()
+    # fp32 sums of exact products either way (bf16 weights widen exactly); only their order differs
+    assert native_error <= 2 * torch_error + 5e-7
+
+
+def test_only_weights_bf16_holds_exactly_are_narrowed():
+    held = torch.tensor([1.0, -0.5, 3.0, 2.0**-20])
+    assert exact_narrowing(held).dtype == torch.bfloat16
+    assert torch.equal(exact_narrowing(held).float(), held)
+    assert exact_narrowing(held + 2.0**-12).dtype == torch.float32
+    assert exact_narrowing(torch.tensor([float("nan"), 1.0])).dtype == torch.float32
+
+
+@pytest.mark.parametrize("bf16_values", [True, False], ids=["bf16-values", "fp32-values"])
+def test_native_float32_rows_do_not_depend_on_their_batch(native, bf16_values):
+    module = NativeFloatLinear(fp32_linear(200, 256, seed=3, bf16_values=bf16_values), native)
+    rows = torch.randn(11, 256)
+    together = module(rows)
+    for i in range(len(rows)):
+        assert torch.equal(module(rows[i : i + 1]), together[i : i + 1])
+
+
+def test_native_float32_logits_fill_a_float_buffer(native):
+    head = NativeFloatLinear(fp32_linear(200, 256, seed=4, bf16_values=True), native)
+    x = torch.randn(5, 256)
+    buffer = torch.full((5, 200), float("nan"))
+    written = logits_into(head, x, buffer)
+    assert written.data_ptr() == buffer.data_ptr()
+    assert torch.equal(written, head(x))
+
+
+@pytest.mark.parametrize("stored_as", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("preset", ["default", "attn_first"])
+def test_float32_model_on_native_kernels_matches_torchs_float32(
+    native_models, tiny_ckpt_factory, preset, stored_as
+):
+    """A bf16 checkpoint's float32 model streams its weights as bf16 (exactly the values it widened
+    to), an fp32 checkpoint's as fp32; either way the logits are torch's float32 ones."""
+    path = tiny_ckpt_factory(preset, dtype=stored_as)
+    config = load_config(path)
+    model = load_model(path, dtype="float32")
+    w13 = model.model.layers[0].feed_forward.w13
+    assert isinstance(w13, NativeFloatLinear) and w13.kernels is native_models
+    assert w13.packed_weight.dtype == stored_as
+    # the table widens to float32 exactly from either: embedding rows come from the file, so a tied
+    # head gets its own packed copy
+    assert isinstance(model.lm_head, NativeFloatLinear)
+    assert isinstance(model.model.embed_tokens, FileEmbedding)
+    plain = build_model(config, load_state_dict(path, config, torch.float32), torch.float32)
+    ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
+    assert (logits(model, ids) - logits(plain, ids)).abs().max().item() <= 1e-4
+
+
+@pytest.mark.usefixtures("torch_kernels_only")
+def test_float32_without_native_kernels_keeps_plain_linears(tiny_ckpt):
     model = load_model(tiny_ckpt, dtype="float32")
     assert not any(isinstance(m, (PackedLinear, NativeLinear)) for m in model.modules())
 

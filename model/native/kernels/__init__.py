@@ -45,8 +45,8 @@ def runnable_isas(flags: frozenset[str] | None = None) -> list[str]:
 
 
 def wanted_for(dtype: torch.dtype, device: torch.device | str) -> bool:
-    """The kernels serve bf16 models on CPU; every other combination keeps PyTorch's own."""
-    return dtype == torch.bfloat16 and torch.device(device).type == "cpu"
+    """The kernels serve bf16 and float32 models on CPU; every other combination keeps PyTorch's own."""
+    return dtype in (torch.bfloat16, torch.float32) and torch.device(device).type == "cpu"
 
 
 def _chosen_isa() -> tuple[str | None, str | None]:

@@ -13,8 +13,10 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = LFM_ISA_NAME;              // the instruction set this build was compiled for
   m.attr("PANEL") = lfm_kernels::linear_panel();  // outputs per panel of the packed linear weights
-  // each linear returns bf16 [M, N], or fills `out` (fp32 [M, N], the same bf16-rounded values) and returns it
+  // each linear returns x's dtype [M, N], or fills `out` (fp32 [M, N], the values that dtype holds) and returns it
   m.def("linear_bf16", &lfm_kernels::linear_bf16, "x @ W.T: bf16 x [M, K], bf16 W packed in pair panels, N outputs",
+        py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());
+  m.def("linear_f32", &lfm_kernels::linear_f32, "x @ W.T: fp32 x [M, K], fp32 or bf16 W packed in G = 1 panels",
         py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());
   m.def("linear_int8", &lfm_kernels::linear_int8, "x @ (W * scales).T: bf16 x, int8 W packed in pair panels",
         py::arg("x"), py::arg("w"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none());

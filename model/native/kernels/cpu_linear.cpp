@@ -21,6 +21,9 @@
 //   linear_int8   bf16 x, int8 W * per-row scale    W widened in registers
 //   linear_w8a8   x quantized per row to int8 (model/quant/int8.py's rounding), int8 W,
 //                 exact int32 sums: bit for bit what quantize_rows + torch._int_mm give
+//   linear_f32    fp32 x, fp32 W or bf16 W (G = 1)   fp32 products and sums: a float32 model's
+//                 linear. A checkpoint's bf16 weights widen to fp32 exactly, so the loader keeps
+//                 them as bf16 (half the bytes to stream) and the products are those of fp32 W.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -69,6 +72,39 @@ inline void tile_pairs(const bf16* x, int64_t K, const Panel& panel, Store&& sto
     }
   }
   UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
+}
+
+// One k of a float32 model's panel: 4 vectors of LANES outputs, fp32 or bf16 (widened, exact).
+template <typename Weight>
+struct WidePanel {
+  const Weight* w;
+  inline vf load(int64_t k, int j) const { return load_values(w + k * PANEL + j * LANES); }
+};
+
+// k per block of a float32 product: each block's sums start from zero and are added to the
+// total once, so rounding grows with KBLOCK + K / KBLOCK rather than K (as oneDNN's blocked sums).
+constexpr int64_t KBLOCK = 64;
+
+// R activation rows (fp32, row stride K) against one G = 1 panel; store(r, j, LANES fp32 sums).
+template <int R, typename Panel, typename Store>
+inline void tile_floats(const float* x, int64_t K, const Panel& panel, Store&& store) {
+  vf total[R][VECS];
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) total[r][j] = zero();
+  for (int64_t k0 = 0; k0 < K; k0 += KBLOCK) {
+    vf acc[R][VECS];
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero();
+    const int64_t k1 = std::min(K, k0 + KBLOCK);
+    for (int64_t k = k0; k < k1; ++k) {
+      vf xb[R];
+      UNROLL for (int r = 0; r < R; ++r) xb[r] = set1(x[r * K + k]);
+      UNROLL for (int j = 0; j < VECS; ++j) {
+        const vf w = panel.load(k, j);
+        UNROLL for (int r = 0; r < R; ++r) acc[r][j] = fmadd(xb[r], w, acc[r][j]);
+      }
+    }
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) total[r][j] = add(total[r][j], acc[r][j]);
+  }
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, total[r][j]);
 }
 
 // R activation rows (int8 + QUAD_OFFSET, row stride K) against one int8 quad panel: int32 sums.
@@ -134,6 +170,31 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
       result.store(m0 + r, p * PANEL + LANES * j, sums);
     });
   });
+  return result.tensor();
+}
+
+template <typename Weight>
+void linear_wide(const at::Tensor& x, const at::Tensor& w, int64_t N, const Output& result) {
+  const int64_t M = x.size(0), K = x.size(1);
+  const float* xp = x.data_ptr<float>();
+  const Weight* wp = w.data_ptr<Weight>();
+  for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
+    tile_floats<R.value>(xp + m0 * K, K, WidePanel<Weight>{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
+      result.store(m0 + r, p * PANEL + LANES * j, sums);
+    });
+  });
+}
+
+at::Tensor linear_f32(const at::Tensor& x, const at::Tensor& w, int64_t N, const std::optional<at::Tensor>& out) {
+  const int64_t K = x.size(1);
+  check_x(x, K, at::kFloat);
+  const bool narrow = w.scalar_type() == at::kBFloat16;
+  check_panels(w, narrow ? at::kBFloat16 : at::kFloat, N, K, 1);
+  const Output result(x, N, out);
+  if (narrow)
+    linear_wide<bf16>(x, w, N, result);
+  else
+    linear_wide<float>(x, w, N, result);
   return result.tensor();
 }
 

@@ -12,6 +12,8 @@ namespace lfm_kernels {
 int64_t linear_panel();
 torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
                           const std::optional<torch::Tensor>& out);
+torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
+                         const std::optional<torch::Tensor>& out);
 torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N,
                           const std::optional<torch::Tensor>& out);
 torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& row_sums,

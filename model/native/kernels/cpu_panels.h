@@ -53,30 +53,33 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
   });
 }
 
-// Where a product's [M, N] outputs go: a new bf16 tensor or, for the head's logits, an fp32
-// tensor the caller reuses every step, holding the same bf16-rounded values. (A fresh 2 MB
-// fp32 copy per step is a fresh mmap under model/memory.py's threshold, page-faulted every step:
-// docs/ARCHITECTURE.md has the measurement.)
+// Where a product's [M, N] outputs go: a new tensor of x's dtype or, for the head's logits, an
+// fp32 tensor the caller reuses every step, holding the values that dtype would (bf16-rounded
+// for bf16 x). (A fresh 2 MB fp32 copy per step is a fresh mmap under model/memory.py's
+// threshold, page-faulted every step: docs/ARCHITECTURE.md has the measurement.)
 class Output {
  public:
-  Output(const at::Tensor& x, int64_t N, const std::optional<at::Tensor>& into) : N_(N) {
+  Output(const at::Tensor& x, int64_t N, const std::optional<at::Tensor>& into)
+      : N_(N), round_(x.scalar_type() == at::kBFloat16) {
     const int64_t M = x.size(0);
     if (into) {
       TORCH_CHECK(into->scalar_type() == at::kFloat && into->is_contiguous() && into->dim() == 2 &&
                       into->size(0) == M && into->size(1) == N,
                   "out must be a contiguous float32 [M, N]");
       tensor_ = *into;
-      f32_ = tensor_.data_ptr<float>();
     } else {
       tensor_ = at::empty({M, N}, x.options());
-      bf16_ = tensor_.data_ptr<bf16>();
     }
+    if (tensor_.scalar_type() == at::kFloat)
+      f32_ = tensor_.data_ptr<float>();
+    else
+      bf16_ = tensor_.data_ptr<bf16>();
   }
   // LANES outputs of row `row` from output n0, clipped at N
   inline void store(int64_t row, int64_t n0, vf values) const {
     if (n0 >= N_) return;
     if (f32_ != nullptr)
-      vec::store(f32_ + row * N_ + n0, round_bf16(values), N_ - n0);
+      vec::store(f32_ + row * N_ + n0, round_ ? round_bf16(values) : values, N_ - n0);
     else
       store_bf16(bf16_ + row * N_ + n0, values, N_ - n0);
   }
@@ -84,14 +87,15 @@ class Output {
 
  private:
   int64_t N_;
+  bool round_;  // bf16 x: fp32 outputs hold bf16-rounded values
   at::Tensor tensor_;
   bf16* bf16_ = nullptr;
   float* f32_ = nullptr;
 };
 
-void check_x(const at::Tensor& x, int64_t K) {
-  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == at::kBFloat16,
-              "x must be a contiguous bfloat16 [M, K]");
+void check_x(const at::Tensor& x, int64_t K, at::ScalarType dtype = at::kBFloat16) {
+  TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == dtype, "x must be a contiguous ",
+              c10::toString(dtype), " [M, K]");
   TORCH_CHECK(x.size(1) == K, "x has ", x.size(1), " columns, the weight ", K);
 }
 

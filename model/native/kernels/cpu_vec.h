@@ -31,6 +31,8 @@
 //     (low and high nibbles); dot_u4 multiplies them by s8 activation quads into U4Sums, exact,
 //     and u4_total gives the int32 sums -- after at most U4_DOTS dot_u4 calls (AVX2 sums in int16)
 //   For quantizing activations: reduce_max, store_i8 (whole-number lanes -> int8), load_u8
+//   Shared over every variant (below): load_values (fp32, or bf16 widened, exactly), so one loop
+//     reads either weight dtype
 
 #pragma once
 
@@ -64,6 +66,10 @@ constexpr float EXP_P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f
 #else
 #error "model/native/kernels need AVX-512 (F, BW, VL, BF16, VNNI) or AVX2 + FMA; build with the flags __init__.py passes"
 #endif
+
+// LANES values (the first n) as fp32, whichever of the two storage types holds them
+inline vf load_values(const float* p, int64_t n = LANES) { return load(p, n); }
+inline vf load_values(const bf16* p, int64_t n = LANES) { return load_bf16(p, n); }
 
 // exp(x) for x <= 0 (clamped at -87, where it is ~1e-38): the same steps on every variant
 inline vf exp_nonpositive(vf x) {
