@@ -160,7 +160,8 @@ class Scheduler:
         beyond one per running request (so no draft ever makes another request preempt)."""
         first = request.num_computed_tokens + 1  # position of the first draft
         reach = self.block_manager.max_tokens_allocatable(request, reserve=len(self.running))
-        limit = min(request.max_tokens - request.num_output_tokens - 1, plan.budget, reach - first)
+        room = min(request.max_tokens - request.num_output_tokens - 1, plan.budget, reach - first)
+        limit = min(self.max_drafts, room)
         drafts = request.drafting.propose(request.token_ids, request.num_output_tokens, limit)
         if drafts:
             self.block_manager.allocate(request, first + len(drafts))
