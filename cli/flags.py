@@ -16,9 +16,11 @@ from typing import Any, NoReturn
 
 from engine import (
     DEFAULT_MODEL,
+    DEFAULT_SPECULATIVE,
     DTYPES,
     QUANTIZATIONS,
     SAMPLING_OFF,
+    SPECULATIVE,
     ModelSource,
     SamplingParams,
     SamplingParamsError,
@@ -105,6 +107,14 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         type=whole_number(1),
         default=256,
         help="token budget per step, decode + prefill chunks (default: 256)",
+    )
+    engine.add_argument(
+        "--speculative",
+        default=DEFAULT_SPECULATIVE,
+        choices=SPECULATIVE,
+        help="ngram = draft from the conversation itself and verify the drafts in the batch "
+        "(same tokens, fewer steps when replies repeat their context); off = one token per step "
+        f"(default: {DEFAULT_SPECULATIVE})",
     )
 
 
@@ -212,6 +222,7 @@ def model_flags(args: argparse.Namespace) -> ModelFlags:
         "quantize": args.quantize,
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
+        "speculative": args.speculative,
     }
     if args.demo:  # a toy model: bf16 only adds casts, and the default 1 GB of KV would be ~200k blocks
         engine["kv_cache_memory_mb"] = DEMO_KV_CACHE_MB

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.choices import DTYPES, QUANTIZATIONS
+    from engine.choices import DEFAULT_SPECULATIVE, DTYPES, QUANTIZATIONS, SPECULATIVE
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.errors import RequestError
@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 _MODULES = {
     "DTYPES": "engine.choices",
     "QUANTIZATIONS": "engine.choices",
+    "SPECULATIVE": "engine.choices",
+    "DEFAULT_SPECULATIVE": "engine.choices",
     "Engine": "engine.engine",
     "EngineConfig": "engine.config",
     "EngineSnapshot": "engine.snapshot",

@@ -59,6 +59,7 @@ class BlockManager:
         enable_prefix_caching: bool,
         num_sliding_blocks: int = 0,
         sliding_window: int | None = None,
+        draft_rows: int = 0,
     ):
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
@@ -66,7 +67,7 @@ class BlockManager:
         # the sliding-window layers' pool, None for a model without such layers
         self.sliding = BlockPool(num_sliding_blocks) if sliding_window is not None else None
         self.sliding_window = sliding_window
-        self.conv_rows = ConvRows(max_num_seqs, num_blocks)
+        self.conv_rows = ConvRows(max_num_seqs, num_blocks, draft_rows)
 
     # ------------------------------------------------------------------ sizes (the full pool's)
     @property
@@ -141,9 +142,18 @@ class BlockManager:
                 request.sliding_table.append(self.sliding.take())
         return True
 
-    def max_tokens_allocatable(self, request: Request) -> int:
-        """How far `request`'s tables could reach with every free block added to them."""
-        return (len(request.block_table) + self._free_everywhere()) * self.block_size
+    def max_tokens_allocatable(self, request: Request, reserve: int = 0) -> int:
+        """How far `request`'s tables could reach with every free block but ``reserve`` added to them."""
+        return (len(request.block_table) + max(0, self._free_everywhere() - reserve)) * self.block_size
+
+    def trim(self, request: Request) -> None:
+        """Release the blocks past `request`'s computed tokens: a verify step took them for drafts
+        that were rejected, and a sequence that never drafted would not hold them."""
+        keep = self.blocks_needed(request.num_computed_tokens)
+        while len(request.block_table) > keep:
+            self.pool.release(request.block_table.pop())
+            if self.sliding is not None:
+                self.sliding.release(request.sliding_table.pop())
 
     def acquire_slot(self, request: Request) -> None:
         assert request.conv_slot is None

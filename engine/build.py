@@ -83,6 +83,7 @@ def build_parts(model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConf
         config.enable_prefix_caching,
         num_sliding_blocks=config.num_sliding_blocks,
         sliding_window=model.config.attention_window,
+        draft_rows=config.max_drafts,
     )
     cache = HybridCache(
         model.config,
@@ -97,7 +98,7 @@ def build_parts(model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConf
     return EngineParts(
         config=config,
         block_manager=manager,
-        scheduler=Scheduler(manager, config.max_num_seqs, config.max_num_batched_tokens),
+        scheduler=Scheduler(manager, config.max_num_seqs, config.max_num_batched_tokens, config.max_drafts),
         pacer=_pacer(config),
         runner=ModelRunner(model, cache, config.device),
         outputs=OutputProcessor(tokenizer),

@@ -7,7 +7,8 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.choices import DTYPES, ENGINE_DTYPES, QUANTIZATIONS
+from engine.choices import DEFAULT_SPECULATIVE, DTYPES, ENGINE_DTYPES, QUANTIZATIONS, SPECULATIVE
+from engine.drafting import MAX_DRAFT_TOKENS
 from model.arch.lfm2_config import Lfm2Config
 from model.cache import HybridCache
 from model.checkpoint.loader import parse_dtype
@@ -41,6 +42,9 @@ class EngineConfig:
     quantize: str = "none"  # "int8" (weight-only int8 linears), "w8a8" (int8 activations too) or "int4"
     num_threads: int | None = None
     seed: int = 0
+    # "ngram": decoding requests draft from their own context and verify the drafts in the batch
+    # (engine/drafting.py); "off": one token per request per step
+    speculative: str = DEFAULT_SPECULATIVE
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -48,6 +52,10 @@ class EngineConfig:
         if self.quantize not in QUANTIZATIONS:
             raise ValueError(
                 f"EngineConfig.quantize must be one of {', '.join(QUANTIZATIONS)}, not {self.quantize!r}"
+            )
+        if self.speculative not in SPECULATIVE:
+            raise ValueError(
+                f"EngineConfig.speculative must be one of {', '.join(SPECULATIVE)}, not {self.speculative!r}"
             )
         positive = (
             "max_num_seqs",
@@ -74,6 +82,14 @@ class EngineConfig:
         # Every running sequence must be able to decode in every step, or a stream could stall.
         if self.max_num_batched_tokens < self.max_num_seqs:
             raise ValueError("EngineConfig.max_num_batched_tokens must be >= max_num_seqs")
+
+    @property
+    def max_drafts(self) -> int:
+        """Drafted tokens a decoding request may verify per step: every running request's fit in the
+        token budget together, so none is ever cut short by its neighbours (0: speculation off)."""
+        if self.speculative == "off":
+            return 0
+        return max(0, min(MAX_DRAFT_TOKENS, self.max_num_batched_tokens // self.max_num_seqs - 1))
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -129,13 +129,19 @@ class Engine:
         self.metrics.preemptions += len(scheduled.preempted)
         if not scheduled.chunks:
             return []
-        sampled = [chunk.request for chunk in scheduled.chunks if chunk.want_logits]
+        sampling = [chunk for chunk in scheduled.chunks if chunk.want_logits]
+        sampled = [chunk.request for chunk in sampling]
+        generated = accepted = 0
         try:
-            tokens = self.runner.run(scheduled.chunks)
-            self.scheduler.update(scheduled)
+            emitted = self.runner.run(scheduled.chunks)
             now = time.monotonic()
-            for request, token in zip(sampled, tokens, strict=True):
-                self.outputs.append(request, token, now)
+            for request, tokens in zip(sampled, emitted, strict=True):
+                generated += self._append(request, tokens, now)
+            verified = zip(sampling, emitted, strict=True)
+            kept = {chunk.request: len(tokens) - 1 for chunk, tokens in verified if chunk.drafts}
+            accepted = sum(kept.values())
+            self.scheduler.update(scheduled, kept)
+            for request in sampled:
                 if request.is_finished:
                     self._retire(request, request.status)
             outputs = [self.outputs.output(request) for request in sampled]
@@ -143,14 +149,16 @@ class Engine:
             logger.exception("engine step failed")
             error = f"internal error in an engine step ({type(exc).__name__}: {exc})"
             outputs = [self._fail(chunk.request, error) for chunk in scheduled.chunks]
-            tokens = []
         now = time.monotonic()
         stats = StepStats(
             num_seqs=len(scheduled.chunks),
             decode_tokens=scheduled.num_decode_tokens,
             prefill_tokens=scheduled.num_prefill_tokens,
-            generated_tokens=len(tokens),
+            generated_tokens=generated,
             step_time=now - began,
+            drafts=sum(bool(chunk.drafts) for chunk in scheduled.chunks),
+            draft_tokens=scheduled.num_draft_tokens,
+            accepted_tokens=accepted,
         )
         self.metrics.record_step(stats, now)
         if self.pacer is not None:
@@ -186,6 +194,14 @@ class Engine:
         cached = min(request.num_computed_tokens, request.num_prompt_tokens)
         request.metrics.cached_prompt_tokens = cached
         self.metrics.record_admission(request.num_prompt_tokens, cached)
+
+    def _append(self, request: Request, tokens: list[int], now: float) -> int:
+        """Record a chunk's emitted tokens in order, none past a stop or the length limit; how many."""
+        for count, token in enumerate(tokens, 1):
+            self.outputs.append(request, token, now)
+            if request.is_finished:
+                return count
+        return len(tokens)
 
     def _retire(self, request: Request, status: RequestStatus) -> None:
         self.scheduler.finish(request, status)

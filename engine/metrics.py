@@ -81,9 +81,13 @@ class StepStats:
     prefill_tokens: int = 0
     generated_tokens: int = 0
     step_time: float = 0.0
+    drafts: int = 0  # decode chunks that carried drafted tokens (speculative decoding)
+    draft_tokens: int = 0  # drafted tokens verified
+    accepted_tokens: int = 0  # of those, accepted
 
     @property
     def tokens(self) -> int:
+        """Tokens scheduled: prompt tokens and fed-back tokens (drafts are counted apart)."""
         return self.decode_tokens + self.prefill_tokens
 
 
@@ -129,12 +133,19 @@ class EngineMetrics:
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
         self.preemptions = 0
+        # speculative decoding since start (vLLM's spec_decode_num_*_total)
+        self.spec_drafts = 0
+        self.spec_draft_tokens = 0
+        self.spec_accepted_tokens = 0
         self.last_step = StepStats()
         self.throughput = ThroughputMeter(now)
 
     def record_step(self, stats: StepStats, now: float) -> None:
         self.steps += 1
         self.last_step = stats
+        self.spec_drafts += stats.drafts
+        self.spec_draft_tokens += stats.draft_tokens
+        self.spec_accepted_tokens += stats.accepted_tokens
         self.throughput.add(stats.generated_tokens, now)
 
     def record_admission(self, prompt_tokens: int, cached_prompt_tokens: int) -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import torch
 
 from engine.conv_rows import ZERO_ROW
+from engine.drafting import DraftState
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
 
@@ -68,6 +69,7 @@ class Request:
     conv_slot: int | None = None  # running conv-state row while RUNNING
     conv_src_row: int = ZERO_ROW  # row holding the conv state before token num_computed_tokens
     error: str | None = None  # why the engine failed it (FINISHED_ERROR)
+    drafting: DraftState = field(default_factory=DraftState)  # its n-gram drafter (engine/drafting.py)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

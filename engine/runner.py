@@ -3,12 +3,20 @@
 The runner owns the model, the cache tensors and the sampler, and makes no decisions: which
 tokens, which blocks, which conv rows and which chunks sample were all decided by the
 scheduler. A prefill chunk that does not reach the end of its request asks for no logits.
+
+A decode chunk with drafts (speculative decoding) asks for logits at its fed token and at every
+draft, and keeps the conv state after each of them but the last in its draft rows. Acceptance
+(engine/acceptance.py) decides what it emits; when a draft was rejected, the state after the
+last accepted token is copied back into the request's slot, so the conv state is exactly what
+it would be had the rejected drafts never been fed (their KV lies past the sequence's length
+and is overwritten before anything reads it).
 """
 
 from __future__ import annotations
 
 import torch
 
+from engine.acceptance import accept
 from engine.request import Request
 from engine.sampler import Sampler, SamplingRow
 from engine.scheduler import ScheduledChunk
@@ -33,8 +41,9 @@ class ModelRunner:
         # float32 logits, reused every step and grown to the most sampling rows seen
         self._logits = torch.empty(0, model.config.vocab_size, device=self.device)
 
-    def run(self, chunks: list[ScheduledChunk]) -> list[int]:
-        """Compute every chunk; return one sampled token per chunk with want_logits, in order."""
+    def run(self, chunks: list[ScheduledChunk]) -> list[list[int]]:
+        """Compute every chunk; return the tokens each chunk with want_logits emits, in order: one
+        sampled token, or a verify chunk's accepted drafts and the token after them."""
         sequences = [self._sequence_chunk(chunk) for chunk in chunks]
         batch = build_forward_batch(
             sequences,
@@ -45,10 +54,34 @@ class ModelRunner:
             sliding_window=self.model.config.attention_window,
         )
         logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
-        sampling = [chunk.request for chunk in chunks if chunk.want_logits]
-        if not sampling:
-            return []
-        return self.sampler.sample(logits, [_sampling_row(request) for request in sampling])
+        sampling = [chunk for chunk in chunks if chunk.want_logits]
+        if not any(chunk.drafts for chunk in sampling):
+            rows = [_sampling_row(chunk.request) for chunk in sampling]
+            return [[token] for token in self.sampler.sample(logits, rows)]
+        return self._verify(logits, sampling)
+
+    def _verify(self, logits: torch.Tensor, sampling: list[ScheduledChunk]) -> list[list[int]]:
+        """Plain rows sampled together; each verify chunk's 1 + d rows through acceptance."""
+        first_rows, plain, row = [], [], 0
+        for chunk in sampling:
+            first_rows.append(row)
+            if not chunk.drafts:
+                plain.append(row)
+            row += 1 + len(chunk.drafts)
+        plain_chunks = [chunk for chunk in sampling if not chunk.drafts]
+        plain_rows = [_sampling_row(c.request) for c in plain_chunks]
+        plain_tokens = iter(self.sampler.sample(logits[plain], plain_rows) if plain else [])
+        emitted = []
+        for chunk, first in zip(sampling, first_rows, strict=True):
+            if not chunk.drafts:
+                emitted.append([next(plain_tokens)])
+                continue
+            rows = logits[first : first + 1 + len(chunk.drafts)]
+            tokens = accept(rows, chunk.drafts, _sampling_row(chunk.request), self.sampler.kernels)
+            if len(tokens) <= len(chunk.drafts):  # a draft was rejected: roll the conv state back
+                self.cache.copy_conv_row(chunk.draft_rows[len(tokens) - 1], chunk.request.conv_slot)
+            emitted.append(tokens)
+        return emitted
 
     def _logits_buffer(self, rows: int) -> torch.Tensor:
         if self._logits.shape[0] < rows:
@@ -59,12 +92,14 @@ class ModelRunner:
     def _sequence_chunk(chunk: ScheduledChunk) -> SequenceChunk:
         request = chunk.request
         return SequenceChunk(
-            token_ids=request.token_ids[chunk.start : chunk.start + chunk.num_tokens],
+            token_ids=request.token_ids[chunk.start : chunk.start + chunk.num_tokens - len(chunk.drafts)]
+            + chunk.drafts,
             start_pos=chunk.start,
             block_table=request.block_table,
             conv_src_row=chunk.conv_src_row,
             conv_dst_row=request.conv_slot,
-            snapshots=chunk.snapshots,
+            snapshots=chunk.snapshots + list(enumerate(chunk.draft_rows)),
             want_logits=chunk.want_logits,
             sliding_table=request.sliding_table,
+            num_logits=1 + len(chunk.drafts),
         )

@@ -20,6 +20,13 @@ When a running request needs a block and none is free (cached blocks count as fr
 evicted before any request is touched), the newest running request is preempted: its blocks
 and slot are freed and it goes back to the queue in arrival order, to be recomputed later.
 
+Speculative decoding (engine/drafting.py): a decoding request may add up to `max_drafts`
+drafted tokens after its one fed token, so the step verifies them all (1 + d query rows). Drafts
+never preempt anyone and never take the last free block of each running request; `max_drafts`
+fits every running request's drafts in the token budget, so how many a request drafts never
+depends on its neighbours. After the step, `update` counts only the accepted drafts as computed
+and gives back the blocks the rejected ones took.
+
 The scheduler moves ids and counters only; it never touches a tensor.
 """
 
@@ -49,11 +56,13 @@ class ScheduledChunk:
     conv_src_row: int
     snapshots: list[tuple[int, int]]  # (offset in chunk, conv row): state after that token is saved
     want_logits: bool  # the chunk ends the known tokens, so the next token is sampled
+    drafts: list[int] = field(default_factory=list)  # drafted tokens after the fed one, verified this step
+    draft_rows: list[int] = field(default_factory=list)  # conv row keeping the state after token k < d
 
     @property
     def is_decode(self) -> bool:
-        """One generated token fed back (not a prompt chunk, not a recompute after preemption)."""
-        return self.num_tokens == 1 and self.start >= self.request.num_prompt_tokens
+        """One generated token fed back, maybe with drafts (not a prompt chunk, not a recompute)."""
+        return self.num_tokens - len(self.drafts) == 1 and self.start >= self.request.num_prompt_tokens
 
 
 @dataclass(slots=True)
@@ -70,6 +79,10 @@ class SchedulerOutput:
     def num_prefill_tokens(self) -> int:
         return sum(c.num_tokens for c in self.chunks if not c.is_decode)
 
+    @property
+    def num_draft_tokens(self) -> int:
+        return sum(len(c.drafts) for c in self.chunks)
+
 
 @dataclass(slots=True)
 class _Plan:
@@ -77,22 +90,32 @@ class _Plan:
 
     budget: int
     tokens: dict[Request, int] = field(default_factory=dict)
+    drafts: dict[Request, list[int]] = field(default_factory=dict)
 
     def grant(self, request: Request, num_tokens: int) -> None:
         self.tokens[request] = num_tokens
         self.budget -= num_tokens
 
+    def add_drafts(self, request: Request, drafts: list[int]) -> None:
+        self.drafts[request] = drafts
+        self.tokens[request] += len(drafts)
+        self.budget -= len(drafts)
+
     def revoke(self, request: Request) -> None:
         self.budget += self.tokens.pop(request, 0)
+        self.drafts.pop(request, None)
 
 
 class Scheduler:
     """Owns the waiting and running queues; see the module docstring for the policy."""
 
-    def __init__(self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int):
+    def __init__(
+        self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int, max_drafts: int = 0
+    ):
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_drafts = max_drafts  # drafted tokens a decoding request may verify per step (0: off)
         self.waiting: list[Request] = []  # sorted by arrival
         self.running: list[Request] = []  # sorted by arrival, so running[-1] is the newest
         self.wait_reason = ""  # after each schedule: one of WAIT_REASONS while requests wait, else ""
@@ -120,6 +143,8 @@ class Scheduler:
                 break
             if request.status is RequestStatus.RUNNING:
                 self._grow_running(request, plan, out)
+                if self.max_drafts and request in plan.tokens:
+                    self._draft(request, plan)
         if plan.tokens and prefill_cap is not None:  # streams are decoding: keep this step short
             plan.budget = min(plan.budget, prefill_cap)
         for request in prefilling:
@@ -133,7 +158,9 @@ class Scheduler:
                 break
             out.admitted.append(self.waiting.pop(0))
         self.wait_reason = self._why_waiting(out, plan)
-        out.chunks = [self._chunk(request, n) for request, n in plan.tokens.items()]
+        out.chunks = [
+            self._chunk(request, n, plan.drafts.get(request, [])) for request, n in plan.tokens.items()
+        ]
         return out
 
     def _why_waiting(self, out: SchedulerOutput, plan: _Plan) -> str:
@@ -146,6 +173,18 @@ class Scheduler:
         if len(self.running) >= self.max_num_seqs:
             return "max_batch"
         return "kv_blocks" if plan.budget else "token_budget"
+
+    def _draft(self, request: Request, plan: _Plan) -> None:
+        """Add `request`'s drafts to its decode chunk, within its length limit and the free blocks
+        beyond one per running request (so no draft ever makes another request preempt)."""
+        first = request.num_computed_tokens + 1  # position of the first draft
+        reach = self.block_manager.max_tokens_allocatable(request, reserve=len(self.running))
+        room = min(request.max_tokens - request.num_output_tokens - 1, plan.budget, reach - first)
+        limit = min(self.max_drafts, room)
+        drafts = request.drafting.propose(request.token_ids, request.num_output_tokens, limit)
+        if drafts:
+            self.block_manager.allocate(request, first + len(drafts))
+            plan.add_drafts(request, drafts)
 
     def _grow_running(self, request: Request, plan: _Plan, out: SchedulerOutput) -> None:
         """Give `request` a chunk and its blocks, preempting newer requests if the pool is dry."""
@@ -191,9 +230,10 @@ class Scheduler:
         self.add(request)
         out.preempted.append(request)
 
-    def _chunk(self, request: Request, num_tokens: int) -> ScheduledChunk:
+    def _chunk(self, request: Request, num_tokens: int, drafts: list[int]) -> ScheduledChunk:
         """Where the chunk's conv state comes from and which block-boundary states to keep."""
         start = request.num_computed_tokens
+        conv_rows = self.block_manager.conv_rows
         snapshots = []
         if self.block_manager.enable_prefix_caching:
             size = self.block_manager.block_size
@@ -207,17 +247,26 @@ class Scheduler:
             num_tokens=num_tokens,
             conv_src_row=request.conv_src_row,
             snapshots=snapshots,
-            want_logits=start + num_tokens == request.num_tokens,
+            want_logits=start + num_tokens - len(drafts) == request.num_tokens,
+            drafts=drafts,
+            draft_rows=[conv_rows.draft_row(request.conv_slot, k) for k in range(len(drafts))],
         )
 
     # ------------------------------------------------------------------ after the step
-    def update(self, out: SchedulerOutput) -> None:
-        """Account for the computed chunks: advance counters, cache newly full blocks, release the
-        sliding-window blocks no later query reads."""
+    def update(self, out: SchedulerOutput, accepted: dict[Request, int] | None = None) -> None:
+        """Account for the computed chunks: advance counters (by the fed token and the ``accepted``
+        drafts only), give back the blocks rejected drafts took, cache newly full blocks, release
+        the sliding-window blocks no later query reads.
+
+        Called after the step's tokens were appended, so a full block's tokens are all known."""
         for chunk in out.chunks:
             request = chunk.request
-            request.num_computed_tokens += chunk.num_tokens
+            kept = (accepted or {}).get(request, 0)
+            request.num_computed_tokens += chunk.num_tokens - len(chunk.drafts) + kept
             request.conv_src_row = request.conv_slot
+            if chunk.drafts:
+                request.drafting.record(len(chunk.drafts), kept, request.num_output_tokens)
+                self.block_manager.trim(request)
             self.block_manager.register_full_blocks(request)
             self.block_manager.release_out_of_window(request)
 

@@ -62,6 +62,12 @@ class EngineSnapshot:
     sliding_blocks_used: int = 0
     sliding_blocks_cached: int = 0
     sliding_blocks_total: int = 0
+    # speculative decoding: the last step's drafted and accepted tokens, and totals since start
+    step_draft_tokens: int = 0
+    step_accepted_tokens: int = 0
+    spec_drafts: int = 0
+    spec_draft_tokens: int = 0
+    spec_accepted_tokens: int = 0
 
 
 def take_snapshot(
@@ -92,6 +98,11 @@ def take_snapshot(
         cached_prompt_tokens=metrics.cached_prompt_tokens,
         prompt_tokens=metrics.prompt_tokens,
         preemptions=metrics.preemptions,
+        step_draft_tokens=step.draft_tokens,
+        step_accepted_tokens=step.accepted_tokens,
+        spec_drafts=metrics.spec_drafts,
+        spec_draft_tokens=metrics.spec_draft_tokens,
+        spec_accepted_tokens=metrics.spec_accepted_tokens,
         tokens_per_s=metrics.throughput.rate(now),
         throughput_history=metrics.throughput.history(now),
         requests=tuple(request_snapshot(request) for request in live),

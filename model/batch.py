@@ -43,6 +43,7 @@ class SequenceChunk:
     snapshots: list[tuple[int, int]] = field(default_factory=list)
     want_logits: bool = True
     sliding_table: list[int] | None = None  # sliding-window pool's blocks (-1: released), same indexing
+    num_logits: int = 1  # with want_logits: logits of this many last tokens (a verify step's 1 + drafts)
 
 
 @dataclass(slots=True)
@@ -135,6 +136,8 @@ def _check(chunk: SequenceChunk, block_size: int, sliding: bool) -> None:
     for offset, _ in chunk.snapshots:
         if not 0 <= offset < len(chunk.token_ids):
             raise ValueError(f"snapshot offset {offset} outside the chunk")
+    if not 1 <= chunk.num_logits <= len(chunk.token_ids):
+        raise ValueError(f"logits of {chunk.num_logits} tokens asked of a chunk of {len(chunk.token_ids)}")
 
 
 def build_forward_batch(
@@ -174,7 +177,7 @@ def build_forward_batch(
         ids.extend(chunk.token_ids)
         positions.extend(range(chunk.start_pos, chunk.start_pos + n))
         if chunk.want_logits:
-            logits_rows.append(first + n - 1)
+            logits_rows.extend(range(first + n - chunk.num_logits, first + n))
         # conv: the chunk's extended sequence is its L-1 state entries followed by its tokens
         ext = [state_base + i * state_len + j for j in range(state_len)]
         ext += [token_base + first + k for k in range(n)]

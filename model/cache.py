@@ -52,6 +52,11 @@ class HybridCache:
         self.sliding_k = [_zeros(sliding_shape, dtype, device) for _ in sliding_layers]
         self.sliding_v = [_zeros(sliding_shape, dtype, device) for _ in sliding_layers]
 
+    def copy_conv_row(self, src: int, dst: int) -> None:
+        """Every conv layer's state row ``src`` into row ``dst`` (a few KB a layer)."""
+        for state in self.conv:
+            state[dst] = state[src]
+
     @staticmethod
     def bytes_per_block(config: Lfm2Config, block_size: int, dtype: torch.dtype) -> int:
         """KV of one block over all attention layers plus one conv snapshot row over all conv layers."""

@@ -87,6 +87,11 @@ def render(snapshot: EngineSnapshot, served: ServerMetrics, model_name: str) -> 
     metric("vllm:num_preemptions_total", "counter", "Requests preempted.", snapshot.preemptions)
     metric("vllm:prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", queries)
     metric("vllm:generation_tokens_total", "counter", "Tokens generated.", served.generation_tokens)
+    spec = snapshot
+    drafts, drafted, accepted = spec.spec_drafts, spec.spec_draft_tokens, spec.spec_accepted_tokens
+    metric("vllm:spec_decode_num_drafts_total", "counter", "Speculative drafts verified.", drafts)
+    metric("vllm:spec_decode_num_draft_tokens_total", "counter", "Drafted tokens verified.", drafted)
+    metric("vllm:spec_decode_num_accepted_tokens_total", "counter", "Drafted tokens accepted.", accepted)
     name = "vllm:request_success_total"
     out += [f"# HELP {name} Finished requests, by finish reason.", f"# TYPE {name} counter"]
     for reason in sorted({"stop", "length", "abort", *served.finished}):

@@ -155,6 +155,7 @@ class Dashboard(Vertical):
                 "step  ",
                 meter(snap.step_tokens, snap.token_budget),
                 f" {snap.step_tokens}/{snap.token_budget} tok",
+                f" · spec {snap.step_accepted_tokens}/{snap.step_draft_tokens}",  # drafts accepted/verified
             ),
             Text.assemble("kv    ", meter(snap.kv_blocks_used, snap.kv_blocks_total), kv_text),
             Text(f"prefix {snap.prefix_hit_rate:.0%} hit · {snap.preemptions} preempted"),

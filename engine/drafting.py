@@ -1,0 +1,87 @@
+"""Prompt-lookup (n-gram) drafts for speculative decoding, and when a request stops drafting.
+
+A reply often repeats its own context (code being edited, a quoted passage, a list's pattern,
+a small model's loop). The drafter looks for the longest recent suffix of the request's tokens
+(prompt + reply so far) earlier in that history and proposes the tokens that followed it there;
+the engine verifies them in the next step (engine/acceptance.py). No second model is involved.
+
+    tokens   ... a b c x y ... a b c |      suffix "a b c" seen before, ending at e
+    draft                              x y ...   = what followed it (a periodic run continues
+                                                   through the draft itself, so a loop of
+                                                   period 1 still drafts MAX_DRAFT_TOKENS)
+
+The index maps each n-gram (n = 1..MAX_NGRAM) to where it last ended, updated as tokens arrive,
+so a lookup costs a few dict operations whatever the context. Nothing is drafted when no n-gram
+matches: a request whose context never repeats costs its steps nothing but those lookups.
+
+Auto-off: a draft that is rejected still costs its rows in the forward. Once a request has
+drafted ACCEPTANCE_WINDOW tokens, if fewer than MIN_ACCEPTANCE of them were accepted it pauses
+drafting for PAUSE_TOKENS generated tokens, then tries again with a fresh count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_NGRAM = 3  # the longest suffix looked up (longer matches predict better, and are tried first)
+MIN_NGRAM = 1  # the shortest suffix that may draft
+MAX_DRAFT_TOKENS = 5  # drafted tokens per request per step (1 + this many query rows to verify)
+ACCEPTANCE_WINDOW = 16  # drafted tokens counted before a request's acceptance is judged
+MIN_ACCEPTANCE = 0.3  # below this share accepted, drafting costs more rows than it saves steps
+PAUSE_TOKENS = 64  # generated tokens a request decodes plainly after its drafts stopped paying
+
+
+@dataclass(slots=True)
+class NgramIndex:
+    """Where each n-gram of a token history last ended (end = index just past its last token)."""
+
+    last_end: dict[tuple[int, ...], int] = field(default_factory=dict)
+    indexed: int = 0  # n-grams ending at 1..indexed are in last_end
+
+    def lookup(self, tokens: list[int]) -> int | None:
+        """The end of the latest earlier occurrence of the longest suffix of ``tokens`` (MAX_NGRAM
+        down to MIN_NGRAM), or None. Indexes every n-gram ending before the current end first."""
+        for end in range(self.indexed + 1, len(tokens)):
+            for n in range(MIN_NGRAM, min(MAX_NGRAM, end) + 1):
+                self.last_end[tuple(tokens[end - n : end])] = end
+        self.indexed = max(self.indexed, len(tokens) - 1)
+        for n in range(min(MAX_NGRAM, len(tokens)), MIN_NGRAM - 1, -1):
+            end = self.last_end.get(tuple(tokens[len(tokens) - n :]))
+            if end is not None:
+                return end
+        return None
+
+
+@dataclass(slots=True)
+class DraftState:
+    """One request's drafter: its index, this step's drafts, and its recent acceptance."""
+
+    index: NgramIndex = field(default_factory=NgramIndex)
+    drafts: list[int] = field(default_factory=list)  # proposed for the step being scheduled
+    window_drafted: int = 0
+    window_accepted: int = 0
+    paused_until: int = 0  # no drafts before the request has generated this many tokens
+
+    def propose(self, tokens: list[int], generated: int, limit: int) -> list[int]:
+        """Up to ``min(limit, MAX_DRAFT_TOKENS)`` tokens that followed the suffix earlier; [] if none."""
+        limit = min(limit, MAX_DRAFT_TOKENS)
+        if limit <= 0 or generated < self.paused_until:
+            return []
+        end = self.index.lookup(tokens)
+        if end is None:
+            return []
+        drafts: list[int] = []
+        for k in range(limit):  # tokens[end + k], reading on into the draft for a periodic run
+            at = end + k
+            drafts.append(tokens[at] if at < len(tokens) else drafts[at - len(tokens)])
+        return drafts
+
+    def record(self, drafted: int, accepted: int, generated: int) -> None:
+        """Count a verified step; pause drafting when the last window's acceptance did not pay."""
+        self.window_drafted += drafted
+        self.window_accepted += accepted
+        if self.window_drafted < ACCEPTANCE_WINDOW:
+            return
+        if self.window_accepted < MIN_ACCEPTANCE * self.window_drafted:
+            self.paused_until = generated + PAUSE_TOKENS
+        self.window_drafted = self.window_accepted = 0
