@@ -44,6 +44,7 @@ PANE_KEYS: list[BindingType] = [
     key("ctrl+b", "copy_code", "Copy code", "Copy the last code block of the last reply"),
     key("ctrl+o", "export", "Export", "Export this conversation to a Markdown file"),
     key("ctrl+t", "toggle_thinking", "Thinking", "Show or fold the model's thinking in this pane"),
+    key("f2", "pick_model", "Model", "Switch model (on a server: this pane's model)"),
     key("ctrl+l", "clear", "Clear", "Clear: a new conversation in this pane (old one kept)"),
     key(
         "ctrl+up",

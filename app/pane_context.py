@@ -12,10 +12,11 @@ from app.conversation import Conversation
 Persist = Callable[[Conversation, str], None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PaneContext:
     """What all panes share: the backend that generates, a files dir, and
-    `persist(conversation, partial_reply)`, which saves and never raises."""
+    `persist(conversation, partial_reply)`, which saves and never raises. One object for all panes,
+    so switching the local model is one assignment of `backend`."""
 
     backend: Backend
     files_dir: Path

@@ -24,6 +24,7 @@ class LocalBackend:
         self.engine = engine
         self.worker = EngineWorker(engine).start()
         self.model_name = model_name
+        self.per_pane_model = False  # one engine: every pane runs its model
         self.max_model_len: int | None = engine.max_model_len
         config = engine.config
         weights = config.dtype if config.quantize == "none" else f"{config.dtype} {config.quantize}"

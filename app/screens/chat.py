@@ -216,6 +216,24 @@ class ChatScreen(Screen[None]):
         for pane in self.panes:
             await pane.settle()
 
+    # ------------------------------------------------------------------ switching the local model
+    async def stop_replies(self) -> None:
+        """Before the engine is switched: every reply in flight stops, kept and marked stopped."""
+        for pane in self.panes:
+            await pane.stop_for_switch()
+
+    async def use_backend(self, backend: Backend) -> None:
+        """Every pane keeps its conversation on the new model. The ids they kept for the prefix cache
+        are the old tokenizer's, so they are dropped, and each context meter is measured again."""
+        self.context.backend = backend
+        self.title_text = backend.title
+        self.query_one("#title-bar", Static).update(backend.title)
+        self.dashboard.set_architecture(backend.architecture)
+        for pane in self.panes:
+            pane.conversation.prompt_cache.clear()
+            pane.show_model()
+            await pane.measure_context()
+
     # ------------------------------------------------------------------ actions
     def on_descendant_focus(self, event: DescendantFocus) -> None:
         pane = next((a for a in event.widget.ancestors_with_self if isinstance(a, ChatPane)), None)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
@@ -59,6 +59,12 @@ class ChatPane(Vertical):
     class Woken(Message):
         """Token events are waiting in the pane's inbox (posted from the backend's thread)."""
 
+    @dataclass
+    class ModelWanted(Message):
+        """The user asked to switch model from this pane (the app decides: one engine, or a server)."""
+
+        pane: ChatPane
+
     def __init__(self, conversation: Conversation, context: PaneContext, *, id: str) -> None:
         super().__init__(id=id)
         self.conversation = conversation
@@ -83,6 +89,7 @@ class ChatPane(Vertical):
 
     async def on_mount(self) -> None:
         self.prompt_input.text = strip_control(self.conversation.draft)
+        self.show_model()
         await self.measure_context()
 
     @property
@@ -238,6 +245,32 @@ class ChatPane(Vertical):
         self.conversation.draft = self.prompt_input.text
         self._persist()
 
+    async def stop_for_switch(self) -> None:
+        """The model is being switched: a reply in flight ends here, kept as far as it got and
+        marked stopped (settle saves it)."""
+        was_busy = self.turn is not None
+        await self.settle()
+        if was_busy:
+            self.status.show("stopped")
+            await self.transcript.add_notice("The reply above was stopped to switch the model.")
+
+    @property
+    def model(self) -> str:
+        """The model this pane's requests ask for."""
+        backend = self.context.backend
+        return (backend.per_pane_model and self.conversation.settings.model) or backend.model_name
+
+    def show_model(self) -> None:
+        """The status line names the pane's model where panes may differ (a server)."""
+        self.status.model = self.model if self.context.backend.per_pane_model else ""
+        self.status.show(self.status.state)
+
+    def use_model(self, model_id: str) -> None:
+        """On a server: this pane's next requests ask for `model_id`; saved with the conversation."""
+        self.conversation.settings.model = model_id
+        self.show_model()
+        self._persist()
+
     # ------------------------------------------------------------------ saving
     def _persist(self, partial_reply: str = "") -> None:
         self.context.persist(self.conversation, partial_reply)
@@ -303,12 +336,15 @@ class ChatPane(Vertical):
 
     def action_settings(self) -> None:
         async def apply(settings: ChatSettings | None) -> None:
-            if settings is not None:
-                self.conversation.settings = settings
+            if settings is not None:  # the form does not edit the model: it stays
+                self.conversation.settings = replace(settings, model=self.conversation.settings.model)
                 await self.measure_context()  # also retitles: the preset may now be "custom"
                 self._persist()
 
         self.app.push_screen(SettingsScreen(self.conversation.settings, self.label), apply)
+
+    def action_pick_model(self) -> None:
+        self.post_message(self.ModelWanted(self))
 
     def action_toggle_thinking(self) -> None:
         self.transcript.set_thinking_shown(not self.transcript.show_thinking)

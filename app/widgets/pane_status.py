@@ -22,6 +22,7 @@ class PaneStatus(Static):
         self.state = "idle"
         self.metrics: Metrics | None = None
         self.prefill: tuple[int, int] | None = None
+        self.model = ""  # the pane's own model on a server (panes may differ); "" locally
 
     def show(
         self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
@@ -54,4 +55,6 @@ class PaneStatus(Static):
                 parts.append(f"ttft {m.ttft:.2f}s")
             if m.tokens_per_s:
                 parts.append(f"{m.tokens_per_s:.0f} tok/s")
+        if self.model:
+            parts.append(self.model)
         return " · ".join(parts)
