@@ -161,6 +161,9 @@ class LfmChatApp(App[None]):
         loading screen's progress; the old engine goes only once the new one runs."""
         if choice is None or choice.source is None or self.chat_screen is None:
             return
+        if self.backend is not None and choice.label == self.backend.model_name:
+            self.notify(f"{choice.label} is the model running now.", markup=False)
+            return
         source = choice.source
         self._switching = replace(
             self.options, model=source.model, revision=source.revision, demo=source.demo

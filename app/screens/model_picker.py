@@ -23,7 +23,7 @@ from app.backend.http_errors import ServerError
 from app.model_choices import ModelChoice
 from app.widgets.key_footer import KeyFooter
 
-ListChoices = Callable[[], list[ModelChoice]]  # blocking: run on a thread; ServerError says why not
+ListChoices = Callable[[], list[ModelChoice]]  # blocking, on a thread; ServerError/OSError: why not
 
 
 class ModelPicker(ModalScreen[ModelChoice | None]):
@@ -59,6 +59,8 @@ class ModelPicker(ModalScreen[ModelChoice | None]):
             choices = self.list_choices()
         except ServerError as exc:
             self.app.call_from_thread(self._show_problem, str(exc))
+        except OSError as exc:  # a remembered folder or the cache that cannot be read
+            self.app.call_from_thread(self._show_problem, f"The models could not be listed: {exc}")
         else:
             self.app.call_from_thread(self._show, choices)
 

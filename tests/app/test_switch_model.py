@@ -163,3 +163,25 @@ async def test_on_a_server_each_pane_asks_for_its_own_model(make_options: MakeOp
             assert "fake-large" not in first.status.describe()
             saved = app.store.load(second.conversation.id) if app.store and second.conversation.id else None
             assert saved is not None and saved.settings.model == "fake-large"
+
+
+async def test_a_server_that_cannot_list_its_models_is_said_in_the_picker(make_options: MakeOptions) -> None:
+    with FakeServer() as server:
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=1))
+        async with app.run_test(size=(140, 40)) as pilot:
+            screen = await chat_screen(app, pilot)
+            titles = [c.title for c in app.get_system_commands(screen)]
+            assert any(t.startswith("Switch model") for t in titles)  # in the palette too
+            server.httpd.shutdown()
+            server.httpd.server_close()
+            press(app, "f2")
+            await wait_until(pilot, lambda: isinstance(app.screen, ModelPicker), "the picker")
+            picker = app.screen
+            assert isinstance(picker, ModelPicker)
+
+            def shown() -> str:
+                return " ".join(str(o.prompt) for o in picker.options.options)
+
+            await wait_until(pilot, lambda: "Cannot reach the server" in shown(), "the reason")
+            press(app, "escape")
+            await wait_until(pilot, lambda: app.screen is screen, "back to the chat")
