@@ -176,7 +176,7 @@ class LfmChatApp(App[None]):
         assert self.chat_screen is not None and self._switching is not None
         old, self.backend, self.options = self.backend, backend, self._switching
         self.pop_screen()
-        await self.chat_screen.use_backend(backend)
+        await self.chat_screen.use_backend(backend, self.options.demo)
         self._remember_model(self.options)
         if old is not None:  # its replies were stopped: closing only joins the worker thread
             await asyncio.to_thread(old.close)

@@ -93,8 +93,7 @@ class ChatScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(self.title_text, id="title-bar", markup=False)
-        if self.demo:
-            yield Static(DEMO_BANNER, id="demo-banner")
+        yield Static(DEMO_BANNER, id="demo-banner")  # hidden unless the demo runs (see _relayout)
         yield self.save_warning
         with self.grid:
             yield from (self._new_pane(c) for c in self._initial)
@@ -222,10 +221,12 @@ class ChatScreen(Screen[None]):
         for pane in self.panes:
             await pane.stop_for_switch()
 
-    async def use_backend(self, backend: Backend) -> None:
+    async def use_backend(self, backend: Backend, demo: bool) -> None:
         """Every pane keeps its conversation on the new model. The ids they kept for the prefix cache
         are the old tokenizer's, so they are dropped, and each context meter is measured again."""
         self.context.backend = backend
+        self.demo = demo
+        self._relayout()  # the demo banner comes or goes
         self.title_text = backend.title
         self.query_one("#title-bar", Static).update(backend.title)
         self.dashboard.set_architecture(backend.architecture)

@@ -185,3 +185,14 @@ async def test_a_server_that_cannot_list_its_models_is_said_in_the_picker(make_o
             await wait_until(pilot, lambda: "Cannot reach the server" in shown(), "the reason")
             press(app, "escape")
             await wait_until(pilot, lambda: app.screen is screen, "back to the chat")
+
+
+async def test_switching_to_the_demo_shows_its_banner_and_title(make_options: MakeOptions) -> None:
+    app = LfmChatApp(make_options(panes=1))
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = await chat_screen(app, pilot)
+        banner = screen.query_one("#demo-banner")
+        assert not banner.display or screen.has_class("-no-banner")
+        await pick(app, pilot, "demo (random weights)")
+        await wait_until(pilot, lambda: any("Now running" in str(n.message) for n in app._notifications))
+        assert "demo" in screen.title_text and not screen.has_class("-no-banner")
