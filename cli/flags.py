@@ -25,7 +25,6 @@ from engine import (
     is_repo_id,
 )
 
-DEMO_KV_CACHE_MB = 64
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
@@ -211,8 +210,4 @@ def model_flags(args: argparse.Namespace) -> ModelFlags:
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
     }
-    if args.demo:  # a toy model: bf16 only adds casts, and the default 1 GB of KV would be ~200k blocks
-        engine["kv_cache_memory_mb"] = DEMO_KV_CACHE_MB
-        if args.dtype == "auto":
-            engine["dtype"] = "float32"
     return ModelFlags(ModelSource(args.model, args.revision, args.demo), engine, sampling)
