@@ -4,6 +4,7 @@ fails keeps the old model; on a server each pane asks for the model it picked.""
 from __future__ import annotations
 
 import gc
+import time
 import weakref
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from app.sanitize import strip_control
 from app.screens.chat import ChatScreen
 from app.screens.model_picker import ModelPicker
 from app.store import Store
-from engine import DEFAULT_MODEL, Engine, EngineConfig
+from engine import DEFAULT_MODEL, Engine, EngineConfig, RequestOutput
 from tests.app.fake_openai import FakeServer
 from tests.app.pilot_helpers import ENGINE, MakeOptions, chat_screen, submit, user, wait_replied, wait_until
 from tests.conftest import TinyCheckpointFactory
@@ -48,6 +49,18 @@ def remembered(options_data_dir: Path, *folders: Path) -> Store:
     for folder in folders:
         store.set_state(RECENT_MODELS_KEY, with_recent(store.get_state(RECENT_MODELS_KEY), str(folder)) or "")
     return store
+
+
+def paced(engine: Engine, seconds: float = 0.05) -> None:
+    """The engine as a slow machine runs it: each step takes `seconds` longer, so a reply is surely
+    still streaming when the test switches (the tiny model otherwise ends one in a second)."""
+    step = engine.step
+
+    def slow_step() -> list[RequestOutput]:
+        time.sleep(seconds)
+        return step()
+
+    engine.step = slow_step  # type: ignore[method-assign]
 
 
 @pytest.fixture(scope="module")
@@ -86,13 +99,14 @@ async def test_switching_keeps_every_conversation_and_the_next_reply_comes_from_
         old = app.backend
         assert isinstance(old, LocalBackend)
         old_engine = weakref.ref(old.engine)
+        paced(old.engine)
 
         press(app, "f2")
         await wait_until(
             pilot, lambda: isinstance(app.screen, ModelPicker) and app.screen.choices, "the list"
         )
         await second.send(long_prompt)  # streaming while the user picks
-        await wait_until(pilot, lambda: second.turn is not None and second.turn.ids, "first tokens")
+        await wait_until(pilot, lambda: second.turn is not None and second.turn.reply.source, "first text")
         picker = app.screen
         assert isinstance(picker, ModelPicker)
         picker.options.highlighted = [c.label for c in picker.choices].index(second_ckpt.name)
