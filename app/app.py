@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
 from collections.abc import Iterable
 from dataclasses import replace
+from functools import partial
 from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import App, SystemCommand
@@ -24,7 +27,9 @@ from app.widgets import instant_keys
 
 if TYPE_CHECKING:  # imports torch-based widgets: loaded after the loading screen is drawn
     from app.backend.base import Backend
+    from app.model_choices import ModelChoice
     from app.screens.chat import ChatScreen
+    from app.widgets.chat_pane import ChatPane
 
 
 THEME_KEY = "theme"
@@ -51,6 +56,7 @@ class LfmChatApp(App[None]):
         self.backend: Backend | None = None
         self.chat_screen: ChatScreen | None = None
         self.user_keys: dict[str, str] = {}  # binding id -> keys, as keymap.json set them
+        self._switching: AppOptions | None = None  # the options of the model being switched to
 
     def on_mount(self) -> None:
         if self.store is None:
@@ -109,11 +115,15 @@ class LfmChatApp(App[None]):
         display = super().get_key_display  # (a bare super() cannot run inside the generator)
         return "/".join(display(binding.with_key(k.strip())) for k in keys.split(","))
 
-    def on_loading_screen_loaded(self, message: LoadingScreen.Loaded) -> None:
+    async def on_loading_screen_loaded(self, message: LoadingScreen.Loaded) -> None:
         from app.screens.chat import ChatScreen  # imported by the loader thread (see TYPE_CHECKING above)
 
         assert self.store is not None
+        if self.chat_screen is not None:  # a model switch, not the launch
+            await self._switched(message.backend)
+            return
         backend = self.backend = message.backend
+        self._remember_model(self.options)
         conversations = self.store.open_conversations()[:MAX_PANES]
         if self.store.repairs:
             self.notify(repairs_notice(self.store.repairs), severity="warning", timeout=20, markup=False)
@@ -134,7 +144,75 @@ class LfmChatApp(App[None]):
             self.notify(backend.warning, severity="warning", timeout=20)
 
     def on_loading_screen_failed(self, message: LoadingScreen.Failed) -> None:
-        self.switch_screen(ErrorScreen(message.reason, what_to_try(self.options)))
+        if self.chat_screen is None:
+            self.switch_screen(ErrorScreen(message.reason, what_to_try(self.options)))
+            return
+        self.pop_screen()  # the switch failed: the old model never stopped running
+        old = self.backend.model_name if self.backend else self.options.model_label
+        self.notify(
+            f"Could not switch model, still running {old}: {message.reason}",
+            severity="error",
+            timeout=30,
+            markup=False,
+        )
+
+    # ------------------------------------------------------------------ switching model
+    def on_chat_pane_model_wanted(self, message: ChatPane.ModelWanted) -> None:
+        """A server: the pane picks its own model from /v1/models. Local: one engine for all panes."""
+        from app.model_choices import RECENT_MODELS_KEY, local_choices, server_choices
+        from app.screens.model_picker import ModelPicker
+
+        backend, pane = self.backend, message.pane
+        if backend is None or self.store is None:
+            return
+        if backend.per_pane_model:
+            listing = partial(server_choices, backend)
+            picker = ModelPicker(listing, pane.model, f"pane {pane.label}")
+            self.push_screen(picker, partial(self._pane_model, pane))
+        else:
+            listing = partial(local_choices, self.store.get_state(RECENT_MODELS_KEY))
+            self.push_screen(ModelPicker(listing, backend.model_name, "all panes"), self._switch)
+
+    def _pane_model(self, pane: ChatPane, choice: ModelChoice | None) -> None:
+        if choice is not None and choice.model_id:
+            pane.use_model(choice.model_id)
+
+    async def _switch(self, choice: ModelChoice | None) -> None:
+        """Stop the replies in flight, then load the chosen checkpoint beside the old one, with the
+        loading screen's progress; the old engine goes only once the new one runs."""
+        if choice is None or choice.source is None or self.chat_screen is None:
+            return
+        if self.backend is not None and choice.label == self.backend.model_name:
+            self.notify(f"{choice.label} is the model running now.", markup=False)
+            return
+        source = choice.source
+        self._switching = replace(
+            self.options, model=source.model, revision=source.revision, demo=source.demo
+        )
+        await self.chat_screen.stop_replies()
+        self.push_screen(LoadingScreen(self._switching))
+
+    async def _switched(self, backend: Backend) -> None:
+        """The new engine runs: the panes take it, the old one's worker stops and its memory goes."""
+        assert self.chat_screen is not None and self._switching is not None
+        old, self.backend, self.options = self.backend, backend, self._switching
+        self.pop_screen()
+        await self.chat_screen.use_backend(backend, self.options.demo)
+        self._remember_model(self.options)
+        if old is not None:  # its replies were stopped: closing only joins the worker thread
+            await asyncio.to_thread(old.close)
+            del old
+            gc.collect()  # the engine's weights and caches go now, not at some later collection
+        self.notify(f"Now running {backend.model_name}.", markup=False)
+
+    def _remember_model(self, options: AppOptions) -> None:
+        """A checkpoint folder that loaded is offered by the picker next time."""
+        from app.model_choices import RECENT_MODELS_KEY, with_recent
+
+        if self.store is None or options.server is not None or options.demo:
+            return
+        if (row := with_recent(self.store.get_state(RECENT_MODELS_KEY), options.model)) is not None:
+            Saver(self.store).set_state(RECENT_MODELS_KEY, row)
 
     async def action_quit(self) -> None:
         """Save every pane (a reply in flight as far as it got), then leave."""

@@ -34,7 +34,8 @@ class ChatSettings:
     """Per-conversation system prompt and sampling; defaults follow LFM2's model card.
 
     `preset` names where the sampling came from ("LFM2.5 card defaults", "custom"), for the pane's
-    border; the CLI sets it from the checkpoint's card (model/text/model_cards.py).
+    border; the CLI sets it from the checkpoint's card (model/text/model_cards.py). `model` is a
+    server's model id (a pane may use its own); the local engine runs one model for all panes.
     """
 
     system_prompt: str = ""
@@ -45,6 +46,7 @@ class ChatSettings:
     repetition_penalty: float = 1.05
     max_tokens: int = 512
     preset: str = ""
+    model: str = ""  # on a server, the model this conversation asks for; "" = the server's default
 
     def sampling_params(self, max_tokens: int | None = None) -> SamplingParams:
         """Engine parameters; raises SamplingParamsError naming a bad field."""

@@ -13,11 +13,12 @@ from app.widgets.frame_pacer import FramePacer
 Persist = Callable[[Conversation, str], None]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PaneContext:
     """What all panes share: the backend that generates, a files dir,
     `persist(conversation, partial_reply)`, which saves and never raises, and the pacer that
-    says when a streaming pane may redraw."""
+    says when a streaming pane may redraw. One object for all panes, so switching the local model
+    is one assignment of `backend`."""
 
     backend: Backend
     files_dir: Path

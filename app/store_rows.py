@@ -17,6 +17,7 @@ import math
 from dataclasses import fields
 from typing import Any
 
+from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.conversation import ChatMessage, ChatSettings, PromptCache
 from app.sanitize import strip_control
 
@@ -79,6 +80,9 @@ class RowChecker:
                     self.repairs.append(f"{what}: {field.name} has the wrong type")
                 else:
                     kept[field.name] = value
+        if "model" in kept and (model := server_text(kept["model"], MODEL_ID_CHARS)) != kept["model"]:
+            self.repairs.append(f"{what}: the model id was cleaned")
+            kept["model"] = model
         return ChatSettings(**kept)
 
     @staticmethod

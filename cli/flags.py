@@ -27,7 +27,6 @@ from engine import (
     is_repo_id,
 )
 
-DEMO_KV_CACHE_MB = 64
 DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 
 
@@ -224,8 +223,4 @@ def model_flags(args: argparse.Namespace) -> ModelFlags:
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "speculative": args.speculative,
     }
-    if args.demo:  # a toy model: bf16 only adds casts, and the default 1 GB of KV would be ~200k blocks
-        engine["kv_cache_memory_mb"] = DEMO_KV_CACHE_MB
-        if args.dtype == "auto":
-            engine["dtype"] = "float32"
     return ModelFlags(ModelSource(args.model, args.revision, args.demo), engine, sampling)

@@ -19,7 +19,14 @@ if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.errors import RequestError
-    from engine.launch import ModelSource, Progress, default_cache_dir, demo_checkpoint, load_engine
+    from engine.launch import (
+        ModelSource,
+        Progress,
+        default_cache_dir,
+        demo_checkpoint,
+        engine_kwargs,
+        load_engine,
+    )
     from engine.metrics import RequestMetrics
     from engine.output import RequestOutput
     from engine.sampling_params import SamplingParams, SamplingParamsError
@@ -44,6 +51,7 @@ _MODULES = {
     "Progress": "engine.launch",
     "default_cache_dir": "engine.launch",
     "demo_checkpoint": "engine.launch",
+    "engine_kwargs": "engine.launch",
     "load_engine": "engine.launch",
     "RequestMetrics": "engine.metrics",
     "RequestOutput": "engine.output",

@@ -24,12 +24,14 @@ if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.engine import Engine
 
+
 def default_cache_dir() -> Path:
     """Where the demo checkpoint goes (model/checkpoint/quantized_cache.py keeps its own folder beside it)."""
     return platformdirs.user_cache_path("lfm-chat")
 
 
 DEMO_CHECKPOINT = "demo-checkpoint-v1"  # bump when the demo model's shape changes
+DEMO_KV_CACHE_MB = 64  # the toy model's KV cache: the default 1 GB would be ~200k blocks
 Progress = Callable[[str, "float | None"], None]  # a loading stage and its fraction done, if known
 
 
@@ -56,6 +58,16 @@ class ModelSource:
         Reads a local checkpoint's config.json (no torch); the demo's toy model takes LFM2's.
         """
         return checkpoint_sampling(DEFAULT_MODEL if self.demo else self.model).overridden(flags)
+
+
+def engine_kwargs(source: ModelSource, flags: dict[str, Any]) -> dict[str, Any]:
+    """The engine flags as `source` runs them: the demo's toy model gets a small KV cache and float32
+    when the dtype is auto (bf16 only adds casts). Applied at load, not by the CLI, so an app that
+    switches from --demo to a real checkpoint (or back) runs each with its own."""
+    if not source.demo:
+        return flags
+    dtype = "float32" if flags.get("dtype", "auto") == "auto" else flags["dtype"]
+    return {"kv_cache_memory_mb": DEMO_KV_CACHE_MB, **flags, "dtype": dtype}
 
 
 def demo_checkpoint(cache_dir: Path) -> Path:
@@ -98,7 +110,7 @@ def load_engine(
     from engine.engine import Engine
 
     if isinstance(config, dict):
-        config = EngineConfig(**config)
+        config = EngineConfig(**engine_kwargs(source, config))
     if checkpoint is None:
         progress("writing the demo checkpoint", None)
         checkpoint = demo_checkpoint(cache_dir)

@@ -84,6 +84,7 @@ class Backend(Protocol):
     architecture: str | None  # what the model is, for the dashboard ("LFM2-MoE · 4/32 experts per token")
     max_model_len: int | None
     warning: str | None  # shown once when the chat screen opens (e.g. slow kernels)
+    per_pane_model: bool  # a pane's settings.model picks its model (a server's); else model_name for all
 
     def prepare(self, conversation: Conversation) -> Prompt:
         """Blocking (a Hub chat template can be slow): call off the UI thread. ValueError: the

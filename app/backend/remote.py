@@ -155,7 +155,9 @@ class RemoteBackend:
 
     def __init__(self, url: str, api_key: str | None, model: dict[str, Any], poll_interval: float = 0.25):
         self.url = url.rstrip("/")
-        self.model_name = str(model["id"])
+        self.api_key = api_key
+        self.model_name = str(model["id"])  # the default: what a pane without a model of its own asks for
+        self.per_pane_model = True
         self.max_model_len = context_length(model)
         context = f"context {self.max_model_len}" if self.max_model_len else "context ?"
         self.title = f"lfm-chat · {self.model_name} · server {self.url} · {context}"
@@ -196,7 +198,8 @@ class RemoteBackend:
         self, prompt: Prompt, settings: ChatSettings, max_tokens: int, tag: str, on_event: OnEvent
     ) -> RemoteStream:
         request_id = f"chat-{uuid.uuid4().hex[:12]}"
-        body = chat_body(self.model_name, prompt.messages, sampling_fields(settings, max_tokens))
+        model = settings.model or self.model_name  # a pane may ask for a model of its own
+        body = chat_body(model, prompt.messages, sampling_fields(settings, max_tokens))
         stream = ChatStream(self._client, request_id, body, on_event)
 
         async def run() -> None:
@@ -207,6 +210,10 @@ class RemoteBackend:
                 del self._streams[request_id]
 
         return RemoteStream(request_id, asyncio.run_coroutine_threadsafe(run(), self._loop))
+
+    def list_models(self) -> list[dict[str, Any]]:
+        """Blocking: the server's models now (GET /v1/models, ids cleaned). ServerError says why not."""
+        return model_ids(fetch_models(self.url, self.api_key), self.url)
 
     def remember(self, conversation: Conversation, prompt: Prompt, reply: str, ids: list[int]) -> None:
         """Nothing to keep: the server's own prefix cache matches on the text it renders."""

@@ -21,7 +21,7 @@ from textual.worker import get_current_worker
 
 from app.backend.base import Backend
 from app.backend.server_metrics import ServerSnapshot
-from app.conversation import ChatMessage, ChatSettings, Conversation
+from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
 from app.keys import PANE_KEYS, key, key_named, palette_commands
 from app.layout import plan_layout
 from app.options import MAX_PANES
@@ -94,8 +94,7 @@ class ChatScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Static(self.title_text, id="title-bar", markup=False)
-        if self.demo:
-            yield Static(DEMO_BANNER, id="demo-banner")
+        yield Static(DEMO_BANNER, id="demo-banner")  # hidden unless the demo runs (see _relayout)
         yield self.save_warning
         with self.grid:
             yield from (self._new_pane(c) for c in self._initial)
@@ -218,6 +217,26 @@ class ChatScreen(Screen[None]):
         """On quit: every pane, with any reply still streaming kept as it stands, and its draft."""
         for pane in self.panes:
             await pane.settle()
+
+    # ------------------------------------------------------------------ switching the local model
+    async def stop_replies(self) -> None:
+        """Before the engine is switched: every reply in flight stops, kept and marked stopped."""
+        for pane in self.panes:
+            await pane.stop_for_switch()
+
+    async def use_backend(self, backend: Backend, demo: bool) -> None:
+        """Every pane keeps its conversation on the new model. The ids they kept for the prefix cache
+        are the old tokenizer's, so they are dropped, and each context meter is measured again."""
+        self.context.backend = backend
+        self.demo = demo
+        self._relayout()  # the demo banner comes or goes
+        self.title_text = backend.title
+        self.query_one("#title-bar", Static).update(backend.title)
+        self.dashboard.set_architecture(backend.architecture)
+        for pane in self.panes:
+            pane.conversation.prompt_cache = PromptCache()
+            pane.show_model()
+            await pane.measure_context()
 
     # ------------------------------------------------------------------ actions
     def on_descendant_focus(self, event: DescendantFocus) -> None:

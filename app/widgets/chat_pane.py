@@ -82,6 +82,12 @@ class ChatPane(Vertical):
         pane: ChatPane
         text: str
 
+    @dataclass
+    class ModelWanted(Message):
+        """The user asked to switch model from this pane (the app decides: one engine, or a server)."""
+
+        pane: ChatPane
+
     def __init__(self, conversation: Conversation, context: PaneContext, *, id: str) -> None:
         super().__init__(id=id)
         self.conversation = conversation
@@ -109,6 +115,7 @@ class ChatPane(Vertical):
 
     async def on_mount(self) -> None:
         self.prompt_input.restore(strip_control(self.conversation.draft))
+        self.show_model()
         await self.measure_context()
 
     @property
@@ -342,6 +349,32 @@ class ChatPane(Vertical):
         self.conversation.draft = self.prompt_input.text
         self._persist()
 
+    async def stop_for_switch(self) -> None:
+        """The model is being switched: a reply in flight ends here, kept as far as it got and
+        marked stopped (settle saves it)."""
+        was_busy = self.turn is not None
+        await self.settle()
+        if was_busy:
+            self.status.show("stopped")
+            await self.transcript.add_notice("The reply above was stopped to switch the model.")
+
+    @property
+    def model(self) -> str:
+        """The model this pane's requests ask for."""
+        backend = self.context.backend
+        return (backend.per_pane_model and self.conversation.settings.model) or backend.model_name
+
+    def show_model(self) -> None:
+        """The status line names the pane's model where panes may differ (a server)."""
+        self.status.model = self.model if self.context.backend.per_pane_model else ""
+        self.status.show(self.status.state)
+
+    def use_model(self, model_id: str) -> None:
+        """On a server: this pane's next requests ask for `model_id`; saved with the conversation."""
+        self.conversation.settings.model = model_id
+        self.show_model()
+        self._persist()
+
     # ------------------------------------------------------------------ saving
     def _persist(self, partial_reply: str = "") -> None:
         self.context.persist(self.conversation, partial_reply)
@@ -402,8 +435,8 @@ class ChatPane(Vertical):
 
     def action_settings(self) -> None:
         async def apply(settings: ChatSettings | None) -> None:
-            if settings is not None:
-                self.conversation.settings = settings
+            if settings is not None:  # the form does not edit the model: it stays
+                self.conversation.settings = replace(settings, model=self.conversation.settings.model)
                 await self.measure_context()  # also retitles: the preset may now be "custom"
                 self._persist()
 
@@ -441,6 +474,9 @@ class ChatPane(Vertical):
             self.post_message(self.Broadcast(self, text))
         else:
             self.notify("Type the message to broadcast in this pane's input first.", severity="warning")
+
+    def action_pick_model(self) -> None:
+        self.post_message(self.ModelWanted(self))
 
     def action_toggle_thinking(self) -> None:
         if not any(reply.has_thinking for reply in self.transcript.replies):

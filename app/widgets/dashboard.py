@@ -118,8 +118,13 @@ class Dashboard(Vertical):
             yield self.table
 
     def on_mount(self) -> None:
-        self.border_title = "engine" if self.architecture is None else f"engine · {self.architecture}"
+        self.set_architecture(self.architecture)
         self.table.add_columns(*COLUMNS)
+
+    def set_architecture(self, architecture: str | None) -> None:
+        """What the engine runs, in the border title (a switched model changes it)."""
+        self.architecture = architecture
+        self.border_title = "engine" if architecture is None else f"engine · {architecture}"
 
     def set_mode(self, mode: str) -> None:
         """Switch by CSS class (never inline `display`, which would defeat the too-small guard)."""

@@ -21,6 +21,7 @@ FOOTER_ORDER = (
     "next_pane",
     "settings",
     "history",
+    "fork",
     "regenerate",
     "edit_last",
     "copy",
@@ -30,6 +31,8 @@ FOOTER_ORDER = (
     "copy_code",
     "export",
     "toggle_thinking",
+    "attach_file",
+    "pick_model",
 )
 PINNED = ("quit",)  # kept on the right, beside the palette key
 PALETTE_LABEL = "All keys"  # the palette lists every command with its key

@@ -24,6 +24,7 @@ class PaneStatus(Static):
         self.state = "idle"
         self.metrics: Metrics | None = None
         self.prefill: tuple[int, int] | None = None
+        self.model = ""  # the pane's own model on a server (panes may differ); "" locally
 
     def show(
         self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
@@ -70,6 +71,8 @@ class PaneStatus(Static):
                 parts.append(Part(3, f"ttft {m.ttft:.2f}s", f"ttft {m.ttft:.1f}"))
             if m.tokens_per_s:
                 parts.append(Part(2, f"{m.tokens_per_s:.0f} tok/s", f"{m.tokens_per_s:.0f}t/s"))
+        if self.model:  # the pane's own model on a server: left out first when narrow
+            parts.append(Part(4, self.model, self.model))
         return parts
 
 

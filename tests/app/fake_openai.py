@@ -55,6 +55,7 @@ LISTINGS: dict[str, bytes | tuple[int, bytes]] = {  # a body, or (status, body)
     "context_huge": _listing(max_model_len=10**30),
     "context_bool": _listing(max_model_len=True),
     "meta_not_object": _listing(meta="n_ctx_train"),
+    "two_models": _json({"data": [{"id": "fake", "max_model_len": 4096}, {"id": "fake-large"}]}),
 }
 
 ERRORS: dict[str, tuple[int, bytes]] = {  # (status, body) for every chat request in this mode

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import sys
 import types
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from cli.chat import build_parser, options_from_args
 from cli.flags import check_model
 from cli.main import main
 from engine.config import EngineConfig
+from engine.launch import engine_kwargs
 from model.quant.apply import QUANTIZED_LINEARS
 
 
@@ -73,8 +75,10 @@ def test_flags_become_engine_and_chat_options() -> None:
     )
     options = options_from_args(args)
     assert (options.demo, options.panes) == (True, 3)
-    engine = EngineConfig(**options.engine)  # the loader thread builds it, where torch is imported
+    engine = EngineConfig(**engine_kwargs(options.source, options.engine))  # as the loader thread builds it
     assert (engine.max_num_seqs, engine.dtype, engine.kv_cache_memory_mb) == (4, "float32", 64)  # a toy model
+    real = EngineConfig(**engine_kwargs(replace(options.source, demo=False), options.engine))
+    assert (real.dtype, real.kv_cache_memory_mb) != ("float32", 64)  # a switch to a real model drops them
     assert (options.chat.system_prompt, options.chat.temperature) == ("Be brief.", 0.0)
     quantized = options_from_args(build_parser().parse_args(["--quantize", "int8"]))
     assert EngineConfig(**quantized.engine).quantize == "int8"
