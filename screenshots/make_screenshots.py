@@ -2,9 +2,9 @@
 
 Runs the real app headless (Textual's `App.run_test`) on the --demo checkpoint, or on
 `--model PATH`, with a throwaway data directory: three panes streaming at once beside the
-dashboard, then the history screen; then the same three panes with `--server` on a
-`lfm-chat serve` of the same model, the dashboard fed by the server's /metrics. Random weights
-make the replies gibberish, but the scheduler on screen is real.
+dashboard, then the history screen; a fork (ctrl+f) growing beside its parent; then the same
+three panes with `--server` on a `lfm-chat serve` of the same model, the dashboard fed by the
+server's /metrics. Random weights make the replies gibberish, but the scheduler on screen is real.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
@@ -37,6 +38,7 @@ PROMPTS = (
     "Write a Python function that reverses a linked list.",
     "Tell me a short story about a lighthouse keeper.",
 )
+FOLLOW_UPS = ("Now tell it from the ship's side.", "Make it a poem instead.")
 
 
 async def until(pilot: Pilot, predicate: Callable[[], object], limit: float = 300.0) -> None:
@@ -72,6 +74,29 @@ async def shoot(options: AppOptions, name: str = "streaming.svg", history: bool 
         await pilot.press("escape", "ctrl+q")
 
 
+async def shoot_fork(options: AppOptions) -> None:
+    """One reply, forked with ctrl+f; then parent and fork each asked something else, side by side."""
+    app = LfmChatApp(replace(options, panes=1))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.is_mounted)
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        parent = screen.panes[0]
+        await parent.send(PROMPTS[2])
+        await until(pilot, lambda: parent.conversation.last_reply and not parent.busy)
+        parent.prompt_input.focus()
+        await pilot.press("ctrl+f")
+        await until(pilot, lambda: len(screen.panes) == 2)
+        for pane, follow_up in zip(screen.panes, FOLLOW_UPS, strict=True):
+            await pane.send(follow_up)
+        await until(pilot, lambda: all(p.turn is not None and len(p.turn.raw) >= 80 for p in screen.panes))
+        await pilot.pause(1.0)
+        for pane in screen.panes:
+            pane.prompt_input.cursor_blink = False
+        app.save_screenshot("fork.svg", str(HERE))
+        await pilot.press("ctrl+q")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a local LFM2 checkpoint (default: the --demo checkpoint)")
@@ -87,6 +112,7 @@ def main() -> None:
             cache_dir=Path(tmp) / "cache",
         )
         asyncio.run(shoot(options))
+        asyncio.run(shoot_fork(replace(options, data_dir=Path(tmp) / "fork-data")))
         with lfm_chat_serve(args.model) as url:
             remote = AppOptions(
                 model=DEFAULT_MODEL,
@@ -97,7 +123,7 @@ def main() -> None:
                 cache_dir=Path(tmp) / "cache",
             )
             asyncio.run(shoot(remote, "server.svg", history=False))
-    print(f"wrote {HERE / 'streaming.svg'}, {HERE / 'history.svg'} and {HERE / 'server.svg'}")
+    print(f"wrote streaming.svg, history.svg, fork.svg and server.svg in {HERE}")
 
 
 @contextlib.contextmanager
