@@ -14,6 +14,13 @@ The index maps each n-gram (n = 1..MAX_NGRAM) to where it last ended, updated as
 so a lookup costs a few dict operations whatever the context. Nothing is drafted when no n-gram
 matches: a request whose context never repeats costs its steps nothing but those lookups.
 
+Draft length: a request starts with FIRST_DRAFT_TOKENS; a draft accepted whole doubles the next
+one (up to MAX_DRAFT_TOKENS: a long quote is copied many tokens a step), a rejected one makes the
+next one accepted + 1 long, so a request whose drafts are often wrong wastes few rows.
+
+A step's drafts share STEP_ROWS less its decodes, oldest request first: on one stream a draft
+is nearly free, on a full batch it would displace compute the decodes need.
+
 Auto-off: a draft that is rejected still costs its rows in the forward. Once a request has
 drafted ACCEPTANCE_WINDOW tokens, if fewer than MIN_ACCEPTANCE of them were accepted it pauses
 drafting for PAUSE_TOKENS generated tokens, then tries again with a fresh count.
@@ -25,7 +32,14 @@ from dataclasses import dataclass, field
 
 MAX_NGRAM = 3  # the longest suffix looked up (longer matches predict better, and are tried first)
 MIN_NGRAM = 1  # the shortest suffix that may draft
-MAX_DRAFT_TOKENS = 5  # drafted tokens per request per step (1 + this many query rows to verify)
+# drafted tokens per request per step: 1 + 15 rows is the longest chunk the native kernels verify
+# as single-query rows (model/native/accelerate.py's ROW_QUERY_LIMIT), so a verify stays one call
+MAX_DRAFT_TOKENS = 15
+# rows of a step (decodes + drafts) up to which a verify costs little more than a decode: the weights
+# are read once for every row, so a memory-bound step has room; past it the rows are compute, and
+# a busy batch drafts less (16 streams decoding draft nothing)
+STEP_ROWS = 16
+FIRST_DRAFT_TOKENS = 2  # a request's first draft length, before its drafts have shown how they fare
 ACCEPTANCE_WINDOW = 16  # drafted tokens counted before a request's acceptance is judged
 MIN_ACCEPTANCE = 0.3  # below this share accepted, drafting costs more rows than it saves steps
 PAUSE_TOKENS = 64  # generated tokens a request decodes plainly after its drafts stopped paying
@@ -61,10 +75,11 @@ class DraftState:
     window_drafted: int = 0
     window_accepted: int = 0
     paused_until: int = 0  # no drafts before the request has generated this many tokens
+    length: int = FIRST_DRAFT_TOKENS  # the next draft's length (the module docstring says how it moves)
 
     def propose(self, tokens: list[int], generated: int, limit: int) -> list[int]:
-        """Up to ``min(limit, MAX_DRAFT_TOKENS)`` tokens that followed the suffix earlier; [] if none."""
-        limit = min(limit, MAX_DRAFT_TOKENS)
+        """Up to ``min(limit, self.length)`` tokens that followed the suffix earlier; [] if none."""
+        limit = min(limit, self.length)
         if limit <= 0 or generated < self.paused_until:
             return []
         end = self.index.lookup(tokens)
@@ -77,7 +92,11 @@ class DraftState:
         return drafts
 
     def record(self, drafted: int, accepted: int, generated: int) -> None:
-        """Count a verified step; pause drafting when the last window's acceptance did not pay."""
+        """Count a verified step, set the next draft's length, and pause drafting when the last
+        window's acceptance did not pay."""
+        if drafted:
+            whole = accepted == drafted
+            self.length = min(MAX_DRAFT_TOKENS, 2 * self.length) if whole else accepted + 1
         self.window_drafted += drafted
         self.window_accepted += accepted
         if self.window_drafted < ACCEPTANCE_WINDOW:

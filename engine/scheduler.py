@@ -23,8 +23,9 @@ and slot are freed and it goes back to the queue in arrival order, to be recompu
 Speculative decoding (engine/drafting.py): a decoding request may add up to `max_drafts`
 drafted tokens after its one fed token, so the step verifies them all (1 + d query rows). Drafts
 never preempt anyone and never take the last free block of each running request; `max_drafts`
-fits every running request's drafts in the token budget, so how many a request drafts never
-depends on its neighbours. After the step, `update` counts only the accepted drafts as computed
+fits every running request's drafts in the token budget, and a step's drafts together stay
+within STEP_ROWS less its decodes (oldest request first), so a full batch spends its rows on
+decoding. Greedy output never depends on drafts; a seeded sampled request's draws can. After the step, `update` counts only the accepted drafts as computed
 and gives back the blocks the rejected ones took.
 
 The scheduler moves ids and counters only; it never touches a tensor.
@@ -36,6 +37,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
+from engine.drafting import STEP_ROWS
 from engine.request import Request, RequestStatus
 
 # Why the head of the queue waits, in the order they are checked.
@@ -89,6 +91,7 @@ class _Plan:
     """Tokens granted so far in the step being built."""
 
     budget: int
+    draft_rows: int = 0  # drafted tokens this step may still verify (STEP_ROWS less its decodes)
     tokens: dict[Request, int] = field(default_factory=dict)
     drafts: dict[Request, list[int]] = field(default_factory=dict)
 
@@ -100,6 +103,7 @@ class _Plan:
         self.drafts[request] = drafts
         self.tokens[request] += len(drafts)
         self.budget -= len(drafts)
+        self.draft_rows -= len(drafts)
 
     def revoke(self, request: Request) -> None:
         self.budget += self.tokens.pop(request, 0)
@@ -135,8 +139,8 @@ class Scheduler:
     def schedule(self, prefill_cap: int | None = None) -> SchedulerOutput:
         """This step's chunks; `prefill_cap` bounds prompt tokens beside decodes (None: no cap)."""
         out = SchedulerOutput()
-        plan = _Plan(self.max_num_batched_tokens)
         decoding = [r for r in self.running if r.num_uncomputed_tokens == 1]
+        plan = _Plan(self.max_num_batched_tokens, draft_rows=max(0, STEP_ROWS - len(decoding)))
         prefilling = [r for r in self.running if r.num_uncomputed_tokens > 1]
         for request in decoding:
             if plan.budget == 0:
@@ -180,7 +184,7 @@ class Scheduler:
         first = request.num_computed_tokens + 1  # position of the first draft
         reach = self.block_manager.max_tokens_allocatable(request, reserve=len(self.running))
         room = min(request.max_tokens - request.num_output_tokens - 1, plan.budget, reach - first)
-        limit = min(self.max_drafts, room)
+        limit = min(self.max_drafts, room, plan.draft_rows)
         drafts = request.drafting.propose(request.token_ids, request.num_output_tokens, limit)
         if drafts:
             self.block_manager.allocate(request, first + len(drafts))

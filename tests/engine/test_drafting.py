@@ -1,0 +1,39 @@
+"""How much a request drafts: its draft length follows its acceptance, and a busy batch drafts less."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from engine import SamplingParams
+from engine.drafting import FIRST_DRAFT_TOKENS, MAX_DRAFT_TOKENS, STEP_ROWS, DraftState
+
+LOOP = [7, 8, 9] * 40  # a history that repeats: the drafter always has a match
+
+
+def test_whole_acceptance_doubles_the_draft_and_a_rejection_shrinks_it_to_what_held() -> None:
+    state = DraftState()
+    assert len(state.propose(LOOP, generated=0, limit=100)) == FIRST_DRAFT_TOKENS
+    lengths = []
+    for _ in range(5):
+        drafted = len(state.propose(LOOP, generated=0, limit=100))
+        state.record(drafted, drafted, generated=0)
+        lengths.append(state.length)
+    assert lengths == sorted(lengths) and lengths[-1] == MAX_DRAFT_TOKENS
+    state.record(MAX_DRAFT_TOKENS, 3, generated=0)
+    assert len(state.propose(LOOP, generated=0, limit=100)) == 4
+    assert len(state.propose(LOOP, generated=0, limit=2)) == 2  # the caller's limit still holds
+
+
+def test_a_full_batch_drafts_nothing_and_one_stream_may_draft(make_engine, tiny_ckpt: Path) -> None:
+    engine = make_engine(tiny_ckpt, max_num_seqs=STEP_ROWS, max_num_batched_tokens=16 * STEP_ROWS)
+    params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
+    for _ in range(STEP_ROWS):
+        engine.add_request(LOOP[:30], params)
+    while engine.has_unfinished():
+        engine.step()
+    assert engine.metrics.spec_draft_tokens == 0  # every step already had STEP_ROWS decodes
+    single = make_engine(tiny_ckpt, max_num_seqs=STEP_ROWS, max_num_batched_tokens=16 * STEP_ROWS)
+    single.add_request(LOOP[:30], params)
+    while single.has_unfinished():
+        single.step()
+    assert single.metrics.spec_draft_tokens > 0
