@@ -18,8 +18,9 @@ Draft length: a request starts with FIRST_DRAFT_TOKENS; a draft accepted whole d
 one (up to MAX_DRAFT_TOKENS: a long quote is copied many tokens a step), a rejected one makes the
 next one accepted + 1 long, so a request whose drafts are often wrong wastes few rows.
 
-A step's drafts share STEP_ROWS less its decodes, oldest request first: on one stream a draft
-is nearly free, on a full batch it would displace compute the decodes need.
+A step's drafts share STEP_ROWS less its decodes, oldest request first, and a step with
+DISABLE_BY_BATCH_SIZE decodes or more drafts nothing: on one stream a draft is nearly free, on a
+busy batch it would displace compute the decodes need.
 
 Auto-off: a draft that is rejected still costs its rows in the forward. Once a request has
 drafted ACCEPTANCE_WINDOW tokens, if fewer than MIN_ACCEPTANCE of them were accepted it pauses
@@ -39,10 +40,19 @@ MAX_DRAFT_TOKENS = 15
 # are read once for every row, so a memory-bound step has room; past it the rows are compute, and
 # a busy batch drafts less (16 streams decoding draft nothing)
 STEP_ROWS = 16
+# decoding requests from which a step drafts nothing (vLLM's speculative_disable_by_batch_size): on
+# 2 cores 8 decodes already make a step compute-bound, and drafts beside them cost more than they
+# save even at half acceptance (docs/PERFORMANCE.md, 2026-11-27)
+DISABLE_BY_BATCH_SIZE = 4
 FIRST_DRAFT_TOKENS = 2  # a request's first draft length, before its drafts have shown how they fare
 ACCEPTANCE_WINDOW = 16  # drafted tokens counted before a request's acceptance is judged
 MIN_ACCEPTANCE = 0.3  # below this share accepted, drafting costs more rows than it saves steps
 PAUSE_TOKENS = 64  # generated tokens a request decodes plainly after its drafts stopped paying
+
+
+def draft_rows(decodes: int) -> int:
+    """Drafted tokens a step with `decodes` decoding requests may verify in all."""
+    return 0 if decodes >= DISABLE_BY_BATCH_SIZE else max(0, STEP_ROWS - decodes)
 
 
 @dataclass(slots=True)

@@ -24,9 +24,10 @@ Speculative decoding (engine/drafting.py): a decoding request may add up to `max
 drafted tokens after its one fed token, so the step verifies them all (1 + d query rows). Drafts
 never preempt anyone and never take the last free block of each running request; `max_drafts`
 fits every running request's drafts in the token budget, and a step's drafts together stay
-within STEP_ROWS less its decodes (oldest request first), so a full batch spends its rows on
-decoding. Greedy output never depends on drafts; a seeded sampled request's draws can. After the step, `update` counts only the accepted drafts as computed
-and gives back the blocks the rejected ones took.
+within `draft_rows` (oldest request first; none once the batch is busy), so a full batch spends
+its rows on decoding. Greedy output never depends on drafts; a seeded sampled request's draws
+can. After the step, `update` counts only the accepted drafts as computed and gives back the
+blocks the rejected ones took.
 
 The scheduler moves ids and counters only; it never touches a tensor.
 """
@@ -37,7 +38,7 @@ import bisect
 from dataclasses import dataclass, field
 
 from engine.block_manager import BlockManager
-from engine.drafting import STEP_ROWS
+from engine.drafting import draft_rows
 from engine.request import Request, RequestStatus
 
 # Why the head of the queue waits, in the order they are checked.
@@ -140,7 +141,7 @@ class Scheduler:
         """This step's chunks; `prefill_cap` bounds prompt tokens beside decodes (None: no cap)."""
         out = SchedulerOutput()
         decoding = [r for r in self.running if r.num_uncomputed_tokens == 1]
-        plan = _Plan(self.max_num_batched_tokens, draft_rows=max(0, STEP_ROWS - len(decoding)))
+        plan = _Plan(self.max_num_batched_tokens, draft_rows=draft_rows(len(decoding)))
         prefilling = [r for r in self.running if r.num_uncomputed_tokens > 1]
         for request in decoding:
             if plan.budget == 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine import SamplingParams
-from engine.drafting import FIRST_DRAFT_TOKENS, MAX_DRAFT_TOKENS, STEP_ROWS, DraftState
+from engine.drafting import DISABLE_BY_BATCH_SIZE, FIRST_DRAFT_TOKENS, MAX_DRAFT_TOKENS, DraftState
 
 LOOP = [7, 8, 9] * 40  # a history that repeats: the drafter always has a match
 
@@ -25,14 +25,14 @@ def test_whole_acceptance_doubles_the_draft_and_a_rejection_shrinks_it_to_what_h
 
 
 def test_a_full_batch_drafts_nothing_and_one_stream_may_draft(make_engine, tiny_ckpt: Path) -> None:
-    engine = make_engine(tiny_ckpt, max_num_seqs=STEP_ROWS, max_num_batched_tokens=16 * STEP_ROWS)
+    engine = make_engine(tiny_ckpt, max_num_seqs=8, max_num_batched_tokens=256)
     params = SamplingParams(temperature=0.0, max_tokens=64, ignore_eos=True)
-    for _ in range(STEP_ROWS):
+    for _ in range(DISABLE_BY_BATCH_SIZE):
         engine.add_request(LOOP[:30], params)
     while engine.has_unfinished():
         engine.step()
-    assert engine.metrics.spec_draft_tokens == 0  # every step already had STEP_ROWS decodes
-    single = make_engine(tiny_ckpt, max_num_seqs=STEP_ROWS, max_num_batched_tokens=16 * STEP_ROWS)
+    assert engine.metrics.spec_draft_tokens == 0  # every step decoded a busy batch
+    single = make_engine(tiny_ckpt, max_num_seqs=8, max_num_batched_tokens=256)
     single.add_request(LOOP[:30], params)
     while single.has_unfinished():
         single.step()
