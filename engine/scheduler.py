@@ -25,9 +25,9 @@ drafted tokens after its one fed token, so the step verifies them all (1 + d que
 never preempt anyone and never take the last free block of each running request; `max_drafts`
 fits every running request's drafts in the token budget, and a step's drafts together stay
 within `draft_rows` (oldest request first; none once the batch is busy), so a full batch spends
-its rows on decoding. Greedy output never depends on drafts; a seeded sampled request's draws
-can. After the step, `update` counts only the accepted drafts as computed and gives back the
-blocks the rejected ones took.
+its rows on decoding. Greedy output never depends on drafts; a seeded request's draws would, so
+it drafts by its own state alone, whatever its batch. After the step, `update` counts only the
+accepted drafts as computed and gives back the blocks the rejected ones took.
 
 The scheduler moves ids and counters only; it never touches a tensor.
 """
@@ -185,7 +185,9 @@ class Scheduler:
         first = request.num_computed_tokens + 1  # position of the first draft
         reach = self.block_manager.max_tokens_allocatable(request, reserve=len(self.running))
         room = min(request.max_tokens - request.num_output_tokens - 1, plan.budget, reach - first)
-        limit = min(self.max_drafts, room, plan.draft_rows)
+        # a seeded request's draws must not depend on its batch: it drafts by its own state alone
+        shared = plan.draft_rows if request.params.seed is None else self.max_drafts
+        limit = min(self.max_drafts, room, shared)
         drafts = request.drafting.propose(request.token_ids, request.num_output_tokens, limit)
         if drafts:
             self.block_manager.allocate(request, first + len(drafts))
