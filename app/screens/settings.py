@@ -14,6 +14,7 @@ from app.conversation import ChatSettings
 from app.sanitize import strip_control
 from app.widgets.instant_keys import InstantInput
 from app.widgets.key_footer import KeyFooter
+from app.widgets.sturdy_text_area import SturdyTextArea
 from engine import SamplingParamsError
 
 # (field, label, type): the numeric fields, in form order.
@@ -74,7 +75,8 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         with Vertical(id="settings-dialog") as dialog:
             dialog.border_title = f"Settings · pane {self.pane_label}"
             yield Label("System prompt")
-            yield TextArea(strip_control(self.settings.system_prompt), id="system-prompt", soft_wrap=True)
+            system_prompt = strip_control(self.settings.system_prompt)
+            yield SturdyTextArea(system_prompt, id="system-prompt", soft_wrap=True)
             with Grid(id="settings-fields"):
                 for name, label, _ in FIELDS:
                     yield Label(label)

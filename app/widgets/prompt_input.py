@@ -7,11 +7,11 @@ from dataclasses import dataclass
 
 from textual import events
 from textual.message import Message
-from textual.widgets import TextArea
 
 from app.paste import OversizedPaste, paste_refusal
 from app.sanitize import strip_control
 from app.widgets.instant_keys import InstantKeys
+from app.widgets.sturdy_text_area import SturdyTextArea
 
 
 class PromptHistory:
@@ -48,7 +48,7 @@ class PromptHistory:
         return entries[self._index]
 
 
-class PromptInput(InstantKeys, TextArea):
+class PromptInput(InstantKeys, SturdyTextArea):
     """Multi-line input. Enter sends because that is what every chat app does; a newline needs
     ctrl+j (what terminals send for it) or shift+enter (where the terminal reports it).
 
