@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from engine.errors import RequestError
     from engine.launch import (
         ModelSource,
-        Progress,
         default_cache_dir,
         demo_checkpoint,
         engine_kwargs,
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     )
     from engine.metrics import RequestMetrics
     from engine.output import RequestOutput
+    from engine.progress import Progress
     from engine.sampling_params import SamplingParams, SamplingParamsError
     from engine.snapshot import EngineSnapshot, RequestSnapshot
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
@@ -48,7 +48,7 @@ _MODULES = {
     "EngineWorker": "engine.worker",
     "RequestError": "engine.errors",
     "ModelSource": "engine.launch",
-    "Progress": "engine.launch",
+    "Progress": "engine.progress",
     "default_cache_dir": "engine.launch",
     "demo_checkpoint": "engine.launch",
     "engine_kwargs": "engine.launch",

@@ -17,9 +17,9 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
-from engine.launch import Progress
 from engine.output import OutputProcessor
 from engine.pacing import PrefillPacer
+from engine.progress import Progress
 from engine.runner import ModelRunner
 from engine.scheduler import Scheduler
 from model.arch.lfm2 import Lfm2ForCausalLM

@@ -19,9 +19,9 @@ from pathlib import Path
 from engine.build import build_parts, load_checkpoint
 from engine.config import EngineConfig
 from engine.errors import RequestError
-from engine.launch import Progress
 from engine.metrics import EngineMetrics, RequestMetrics, StepStats
 from engine.output import RequestOutput
+from engine.progress import Progress
 from engine.prompts import Prompt, prompt_token_ids
 from engine.request import Request, RequestStatus
 from engine.sampler import make_generator

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
+from engine.progress import Progress
 from model.checkpoint.hub import DEFAULT_MODEL, resolve_checkpoint
 from model.text.model_cards import FamilySampling, checkpoint_sampling
 
@@ -32,7 +32,6 @@ def default_cache_dir() -> Path:
 
 DEMO_CHECKPOINT = "demo-checkpoint-v1"  # bump when the demo model's shape changes
 DEMO_KV_CACHE_MB = 64  # the toy model's KV cache: the default 1 GB would be ~200k blocks
-Progress = Callable[[str, "float | None"], None]  # a loading stage and its fraction done, if known
 
 
 @dataclass(frozen=True, slots=True)
