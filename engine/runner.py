@@ -14,6 +14,8 @@ and is overwritten before anything reads it).
 
 from __future__ import annotations
 
+import itertools
+
 import torch
 
 from engine.acceptance import accept
@@ -62,15 +64,12 @@ class ModelRunner:
 
     def _verify(self, logits: torch.Tensor, sampling: list[ScheduledChunk]) -> list[list[int]]:
         """Plain rows sampled together; each verify chunk's 1 + d rows through acceptance."""
-        first_rows, plain, row = [], [], 0
-        for chunk in sampling:
-            first_rows.append(row)
-            if not chunk.drafts:
-                plain.append(row)
-            row += 1 + len(chunk.drafts)
-        plain_chunks = [chunk for chunk in sampling if not chunk.drafts]
-        plain_rows = [_sampling_row(c.request) for c in plain_chunks]
-        plain_tokens = iter(self.sampler.sample(logits[plain], plain_rows) if plain else [])
+        first_rows = list(itertools.accumulate((1 + len(chunk.drafts) for chunk in sampling), initial=0))[:-1]
+        plain = [(chunk, row) for chunk, row in zip(sampling, first_rows, strict=True) if not chunk.drafts]
+        plain_logits = logits[[row for _, row in plain]]
+        plain_tokens = iter(
+            self.sampler.sample(plain_logits, [_sampling_row(c.request) for c, _ in plain]) if plain else []
+        )
         emitted = []
         for chunk, first in zip(sampling, first_rows, strict=True):
             if not chunk.drafts:
