@@ -96,6 +96,7 @@ class ChatPane(Vertical):
         self.marked = False  # a target of broadcasts
         self.turn: Turn | None = None
         self._starting = False  # the prompt is rendering off the UI thread; not sendable meanwhile
+        self._finishing = False  # a finished reply's transcript is being settled; likewise
         self.context_used: int | None = 0
         self.context_estimated = False  # context_used is the client's guess (a server counts)
         self.attachments = PaneAttachments()  # held for the next message
@@ -120,7 +121,7 @@ class ChatPane(Vertical):
 
     @property
     def busy(self) -> bool:
-        return self.turn is not None or self._starting
+        return self.turn is not None or self._starting or self._finishing
 
     @property
     def empty(self) -> bool:
@@ -265,13 +266,19 @@ class ChatPane(Vertical):
 
     async def _refuse_last(self, notice: str) -> None:
         """Take back the last user message (into the input) and explain why."""
+        self._take_back_last()
+        await self._explain_refusal(notice)
+
+    def _take_back_last(self) -> None:
         message = self.conversation.messages.pop()
         self.prompt_input.give_back(message.content)
         self.conversation.draft = self.prompt_input.text
         self._persist()
+        self.status.show("error")
+
+    async def _explain_refusal(self, notice: str) -> None:
         await self.transcript.show(self.conversation.messages)
         await self.transcript.add_notice(notice)
-        self.status.show("error")
 
     # ------------------------------------------------------------------ streaming
     def on_chat_pane_woken(self, message: Woken) -> None:
@@ -324,19 +331,29 @@ class ChatPane(Vertical):
             )
 
     async def _finish(self, turn: Turn, event: StreamEvent) -> None:
+        """The conversation, the status and the save change before the first await, so a quit
+        meanwhile loses nothing; the pane stays busy until the transcript is settled, so a message
+        sent meanwhile cannot land above this reply or have its status overwritten."""
         self.turn = None
-        await turn.reply.finish()
-        if event.finish_reason == "error" and not turn.reply.source:
-            await self._refuse_last(f"This request was refused: {event.error}")
-            return
-        turn.keep(self.conversation, self.context.backend, stopped=event.finish_reason == "abort")
-        if event.finish_reason == "error":  # a connection lost mid-reply: what came is kept
-            await self.transcript.add_notice(f"The reply above is incomplete: {event.error}")
-        if not turn.reply.source:
-            await turn.reply.remove()
-        state = {"abort": "stopped", "error": "error"}.get(event.finish_reason or "", "idle")
-        self.status.show(state, event.metrics)
-        self._persist()
+        self._finishing = True
+        try:
+            if event.finish_reason == "error" and not turn.reply.source:
+                self._take_back_last()
+                await turn.reply.finish()
+                await self._explain_refusal(f"This request was refused: {event.error}")
+                return
+            turn.keep(self.conversation, self.context.backend, stopped=event.finish_reason == "abort")
+            self.status.show(
+                {"abort": "stopped", "error": "error"}.get(event.finish_reason or "", "idle"), event.metrics
+            )
+            self._persist()
+            await turn.reply.finish()
+            if event.finish_reason == "error":  # a connection lost mid-reply: what came is kept
+                await self.transcript.add_notice(f"The reply above is incomplete: {event.error}")
+            if not turn.reply.source:
+                await turn.reply.remove()
+        finally:
+            self._finishing = False
 
     async def settle(self) -> None:
         """For a pane going away or a quit: stop the request now, keep what it streamed and the

@@ -7,7 +7,9 @@ from typing import Any
 
 from app.app import LfmChatApp
 from app.options import AppOptions
+from app.widgets.chat_pane import ChatPane
 from app.widgets.dashboard import Dashboard
+from app.widgets.reply import Reply
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import FakeServer
 from tests.app.pilot_helpers import chat_screen, submit, wait_replied, wait_until
@@ -67,3 +69,26 @@ async def test_an_unreachable_server_is_an_error_screen_that_says_what_to_check(
         screen = await error_screen(app, pilot)
         text = " ".join(str(w.render()) for w in screen.query("Static, Label"))
         assert "Cannot reach the server" in text and "Traceback" not in text
+
+
+async def test_a_reply_is_kept_and_the_pane_stays_busy_until_its_transcript_is_settled(
+    make_options: MakeOptions, monkeypatch: Any
+) -> None:
+    """A message sent the instant a reply ends must land below it: the reply is in the conversation
+    before the pane's first await, and the pane refuses a new message until the drawing is done."""
+    seen: list[tuple[bool, str, str]] = []
+    finish = Reply.finish
+
+    async def observed_finish(reply: Reply) -> None:
+        pane = reply.query_ancestor(ChatPane)
+        seen.append((pane.busy, pane.conversation.messages[-1].role, pane.status.state))
+        await finish(reply)
+
+    monkeypatch.setattr(Reply, "finish", observed_finish)
+    with FakeServer() as server:
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=1))
+        async with app.run_test() as pilot:
+            pane = (await chat_screen(app, pilot)).panes[0]
+            await submit(pilot, pane, "Hi")
+            await wait_replied(pilot, pane)
+    assert seen == [(True, "assistant", "idle")]
