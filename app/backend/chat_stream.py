@@ -26,7 +26,7 @@ from app.backend.sse import Chunk, LineSplitter, StreamFault, parse_line
 EXTENSIONS = ("top_k", "min_p", "repetition_penalty")
 RETRIES = 5  # 429/503 are retried this many times, 1, 2, 4... seconds apart
 BACKOFF_CAP = 8.0
-REPLY_CHARS = 4 * 1024 * 1024  # a reply longer than this ends there, with a notice
+REPLY_CHARS = 1024 * 1024  # a longer reply ends there, with a notice: ~250k tokens, past any context
 ERROR_BODY_BYTES = 64 * 1024  # of an error status's body, this much is read (a message is short)
 
 
