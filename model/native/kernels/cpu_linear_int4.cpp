@@ -86,10 +86,18 @@ struct Int4Panel {
   const bf16* steps;
 };
 
-// LANES scales (or minimums) of group g: code * step. The one formula both ways of getting them
-// use, so that a row's result does not depend on which way its tile took.
+// LANES bf16 steps of group g's block, as fp32: the scales' at `offset` < PANEL, the minimums' past it.
+inline vf block_step(const Int4Panel& w, int64_t g, int offset) {
+  return load_bf16(w.steps + g / BLOCK * 2 * PANEL + offset);
+}
+
+// LANES scales (or minimums) of group g: code * step. The one formula every way of getting them
+// uses, so that a row's result does not depend on which way its tile took.
+inline vf group_scale(const Int4Panel& w, int64_t g, int offset, vf step) {
+  return mul(step, load_u8(w.codes + g * 2 * PANEL + offset));
+}
 inline vf group_scale(const Int4Panel& w, int64_t g, int offset) {
-  return mul(load_bf16(w.steps + g / BLOCK * 2 * PANEL + offset), load_u8(w.codes + g * 2 * PANEL + offset));
+  return group_scale(w, g, offset, block_step(w, g, offset));
 }
 
 // A panel's fp32 scales and minimums, [groups][scale, minimum][PANEL], once per panel for all
@@ -123,6 +131,7 @@ inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const In
   const int8_t* xq = x.q.data() + m0 * x.stride;
   const float* xe = x.scale.data() + m0 * groups;
   const float* xs = x.sum.data() + m0 * groups;
+  vf steps[2][NJ];  // R == 1: the steps of the current block, loaded once per BLOCK groups
   for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* qg = w.q + g * GROUP_BYTES + j0 * LOADS * 4 * LANES;
     U4Sums sums[R][NJ];
@@ -142,9 +151,14 @@ inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const In
     }
     vf scale[NJ], minimum[NJ];
     if constexpr (R == 1) {
+      if (g % BLOCK == 0)
+        UNROLL for (int j = 0; j < NJ; ++j) {
+          steps[0][j] = block_step(w, g, (j0 + j) * LANES);
+          steps[1][j] = block_step(w, g, PANEL + (j0 + j) * LANES);
+        }
       UNROLL for (int j = 0; j < NJ; ++j) {
-        scale[j] = group_scale(w, g, (j0 + j) * LANES);
-        minimum[j] = group_scale(w, g, PANEL + (j0 + j) * LANES);
+        scale[j] = group_scale(w, g, (j0 + j) * LANES, steps[0][j]);
+        minimum[j] = group_scale(w, g, PANEL + (j0 + j) * LANES, steps[1][j]);
       }
     } else {
       const float* precomputed = scales + g * 2 * PANEL + j0 * LANES;
