@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
 from typing import Any, Protocol
 
+from app.attachment import Attachment
 from app.sanitize import strip_control
 from engine import SamplingParams
 
@@ -171,8 +172,8 @@ def _ids_within(tokenizer: ChatTokenizer, ids: list[int], text: str) -> tuple[in
 @dataclass(slots=True)
 class Conversation:
     """What is persisted: messages, settings, timestamps, the user's name for it, the unsent draft
-    and the prompt ids the engine last saw (so a relaunch neither re-tokenizes nor misses the
-    prefix cache). `id` is None until first saved."""
+    and the attachments held for it, and the prompt ids the engine last saw (so a relaunch neither
+    re-tokenizes nor misses the prefix cache). `id` is None until first saved."""
 
     messages: list[ChatMessage] = field(default_factory=list)
     settings: ChatSettings = field(default_factory=ChatSettings)
@@ -182,6 +183,7 @@ class Conversation:
     name: str = ""  # set by rename in History; otherwise the title is the first message
     draft: str = ""
     prompt_cache: PromptCache = field(default_factory=PromptCache)
+    attachments: list[Attachment] = field(default_factory=list)  # held for the next message
 
     @property
     def title(self) -> str:

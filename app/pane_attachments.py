@@ -45,6 +45,11 @@ class PaneAttachments:
 
     held: list[tuple[Attachment, int | None]] = field(default_factory=list)
 
+    @classmethod
+    def holding(cls, attachments: list[Attachment]) -> PaneAttachments:
+        """Attachments restored with a saved conversation (their token counts are not known here)."""
+        return cls([(attachment, None) for attachment in attachments])
+
     def add(self, attachment: Attachment, measured: Measured | None, limit: int | None) -> str | None:
         """Hold `attachment`, or the sentence refusing it: it does not fit in what is left of `limit`."""
         if measured is not None and limit is not None:

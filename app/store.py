@@ -198,10 +198,11 @@ class Store:
     def _upsert_conversation(db: sqlite3.Connection, conversation: Conversation) -> None:
         db.execute(
             """INSERT INTO conversations
-               (id, title, settings, created_at, updated_at, name, draft, prompt_cache)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE
+               (id, title, settings, created_at, updated_at, name, draft, prompt_cache, attachments)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE
                SET title = excluded.title, settings = excluded.settings, updated_at = excluded.updated_at,
-                   name = excluded.name, draft = excluded.draft, prompt_cache = excluded.prompt_cache""",
+                   name = excluded.name, draft = excluded.draft, prompt_cache = excluded.prompt_cache,
+                   attachments = excluded.attachments""",
             (
                 conversation.id,
                 conversation.title,
@@ -211,6 +212,7 @@ class Store:
                 conversation.name,
                 conversation.draft,
                 json.dumps(conversation.prompt_cache.entries),
+                json.dumps([{"name": a.name, "text": a.text} for a in conversation.attachments]),
             ),
         )
 
@@ -264,14 +266,14 @@ class Store:
         what had to be repaired is added to `repairs`."""
         with self._read() as db:
             row = db.execute(
-                "SELECT settings, created_at, updated_at, name, draft, prompt_cache FROM conversations"
-                " WHERE id = ?",
+                "SELECT settings, created_at, updated_at, name, draft, prompt_cache, attachments"
+                " FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
             if row is None:
                 return None
             messages = db.execute(_LOADED_MESSAGES, (conversation_id,)).fetchall()
-        settings, created_at, updated_at, name, draft, prompt_cache = row
+        settings, created_at, updated_at, name, draft, prompt_cache, attachments = row
         check, what = RowChecker(), f"conversation {conversation_id}"
         conversation = Conversation(
             [m for i, row in enumerate(messages) if (m := check.message(*row, f"{what} message {i + 1}"))],
@@ -282,6 +284,7 @@ class Store:
             name=check.text(name, f"{what}'s name"),
             draft=check.text(draft, f"{what}'s draft", MESSAGE_LIMIT_CHARS, clean=False),
             prompt_cache=check.prompt_cache(prompt_cache, f"{what}'s prompt cache"),
+            attachments=check.attachments(attachments, f"{what}'s attachments"),
         )
         self.repairs += check.repairs
         return conversation

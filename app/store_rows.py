@@ -17,6 +17,7 @@ import math
 from dataclasses import fields
 from typing import Any
 
+from app.attachment import Attachment, AttachmentError, from_bytes
 from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.conversation import ChatMessage, ChatSettings, PromptCache
 from app.sanitize import strip_control
@@ -28,6 +29,7 @@ NAME_LIMIT_CHARS = 1024  # a title or a conversation's name
 JSON_LIMIT_CHARS = 64 * 1024 * 1024  # settings and prompt-cache JSON; the cache is only a speed-up
 TRUNCATED = "\n\n[lfm-chat: the saved text was longer than {limit} characters and was cut here]"
 ROLES = ("user", "assistant")
+HELD_ATTACHMENTS = 64  # attachments held for one conversation's next message (each at most 1 MiB)
 
 
 class RowChecker:
@@ -116,6 +118,25 @@ class RowChecker:
                 return PromptCache()
             entries.append((entry[0], entry[1]))
         return PromptCache(entries)
+
+    def attachments(self, raw: object, what: str) -> list[Attachment]:
+        """[{"name", "text"}] held for the next message, cleaned as a file read now would be; a
+        damaged entry is dropped (noted), and at most HELD_ATTACHMENTS are kept."""
+        loaded = self._json(raw, what)
+        entries = loaded if isinstance(loaded, list) else [] if loaded is None else [None]
+        held = []
+        for entry in entries[:HELD_ATTACHMENTS]:
+            name, text = (entry.get("name"), entry.get("text")) if isinstance(entry, dict) else (None, None)
+            if not (isinstance(name, str) and isinstance(text, str)):
+                self.repairs.append(f"{what}: an entry is damaged and was dropped")
+                continue
+            try:
+                held.append(from_bytes(name[:NAME_LIMIT_CHARS], text.encode("utf-8", "replace")))
+            except AttachmentError as exc:
+                self.repairs.append(f"{what}: {exc}")
+        if len(entries) > HELD_ATTACHMENTS:
+            self.repairs.append(f"{what}: only the first {HELD_ATTACHMENTS} were kept")
+        return held
 
     def _json(self, raw: object, what: str) -> object:
         """The parsed JSON, or None (noted) if it is not text, too long, or not JSON."""

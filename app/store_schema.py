@@ -42,6 +42,10 @@ _UPGRADES: tuple[str, ...] = (
     """
     ALTER TABLE messages ADD COLUMN stopped INTEGER NOT NULL DEFAULT 0;
     """,
+    # 3 -> 4: the attachments held for the next message, beside the draft
+    """
+    ALTER TABLE conversations ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]';
+    """,
 )
 SCHEMA_VERSION = len(_UPGRADES)
 

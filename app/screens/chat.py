@@ -181,7 +181,12 @@ class ChatScreen(Screen[None]):
         Never raises: a failed save stays pending, is retried every few seconds, and a warning
         line says so until it succeeds. A conversation with nothing in it is not saved.
         """
-        if conversation.messages or conversation.draft or conversation.id is not None:
+        if (
+            conversation.messages
+            or conversation.draft
+            or conversation.attachments
+            or conversation.id is not None
+        ):
             conversation.updated_at = time.time()
             if partial_reply:
                 saved = replace(

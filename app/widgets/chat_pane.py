@@ -99,7 +99,7 @@ class ChatPane(Vertical):
         self._finishing = False  # a finished reply's transcript is being settled; likewise
         self.context_used: int | None = 0
         self.context_estimated = False  # context_used is the client's guess (a server counts)
-        self.attachments = PaneAttachments()  # held for the next message
+        self.attachments = PaneAttachments.holding(conversation.attachments)  # for the next message
         self.inbox = TokenInbox(lambda: self.post_message(self.Woken()))
         self._draft_timer: Timer | None = None
         self._frame_timer: Timer | None = None  # the next frame, while the pacer says wait
@@ -135,6 +135,9 @@ class ChatPane(Vertical):
         await self.transcript.show(conversation.messages)
         if conversation.draft:
             self.prompt_input.restore(strip_control(conversation.draft))
+        if conversation.attachments:
+            self.attachments = PaneAttachments.holding(conversation.attachments)
+        self._held_changed()
         self.status.reset()
         await self.measure_context()
         self._persist()
@@ -163,7 +166,8 @@ class ChatPane(Vertical):
         elif not path:
             dropped = self.attachments.take()
             self.notify("Attachments dropped." if dropped else "Nothing is attached.", severity="warning")
-            self._update_title()
+            self._held_changed()
+            self._persist()
         elif not await self.attach_file(path):
             self.prompt_input.give_back(message.text)  # to fix the path
 
@@ -189,7 +193,8 @@ class ChatPane(Vertical):
             self.notify(refusal, severity="warning", timeout=10, markup=False)
             return False
         self.notify(self.attachments.notice(limit, measured), timeout=10, markup=False)
-        self._update_title()
+        self._held_changed()
+        self._persist()
         return True
 
     async def send(self, text: str) -> None:
@@ -204,6 +209,7 @@ class ChatPane(Vertical):
             self.notify("This pane is still replying: Esc stops it.", severity="warning")
             return False
         text = with_attachments(text, self.attachments.take())
+        self._held_changed()
         self.conversation.messages.append(ChatMessage("user", text))
         self.conversation.draft = self.prompt_input.text
         self._persist()
@@ -395,6 +401,11 @@ class ChatPane(Vertical):
     # ------------------------------------------------------------------ saving
     def _persist(self, partial_reply: str = "") -> None:
         self.context.persist(self.conversation, partial_reply)
+
+    def _held_changed(self) -> None:
+        """The conversation keeps what the pane holds, so a quit or crash keeps it like the draft."""
+        self.conversation.attachments = self.attachments.attachments
+        self._update_title()
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         """Save the draft once typing pauses, so a crash does not take it either."""

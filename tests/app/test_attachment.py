@@ -144,6 +144,32 @@ async def test_a_file_that_fits_is_counted_then_sent_with_the_message(
         assert "+notes.md" not in str(pane.border_subtitle)
 
 
+async def test_an_attachment_held_at_quit_is_held_again_after_relaunch(
+    make_options: MakeOptions, tmp_path: Path
+) -> None:
+    notes = _write(tmp_path / "notes.md", b"Buy milk.\n")
+    options = make_options(panes=1)
+    app = LfmChatApp(options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        pane = (await chat_screen(app, pilot)).panes[0]
+        await submit(pilot, pane, f"/file {notes}")
+        await wait_until(pilot, lambda: "Attached notes.md" in notices(app), "the attach notice")
+        await pilot.press("ctrl+q")
+    notes.unlink()  # what is held is the text read then, not the path
+    again = LfmChatApp(options)
+    async with again.run_test(size=(120, 36)) as pilot:
+        pane = (await chat_screen(again, pilot)).panes[0]
+        assert "+notes.md" in str(pane.border_subtitle)
+        await submit(pilot, pane, "Summarise")
+        await wait_replied(pilot, pane)
+        assert pane.conversation.messages[0].content == "notes.md\n```\nBuy milk.\n```\n\nSummarise"
+        await pilot.press("ctrl+q")
+    third = LfmChatApp(options)
+    async with third.run_test(size=(120, 36)) as pilot:
+        pane = (await chat_screen(third, pilot)).panes[0]
+        assert pane.attachments.attachments == [] and "+notes.md" not in str(pane.border_subtitle)
+
+
 async def test_a_file_too_big_for_the_context_is_refused_with_the_figures(
     make_options: MakeOptions, tmp_path: Path
 ) -> None:

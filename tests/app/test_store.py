@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from app.attachment import Attachment
 from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
 from app.store import Store
 from app.store_errors import StoreError
@@ -84,10 +85,11 @@ PRAGMA user_version = 1;
 """
 
 
-def test_name_draft_and_prompt_ids_round_trip(tmp_path: Path) -> None:
+def test_name_draft_attachments_and_prompt_ids_round_trip(tmp_path: Path) -> None:
     store = Store(tmp_path / "db.sqlite3")
     original = conversation("hi", "hello!")
     original.name, original.draft = "Greetings", "and another thing"
+    original.attachments = [Attachment("notes.md", "# Notes\n```py\nx = 1\n```\n"), Attachment("b", "")]
     original.prompt_cache = PromptCache([("<s>hi", [1, 2]), ("<s>hi hello!<e>", [1, 2, 3, 4])])
     store.save(original)
     store.close()
@@ -101,10 +103,10 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.executescript(V1_SCHEMA)
     store = Store(path)
-    assert store.schema_version == SCHEMA_VERSION == 3
+    assert store.schema_version == SCHEMA_VERSION == 4
     [old] = store.open_conversations()
     assert (old.id, old.settings.temperature) == (7, 0.9)
-    assert (old.name, old.draft, old.prompt_cache) == ("", "", PromptCache())
+    assert (old.name, old.draft, old.prompt_cache, old.attachments) == ("", "", PromptCache(), [])
     assert [m.content for m in old.messages] == ["old chat", "still here"]
     old.messages.append(ChatMessage("user", "new turn"))
     store.save(old)

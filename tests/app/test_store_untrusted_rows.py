@@ -41,6 +41,14 @@ def _hostile_store(options: object) -> list[Conversation]:
     db.execute(
         "UPDATE messages SET content = ? WHERE conversation_id = ? AND position = 1", (ESC + "reply", escapes)
     )
+    held = [
+        {"name": ESC + "notes\n.md", "text": ESC + "kept text"},
+        {"name": 1},
+        "x",
+        {"name": "b", "text": "\0"},
+    ]
+    db.execute("UPDATE conversations SET attachments = ? WHERE id = ?", (json.dumps(held), escapes))
+    db.execute("UPDATE conversations SET attachments = '{' WHERE id = ?", (blob,))
     db.execute(
         "UPDATE conversations SET settings = ?, open_position = -7 WHERE id = ?",
         (json.dumps([1, 2]), settings),
@@ -78,6 +86,9 @@ async def test_hostile_rows_are_repaired_and_the_good_conversations_restore(
         good = panes[saved[0].id].conversation
         assert good.messages == saved[0].messages and good.settings == saved[0].settings
         assert len(panes[saved[4].id].conversation.messages[1].content) < MESSAGE_LIMIT_CHARS + 200
+        [attachment] = panes[saved[1].id].attachments.attachments  # the damaged entries dropped
+        assert "\x1b" not in attachment.name + attachment.text and attachment.text.endswith("kept text")
+        assert panes[saved[2].id].attachments.attachments == []
         await pilot.pause(0.5)
         assert "\x1b" not in app.export_screenshot()
         assert all("\x1b" not in str(p.border_title) for p in screen.panes)
