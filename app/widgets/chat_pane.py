@@ -118,6 +118,7 @@ class ChatPane(Vertical):
         self.prompt_input.restore(strip_control(self.conversation.draft))
         self.show_model()
         await self.measure_context()
+        await self._count_restored_attachments()
 
     @property
     def busy(self) -> bool:
@@ -140,6 +141,7 @@ class ChatPane(Vertical):
         self._held_changed()
         self.status.reset()
         await self.measure_context()
+        await self._count_restored_attachments()
         self._persist()
 
     def focus_input(self) -> None:
@@ -554,6 +556,23 @@ class ChatPane(Vertical):
             else:
                 self.context_used, self.context_estimated = prompt.count
         self._update_title()
+
+    async def _count_restored_attachments(self) -> None:
+        """Count attachments restored with a conversation as they were counted when attached, so the
+        border shows their tokens again. Dropped if the held list changes meanwhile."""
+        held = list(self.attachments.held)
+        counted: list[tuple[Attachment, int | None]] = []
+        for attachment, tokens in held:
+            if tokens is None:
+                before = [a for a, _ in counted]
+                measured = await asyncio.to_thread(
+                    measure, self.context.backend, self.conversation, before, attachment
+                )
+                tokens = None if measured is None else measured.tokens
+            counted.append((attachment, tokens))
+        if self.attachments.held == held and counted != held:
+            self.attachments.held = counted
+            self._update_title()
 
     def _update_title(self) -> None:
         """Plain text, never markup: the title is the user's own first message."""

@@ -154,12 +154,15 @@ async def test_an_attachment_held_at_quit_is_held_again_after_relaunch(
         pane = (await chat_screen(app, pilot)).panes[0]
         await submit(pilot, pane, f"/file {notes}")
         await wait_until(pilot, lambda: "Attached notes.md" in notices(app), "the attach notice")
+        counted = re.search(r"\+notes.md \d+ tok", str(pane.border_subtitle))
+        assert counted is not None
         await pilot.press("ctrl+q")
     notes.unlink()  # what is held is the text read then, not the path
     again = LfmChatApp(options)
     async with again.run_test(size=(120, 36)) as pilot:
         pane = (await chat_screen(again, pilot)).panes[0]
-        assert "+notes.md" in str(pane.border_subtitle)
+        label = counted.group()
+        await wait_until(pilot, lambda: label in str(pane.border_subtitle), "the restored attachment counted")
         await submit(pilot, pane, "Summarise")
         await wait_replied(pilot, pane)
         assert pane.conversation.messages[0].content == "notes.md\n```\nBuy milk.\n```\n\nSummarise"
