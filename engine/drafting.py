@@ -22,9 +22,12 @@ A step's drafts share STEP_ROWS less its decodes, oldest request first, and a st
 DISABLE_BY_BATCH_SIZE decodes or more drafts nothing: on one stream a draft is nearly free, on a
 busy batch it would displace compute the decodes need.
 
-Auto-off: a draft that is rejected still costs its rows in the forward. Once a request has
-drafted ACCEPTANCE_WINDOW tokens, if fewer than MIN_ACCEPTANCE of them were accepted it pauses
-drafting for PAUSE_TOKENS generated tokens, then tries again with a fresh count.
+Auto-off: a draft that is rejected still costs its rows in the forward, and where extra rows are
+compute (int4's integer loop: a second row costs half a step) a few wasted verifies cost more
+than speculation can win back on a context that never repeats. So a request's acceptance is
+judged every WINDOW_STEPS verify steps: under MIN_ACCEPTANCE of the drafted tokens accepted, it
+pauses drafting for PAUSE_TOKENS generated tokens, doubling with each window in a row that did
+not pay (up to MAX_PAUSE_TOKENS), and back to PAUSE_TOKENS after one that did.
 """
 
 from __future__ import annotations
@@ -45,9 +48,10 @@ STEP_ROWS = 16
 # save even at half acceptance (docs/PERFORMANCE.md, 2026-11-27)
 DISABLE_BY_BATCH_SIZE = 4
 FIRST_DRAFT_TOKENS = 2  # a request's first draft length, before its drafts have shown how they fare
-ACCEPTANCE_WINDOW = 16  # drafted tokens counted before a request's acceptance is judged
+WINDOW_STEPS = 4  # verify steps counted before a request's acceptance is judged
 MIN_ACCEPTANCE = 0.3  # below this share accepted, drafting costs more rows than it saves steps
 PAUSE_TOKENS = 64  # generated tokens a request decodes plainly after its drafts stopped paying
+MAX_PAUSE_TOKENS = 1024  # the longest pause, after several windows in a row that did not pay
 
 
 def draft_rows(decodes: int) -> int:
@@ -82,9 +86,11 @@ class DraftState:
 
     index: NgramIndex = field(default_factory=NgramIndex)
     drafts: list[int] = field(default_factory=list)  # proposed for the step being scheduled
+    window_steps: int = 0
     window_drafted: int = 0
     window_accepted: int = 0
     paused_until: int = 0  # no drafts before the request has generated this many tokens
+    pause: int = PAUSE_TOKENS  # the next pause's length
     length: int = FIRST_DRAFT_TOKENS  # the next draft's length (the module docstring says how it moves)
 
     def propose(self, tokens: list[int], generated: int, limit: int) -> list[int]:
@@ -107,10 +113,14 @@ class DraftState:
         if drafted:
             whole = accepted == drafted
             self.length = min(MAX_DRAFT_TOKENS, 2 * self.length) if whole else accepted + 1
+        self.window_steps += bool(drafted)
         self.window_drafted += drafted
         self.window_accepted += accepted
-        if self.window_drafted < ACCEPTANCE_WINDOW:
+        if self.window_steps < WINDOW_STEPS:
             return
         if self.window_accepted < MIN_ACCEPTANCE * self.window_drafted:
-            self.paused_until = generated + PAUSE_TOKENS
-        self.window_drafted = self.window_accepted = 0
+            self.paused_until = generated + self.pause
+            self.pause = min(MAX_PAUSE_TOKENS, 2 * self.pause)
+        else:
+            self.pause = PAUSE_TOKENS
+        self.window_steps = self.window_drafted = self.window_accepted = 0

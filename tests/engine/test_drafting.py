@@ -5,7 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from engine import SamplingParams
-from engine.drafting import DISABLE_BY_BATCH_SIZE, FIRST_DRAFT_TOKENS, MAX_DRAFT_TOKENS, DraftState
+from engine.drafting import (
+    DISABLE_BY_BATCH_SIZE,
+    FIRST_DRAFT_TOKENS,
+    MAX_DRAFT_TOKENS,
+    MAX_PAUSE_TOKENS,
+    PAUSE_TOKENS,
+    WINDOW_STEPS,
+    DraftState,
+)
 
 LOOP = [7, 8, 9] * 40  # a history that repeats: the drafter always has a match
 
@@ -22,6 +30,31 @@ def test_whole_acceptance_doubles_the_draft_and_a_rejection_shrinks_it_to_what_h
     state.record(MAX_DRAFT_TOKENS, 3, generated=0)
     assert len(state.propose(LOOP, generated=0, limit=100)) == 4
     assert len(state.propose(LOOP, generated=0, limit=2)) == 2  # the caller's limit still holds
+
+
+def _verify_steps_until_paused(state: DraftState, generated: int, accept: bool) -> tuple[int, int]:
+    """(verify steps, the generated count reached) drafting on LOOP until a draft is refused."""
+    steps = 0
+    while drafts := state.propose(LOOP, generated, limit=100):
+        state.record(len(drafts), len(drafts) if accept else 0, generated)
+        steps, generated = steps + 1, generated + 1
+    return steps, generated
+
+
+def test_drafts_that_never_hold_pause_after_a_few_steps_for_longer_each_time() -> None:
+    """A context that never repeats the same way costs a few verify steps, then ever fewer."""
+    state, generated, pauses = DraftState(), 0, []
+    for _ in range(6):
+        steps, generated = _verify_steps_until_paused(state, generated, accept=False)
+        assert steps == WINDOW_STEPS
+        pauses.append(state.paused_until - generated + 1)
+        generated = state.paused_until
+    assert pauses == [min(MAX_PAUSE_TOKENS, PAUSE_TOKENS << i) for i in range(6)]
+    for _ in range(WINDOW_STEPS):  # a window that pays brings the pause back to its first length
+        drafts = state.propose(LOOP, generated, limit=100)
+        state.record(len(drafts), len(drafts), generated)
+        generated += 1
+    assert state.pause == PAUSE_TOKENS and state.propose(LOOP, generated, limit=100)
 
 
 def test_a_full_batch_drafts_nothing_and_one_stream_may_draft(make_engine, tiny_ckpt: Path) -> None:
