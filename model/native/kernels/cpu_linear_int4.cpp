@@ -109,11 +109,12 @@ void panel_scales(const Int4Panel& w, int64_t groups, float* out) {
 }
 
 // Vectors of a panel one pass of a tile covers: all of them for a single row (decode: nothing
-// to share, and fewer passes over the activations); half for several rows, so that the fp32
-// sums, the integer sums and the broadcast activations of R rows stay in registers (all VECS
-// spilled a third of the loop's instructions to the stack on AVX2, and on AVX-512 at 4 rows).
+// to share, and fewer passes over the activations) and for two rows on AVX-512 (a one-draft
+// verify; its 32 registers hold them); half for more rows, so that the fp32 sums, the integer
+// sums and the broadcast activations of R rows stay in registers (all VECS spilled a third of the
+// loop's instructions to the stack on AVX2, and on AVX-512 at 4 rows).
 template <int R>
-constexpr int PASS_VECS = R == 1 ? VECS : VECS / 2;
+constexpr int PASS_VECS = R == 1 || (LANES == 16 && R == 2) ? VECS : VECS / 2;
 
 // R activation rows against vectors [j0, j0 + PASS_VECS<R>) of one panel; store(r, j, LANES fp32
 // sums). Per group, each load of nibbles serves every row (its 2 * R activation quads broadcast
