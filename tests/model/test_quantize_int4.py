@@ -95,6 +95,16 @@ def test_the_packed_layout_is_the_one_the_kernel_reads(panel):
         assert (value & 15, value >> 4) == expected
 
 
+def test_a_row_gives_the_same_bits_alone_and_in_every_tile_size(native):
+    """A row's sums take the same operations whether its tile holds 1, 2, 3 or 4 rows (decode,
+    verify and batch steps): a token never depends on what else is in the step."""
+    layer = Int4Linear(bf16_linear(300, 800, seed=4), native)
+    x = torch.randn(9, 800, dtype=torch.bfloat16)
+    alone = torch.cat([layer(x[row : row + 1]) for row in range(9)])
+    for rows in range(2, 10):
+        assert torch.equal(layer(x[:rows]), alone[:rows])
+
+
 def test_every_instruction_set_gives_the_same_bits():
     """Exact integer sums, then the same fp32 operations per lane: AVX2, AVX-VNNI and AVX-512 agree."""
     builds = [kernels.load(isa) for isa in kernels.runnable_isas()]
