@@ -13,51 +13,31 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import socket
 import statistics
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
 
 from bench.chain_checkpoint import chain_checkpoint
 from bench.checkpoint import random_checkpoint
+from bench.served import served
 from bench.speculation import NEW_TOKENS, PATTERNS, prompts
 
 
-@contextlib.contextmanager
-def llama_server(binary_dir: Path, gguf: Path, threads: int, spec: list[str]) -> Iterator[str]:
+def llama_server(
+    binary_dir: Path, gguf: Path, threads: int, spec: list[str]
+) -> contextlib.AbstractContextManager[str]:
     """A llama-server on a free port (killed after); its URL once /health answers."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     command = [str(binary_dir / "llama-server"), "-m", str(gguf), "-t", str(threads), "-c", "4096"]
-    process = subprocess.Popen(
-        [*command, "--port", str(port), "-np", "1", *spec],
+    return served(
+        lambda port: [*command, "--port", str(port), "-np", "1", *spec],
+        f"llama-server ({' '.join(command)})",
+        120,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while not _healthy(url):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llama-server did not start: {' '.join(command)}")
-            time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(30)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=2).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def complete(url: str, prompt: list[int]) -> tuple[float, int, int, list[int]]:

@@ -12,16 +12,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import socket
-import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
@@ -29,6 +26,7 @@ from app.conversation import ChatSettings
 from app.options import AppOptions
 from app.screens.chat import ChatScreen
 from app.screens.history import HistoryScreen
+from bench.served import served
 from engine import DEFAULT_MODEL, EngineConfig
 
 HERE = Path(__file__).resolve().parent
@@ -126,33 +124,11 @@ def main() -> None:
     print(f"wrote streaming.svg, history.svg, fork.svg and server.svg in {HERE}")
 
 
-@contextlib.contextmanager
-def lfm_chat_serve(model: str | None) -> Iterator[str]:
+def lfm_chat_serve(model: str | None) -> contextlib.AbstractContextManager[str]:
     """`lfm-chat serve` of the same model on a free local port, as a user would start it; its URL."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     which = ["--model", model] if model else ["--demo"]
-    command = [sys.executable, "-m", "cli", "serve", "--port", str(port), "--max-num-seqs", "8", *which]
-    process = subprocess.Popen(command)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 300
-        while not _answers(f"{url}/health"):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("lfm-chat serve did not start")
-            time.sleep(0.2)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(30)
-
-
-def _answers(url: str) -> bool:
-    try:
-        return httpx.get(url, timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    command = [sys.executable, "-m", "cli", "serve", "--max-num-seqs", "8", *which]
+    return served(lambda port: [*command, "--port", str(port)], "lfm-chat serve", 300)
 
 
 if __name__ == "__main__":

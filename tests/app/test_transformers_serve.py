@@ -9,18 +9,16 @@ UTF-8 sequences, which its streamer emits differently (the first characters agre
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from app.backend.remote import RemoteBackend
 from app.conversation import ChatSettings
+from bench.served import served
 from tests.app.test_remote_backend import run, text
 
 pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving]")
@@ -30,35 +28,16 @@ START_LIMIT = 180.0  # seconds: it imports torch and transformers in a fresh pro
 
 @pytest.fixture(scope="module")
 def transformers_serve(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
     home = tmp_path_factory.mktemp("hf-home")
     (home / "hub").mkdir()  # its /v1/models fails without a Hub cache directory
     command = [str(Path(sys.executable).parent / "transformers"), "serve", str(tiny_ckpt)]
-    command += ["--host", "127.0.0.1", "--port", str(port), "--device", "cpu", "--dtype", "float32"]
+    command += ["--host", "127.0.0.1", "--device", "cpu", "--dtype", "float32"]
     env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
-    process = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + START_LIMIT
-        while not _healthy(url):
-            if process.poll() is not None:
-                pytest.fail(f"transformers serve exited: {process.stderr.read().decode()[-2000:]}")  # type: ignore[union-attr]
-            if time.monotonic() > deadline:
-                pytest.fail(f"transformers serve did not answer /health in {START_LIMIT:.0f} s")
-            time.sleep(0.5)
-        yield url
-    finally:
-        process.terminate()
-        process.wait(30)
-
-
-def _healthy(url: str) -> bool:
-    try:
-        return httpx.get(f"{url}/health", timeout=1).status_code == 200
-    except httpx.HTTPError:
-        return False
+    pipes = {"env": env, "stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    with served(
+        lambda port: [*command, "--port", str(port)], "transformers serve", START_LIMIT, **pipes
+    ) as u:
+        yield u
 
 
 def test_the_refused_fields_are_reported_and_the_reply_still_comes(
