@@ -108,12 +108,11 @@ class DraftState:
         return drafts
 
     def record(self, drafted: int, accepted: int, generated: int) -> None:
-        """Count a verified step, set the next draft's length, and pause drafting when the last
-        window's acceptance did not pay."""
-        if drafted:
-            whole = accepted == drafted
-            self.length = min(MAX_DRAFT_TOKENS, 2 * self.length) if whole else accepted + 1
-        self.window_steps += bool(drafted)
+        """Count a verify step (``drafted`` >= 1), set the next draft's length, and pause drafting
+        when the last window's acceptance did not pay."""
+        whole = accepted == drafted
+        self.length = min(MAX_DRAFT_TOKENS, 2 * self.length) if whole else accepted + 1
+        self.window_steps += 1
         self.window_drafted += drafted
         self.window_accepted += accepted
         if self.window_steps < WINDOW_STEPS:

@@ -66,10 +66,8 @@ class ModelRunner:
         """Plain rows sampled together; each verify chunk's 1 + d rows through acceptance."""
         first_rows = list(itertools.accumulate((1 + len(chunk.drafts) for chunk in sampling), initial=0))[:-1]
         plain = [(chunk, row) for chunk, row in zip(sampling, first_rows, strict=True) if not chunk.drafts]
-        plain_logits = logits[[row for _, row in plain]]
-        plain_tokens = iter(
-            self.sampler.sample(plain_logits, [_sampling_row(c.request) for c, _ in plain]) if plain else []
-        )
+        params = [_sampling_row(chunk.request) for chunk, _ in plain]
+        plain_tokens = iter(self.sampler.sample(logits[[row for _, row in plain]], params) if plain else [])
         emitted = []
         for chunk, first in zip(sampling, first_rows, strict=True):
             if not chunk.drafts:
