@@ -31,24 +31,30 @@ def free_port() -> int:
 
 @contextlib.contextmanager
 def served(command: Callable[[int], list[str]], what: str, limit: float, **popen: Any) -> Iterator[str]:
-    """Start ``command(port)`` (``popen``: Popen's keywords); yield its URL once /health answers.
-    Raises ServerDidNotStart with the end of its stderr when it was piped."""
+    """Start ``command(port)`` (``popen``: Popen's keywords); yield its URL once /health answers."""
     port = free_port()
     process = subprocess.Popen(command(port), **popen)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + limit
-        while not _healthy(url):
-            if process.poll() is not None:
-                said = process.stderr.read().decode(errors="replace")[-2000:] if process.stderr else ""
-                raise ServerDidNotStart(f"{what} exited with code {process.returncode}. {said}".strip())
-            if time.monotonic() > deadline:
-                raise ServerDidNotStart(f"{what} did not answer /health within {limit:.0f} s")
-            time.sleep(POLL_SECONDS)
+        wait_until_healthy(process, url, what, limit)
         yield url
     finally:
         process.terminate()
         process.wait(30)
+
+
+def wait_until_healthy(process: subprocess.Popen[Any], url: str, what: str, limit: float) -> None:
+    """Poll ``url``/health until it answers 200. Raises ServerDidNotStart when the process exits
+    (with the end of its stderr, when that was piped) or the limit passes."""
+    deadline = time.monotonic() + limit
+    while not _healthy(url):
+        if process.poll() is not None:
+            said = process.stderr.read() if process.stderr else ""
+            said = said.decode(errors="replace") if isinstance(said, bytes) else said
+            raise ServerDidNotStart(f"{what} exited with code {process.returncode}. {said[-2000:]}".strip())
+        if time.monotonic() > deadline:
+            raise ServerDidNotStart(f"{what} did not answer /health within {limit:.0f} s")
+        time.sleep(POLL_SECONDS)
 
 
 def _healthy(url: str) -> bool:

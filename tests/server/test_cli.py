@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
 
+from bench.served import free_port, wait_until_healthy
 from cli.serve import API_KEY_ENV, api_key, build_parser, check_exposure, is_loopback
 from cli.serve import run as main
 
@@ -80,12 +79,6 @@ def test_engine_flag_mistakes_are_the_apps_one_line_errors(capsys: pytest.Captur
     assert code == 1 and "no such directory" in err  # a keyed public bind gets as far as the model
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
 def test_serve_starts_answers_and_stops_on_ctrl_c(tiny_ckpt: Path) -> None:
     port = free_port()
     argv = ["--model", str(tiny_ckpt), "--dtype", "float32", "--port", str(port)]
@@ -100,15 +93,7 @@ def test_serve_starts_answers_and_stops_on_ctrl_c(tiny_ckpt: Path) -> None:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 120
-        while True:
-            assert process.poll() is None, process.communicate()[1]
-            assert time.monotonic() < deadline, "lfm-chat serve did not come up"
-            try:
-                if httpx.get(f"{url}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                time.sleep(0.2)
+        wait_until_healthy(process, url, "lfm-chat serve", 120)
         hello = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
         reply = httpx.post(f"{url}/v1/chat/completions", json=hello)
         assert reply.status_code == 200 and reply.json()["model"] == "tiny-cli"
