@@ -26,6 +26,8 @@ it (released by the engine) are never read::
 from __future__ import annotations
 
 import dataclasses
+import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
@@ -52,9 +54,11 @@ class AttentionGroup:
 
     query_index: torch.Tensor  # [G, Q] packed token rows
     kv_blocks: torch.Tensor  # [G, NB] blocks holding the context (block 0 where padded)
-    mask: torch.Tensor | None  # [G, 1, Q, NB * block_size] True = attend; None: attend to all
+    mask: torch.Tensor | None  # [G, 1, Q, NB * block_size] True = attend; None: attend to all (see sdpa_mask)
     context_lens: torch.Tensor | None = None  # [G] for single-query rows: end of each context (exclusive)
     context_starts: torch.Tensor | None = None  # [G] first position each row attends to; None: all 0
+    _row_mask: torch.Tensor | None = field(default=None, repr=False)
+    _row_mask_made: bool = field(default=False, repr=False)
 
     def __post_init__(self) -> None:
         """One block-table row per query row, checked once here for both attention paths.
@@ -69,6 +73,33 @@ class AttentionGroup:
             raise ValueError(f"{tuple(self.context_lens.shape)} context lengths for {rows} query rows")
         if self.context_starts is not None and self.context_lens is None:
             raise ValueError("context starts are given for single-query rows only")
+
+    def sdpa_mask(self, block_size: int) -> torch.Tensor | None:
+        """SDPA's attn_mask: a prefill group's causal ``mask``, or for single-query rows each row's
+        keys [start, end) of the padded context (None when every row sees all of it).
+
+        Rows' masks are made on first use and kept for the step's other layers: only SDPA reads
+        them, while the paged kernel and the native stack take the lengths, and building one
+        every step cost a decode step several small tensor ops for nothing.
+        """
+        if self.context_lens is None:
+            return self.mask
+        if not self._row_mask_made:
+            width = self.kv_blocks.shape[1] * block_size
+            self._row_mask = _row_mask(self.context_lens, self.context_starts, width)
+            self._row_mask_made = True
+        return self._row_mask
+
+
+def _row_mask(ends: torch.Tensor, starts: torch.Tensor | None, width: int) -> torch.Tensor | None:
+    """[G, 1, 1, width]: key k of row g is attended iff starts[g] <= k < ends[g]; None if all are."""
+    if starts is None and bool((ends == width).all()):
+        return None
+    keys = torch.arange(width, device=ends.device)[None, :]
+    mask = keys < ends[:, None]
+    if starts is not None:
+        mask &= keys >= starts[:, None]
+    return mask[:, None, None, :]
 
 
 @dataclass(slots=True)
@@ -108,17 +139,14 @@ def _slots(block_table: list[int], positions: range, block_size: int) -> list[in
     return [block_table[p // block_size] * block_size + p % block_size for p in positions]
 
 
-def _padded_blocks(tables: list[list[int]], contexts: list[int], block_size: int) -> torch.Tensor:
-    """Block ids covering each context, right-padded with block 0 (masked out) to a common width.
+def _index_tensors(lists: list[list[int]], device: torch.device | str) -> list[torch.Tensor]:
+    """Each list as an int64 tensor, all views of one buffer made by one copy.
 
-    Attention gathers whole blocks (contiguous runs of block_size slots), several times faster
-    than gathering slot by slot.
+    A decode step needs a dozen small index tensors, and with caches cold from the weights
+    streaming past, each ``torch.tensor`` call cost ~10 µs of the step.
     """
-    widths = [(c + block_size - 1) // block_size for c in contexts]
-    blocks = torch.zeros((len(tables), max(widths)), dtype=torch.long)
-    for row, (table, width) in enumerate(zip(tables, widths, strict=True)):
-        blocks[row, :width] = torch.tensor(table[:width], dtype=torch.long)
-    return blocks
+    flat = torch.tensor(list(itertools.chain.from_iterable(lists)), dtype=torch.long, device=device)
+    return list(flat.split([len(values) for values in lists]))
 
 
 def _check(chunk: SequenceChunk, block_size: int, sliding: bool) -> None:
@@ -165,8 +193,8 @@ def build_forward_batch(
     ids: list[int] = []
     positions: list[int] = []
     logits_rows: list[int] = []
-    window: list[list[int]] = []
-    write_index: list[list[int]] = []
+    window: list[int] = []  # [T, L] flat
+    write_index: list[int] = []  # [W, L-1] flat
     write_rows: list[int] = []
     state_base = 0
     token_base = num_chunks * state_len
@@ -181,36 +209,37 @@ def build_forward_batch(
         # conv: the chunk's extended sequence is its L-1 state entries followed by its tokens
         ext = [state_base + i * state_len + j for j in range(state_len)]
         ext += [token_base + first + k for k in range(n)]
-        window.extend(ext[k : k + conv_L_cache] for k in range(n))
+        for k in range(n):
+            window.extend(ext[k : k + conv_L_cache])
         for offset, row in [*chunk.snapshots, (n - 1, chunk.conv_dst_row)]:
-            write_index.append(ext[offset + 1 : offset + conv_L_cache])
+            write_index.extend(ext[offset + 1 : offset + conv_L_cache])
             write_rows.append(row)
 
-    def as_tensor(values: list) -> torch.Tensor:
-        return torch.tensor(values, dtype=torch.long, device=device)
-
     layout = _AttentionLayout(block_size, row_query_limit, device)
-    write_slots, groups = layout.build(chunks, [c.block_table for c in chunks], None)
+    pools = [layout.plan(chunks, [c.block_table for c in chunks], None)]
+    if sliding_window is not None:
+        pools.append(layout.plan(chunks, [c.sliding_table for c in chunks], sliding_window))
+    conv_src = [c.conv_src_row for c in chunks]
+    step_lists = [ids, positions, logits_rows, conv_src, window, write_index, write_rows]
+    tensors = _index_tensors(step_lists + [values for pool in pools for values in pool.lists()], device)
+    input_ids, positions_t, logits_t, conv_src_t, window_t, write_index_t, write_rows_t = tensors[:7]
+    pool_tensors = iter(tensors[7:])
+    built = [pool.build(pool_tensors) for pool in pools]
     batch = ForwardBatch(
-        input_ids=as_tensor(ids),
-        positions=as_tensor(positions),
-        logits_index=as_tensor(logits_rows),
-        kv_write_slots=write_slots,
-        attention_groups=groups,
-        conv_src_rows=as_tensor([c.conv_src_row for c in chunks]),
-        conv_window=as_tensor(window),
-        conv_write_index=as_tensor(write_index).view(-1, state_len),
-        conv_write_rows=as_tensor(write_rows),
+        input_ids=input_ids,
+        positions=positions_t,
+        logits_index=logits_t,
+        kv_write_slots=built[0][0],
+        attention_groups=built[0][1],
+        conv_src_rows=conv_src_t,
+        conv_window=window_t.view(len(ids), conv_L_cache),
+        conv_write_index=write_index_t.view(-1, state_len),
+        conv_write_rows=write_rows_t,
         num_tokens=len(ids),
         block_size=block_size,
     )
     if sliding_window is not None:
-        sliding_slots, sliding_groups = layout.build(
-            chunks, [c.sliding_table for c in chunks], sliding_window
-        )
-        batch.sliding = dataclasses.replace(
-            batch, kv_write_slots=sliding_slots, attention_groups=sliding_groups
-        )
+        batch.sliding = dataclasses.replace(batch, kv_write_slots=built[1][0], attention_groups=built[1][1])
     return batch
 
 
@@ -226,6 +255,38 @@ class _Row:
 
 
 @dataclass(slots=True)
+class _PoolPlan:
+    """One pool's share of a step before its index tensors exist (they are made with the step's
+    others, by one copy): write slots, single-query rows, and the prefill groups, already built."""
+
+    write_slots: list[int]
+    rows: list[_Row]
+    prefill_groups: list[AttentionGroup]
+
+    def lists(self) -> list[list[int]]:
+        """Write slots, then the rows' packed indices, padded blocks [G, NB] flat, ends and starts."""
+        width = max((len(row.blocks) for row in self.rows), default=0)
+        blocks = [block for row in self.rows for block in row.blocks + [0] * (width - len(row.blocks))]
+        starts = [row.start for row in self.rows] if any(row.start for row in self.rows) else []
+        ends = [row.end for row in self.rows]
+        return [self.write_slots, [row.packed for row in self.rows], blocks, ends, starts]
+
+    def build(self, tensors: Iterator[torch.Tensor]) -> tuple[torch.Tensor, list[AttentionGroup]]:
+        """Write slots [T] and attention groups from ``lists()``'s tensors, taken in that order."""
+        write_slots, packed, blocks, ends, starts = (next(tensors) for _ in range(5))
+        if not self.rows:
+            return write_slots, self.prefill_groups
+        rows = AttentionGroup(
+            query_index=packed.view(-1, 1),
+            kv_blocks=blocks.view(len(self.rows), -1),
+            mask=None,
+            context_lens=ends,
+            context_starts=starts if starts.numel() else None,
+        )
+        return write_slots, [*self.prefill_groups, rows]
+
+
+@dataclass(slots=True)
 class _AttentionLayout:
     """KV write slots and attention groups of one step over one pool (full or sliding-window)."""
 
@@ -233,10 +294,8 @@ class _AttentionLayout:
     row_query_limit: int
     device: torch.device | str
 
-    def build(
-        self, chunks: list[SequenceChunk], tables: list[list[int]], window: int | None
-    ) -> tuple[torch.Tensor, list[AttentionGroup]]:
-        """Write slots [T] and groups; ``window`` None: every query sees its whole prefix."""
+    def plan(self, chunks: list[SequenceChunk], tables: list[list[int]], window: int | None) -> _PoolPlan:
+        """Slots, rows and prefill groups; ``window`` None: every query sees its whole prefix."""
         write_slots: list[int] = []
         rows: list[_Row] = []
         groups: list[AttentionGroup] = []
@@ -249,9 +308,7 @@ class _AttentionLayout:
             else:
                 groups.append(self._prefill_group(first, chunk, table, window))
             first += n
-        if rows:
-            groups.append(self._row_group(rows))
-        return torch.tensor(write_slots, dtype=torch.long, device=self.device), groups
+        return _PoolPlan(write_slots, rows, groups)
 
     def _context(self, table: list[int], first_key: int, end: int) -> tuple[list[int], int]:
         """The blocks holding positions [first_key, end), and the position the first of them starts at."""
@@ -283,28 +340,4 @@ class _AttentionLayout:
             query_index=torch.arange(first, first + n, device=self.device)[None, :],
             kv_blocks=torch.tensor([blocks], dtype=torch.long, device=self.device),
             mask=mask[None, None].to(self.device),
-        )
-
-    def _row_group(self, rows: list[_Row]) -> AttentionGroup:
-        """All single-query rows in one call, contexts right-padded to the longest (in blocks)."""
-        ends = [row.end for row in rows]
-        blocks = _padded_blocks([row.blocks for row in rows], ends, self.block_size)
-        width = blocks.shape[1] * self.block_size
-        starts = [row.start for row in rows]
-        windowed = any(starts)
-        mask = context_starts = None
-        if min(ends) != width or windowed:
-            keys = torch.arange(width)[None, :]
-            mask = keys < torch.tensor(ends)[:, None]
-            if windowed:
-                context_starts = torch.tensor(starts)
-                mask &= keys >= context_starts[:, None]
-                context_starts = context_starts.to(self.device)
-            mask = mask[:, None, None, :].to(self.device)
-        return AttentionGroup(
-            query_index=torch.tensor([[row.packed] for row in rows], dtype=torch.long, device=self.device),
-            kv_blocks=blocks.to(self.device),
-            mask=mask,
-            context_lens=torch.tensor(ends, dtype=torch.long, device=self.device),
-            context_starts=context_starts,
         )

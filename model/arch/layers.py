@@ -161,7 +161,8 @@ class Attention(nn.Module):
         context = (g, -1, self.num_kv_heads, self.head_dim)
         k_g = k_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
         v_g = v_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
-        o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=group.mask, enable_gqa=True)
+        mask = group.sdpa_mask(batch.block_size)
+        o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=mask, enable_gqa=True)
         return o.transpose(1, 2).reshape(g * n_q, self.num_heads, self.head_dim)
 
 
