@@ -35,7 +35,7 @@ ARGMAX_BLOCK = 1024
 def greedy_tokens(logits: torch.Tensor, kernels: ModuleType | None = None) -> torch.Tensor:
     """``logits.argmax(-1)`` for [B, V] logits, the first index on ties: by the native kernels'
     ``argmax_rows`` where given (float32 on CPU), else in two vectorized passes."""
-    if kernels is not None and logits.dtype == torch.float32 and logits.device.type == "cpu":
+    if _kernels_take(kernels, logits):
         return kernels.argmax_rows(logits.contiguous())
     rows, vocab = logits.shape
     if vocab % ARGMAX_BLOCK:
@@ -44,6 +44,11 @@ def greedy_tokens(logits: torch.Tensor, kernels: ModuleType | None = None) -> to
     best_block = blocks.amax(dim=-1).argmax(dim=-1)  # the first block holding the row's max
     inside = blocks[torch.arange(rows, device=logits.device), best_block].argmax(dim=-1)
     return best_block * ARGMAX_BLOCK + inside
+
+
+def _kernels_take(kernels: ModuleType | None, logits: torch.Tensor) -> bool:
+    """The native sampling kernels read float32 logits on the CPU."""
+    return kernels is not None and logits.dtype == torch.float32 and logits.device.type == "cpu"
 
 
 def make_generator(seed: int | None, device: torch.device | str = "cpu") -> torch.Generator:
@@ -81,22 +86,29 @@ def _merge(logits: torch.Tensor, picked: list[int], sub: torch.Tensor) -> torch.
     return out
 
 
-def _history(rows: Sequence[SamplingRow], device: torch.device) -> tuple[torch.Tensor, ...]:
-    """(row, token, is_output) for every history token a penalty looks at.
+def _history_ids(rows: Sequence[SamplingRow]) -> tuple[torch.Tensor, list[int]]:
+    """Every history token a penalty looks at, row after row, and each row's (prompt, output) counts.
 
     Prompts are included only for rows with a repetition penalty, the one penalty that reads
     them. Ids go through array.array: torch.tensor on a long Python list is several times slower.
     """
     flat, spans = array.array("q"), []
     for row in rows:
-        prompt = row.prompt_ids if row.params.repetition_penalty != 1.0 else ()
+        prompt = row.prompt_ids if row.params.repetition_penalty != 1.0 and row.params.has_penalties else ()
+        output = row.output_ids if row.params.has_penalties else ()
         flat.extend(prompt)
-        flat.extend(row.output_ids)
-        spans += (len(prompt), len(row.output_ids))
+        flat.extend(output)
+        spans += (len(prompt), len(output))
+    tokens = torch.frombuffer(flat, dtype=torch.int64) if flat else torch.empty(0, dtype=torch.int64)
+    return tokens, spans
+
+
+def _history(rows: Sequence[SamplingRow], device: torch.device) -> tuple[torch.Tensor, ...]:
+    """(row, token, is_output) for every history token a penalty looks at."""
+    tokens, spans = _history_ids(rows)
     span_sizes = torch.tensor(spans)
     row_index = torch.arange(len(rows)).repeat_interleave(2).repeat_interleave(span_sizes)
     is_output = torch.tensor([0.0, 1.0]).repeat(len(rows)).repeat_interleave(span_sizes)
-    tokens = torch.frombuffer(flat, dtype=torch.int64) if flat else torch.empty(0, dtype=torch.int64)
     return row_index.to(device), tokens.to(device), is_output.to(device)
 
 
@@ -205,10 +217,31 @@ def sample_from(logits: torch.Tensor, generators: Sequence[torch.Generator]) -> 
     return torch.searchsorted(cdf, target).squeeze(1).clamp_max(cdf.shape[-1] - 1)
 
 
+def native_sample(kernels: ModuleType, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> list[int]:
+    """The pipeline above in the native kernels' ``sample_rows``, a few passes per row: the same
+    steps in the same order, each row drawing one uniform from its own generator (greedy rows none).
+
+    Penalties match PyTorch's bit for bit; softmax masses are summed in another order, so a draw
+    landing within rounding of a boundary between two tokens may pick the other one.
+    """
+    params = []
+    for row in rows:
+        p = row.params
+        greedy = p.is_greedy
+        uniform = 0.0 if greedy else float(torch.rand((), generator=row.generator))
+        temperature = 0.0 if greedy else p.temperature
+        penalties = (p.repetition_penalty, p.frequency_penalty, p.presence_penalty)
+        params.append((temperature, p.top_k, p.top_p, p.min_p, *penalties, uniform))
+    history, spans = _history_ids(rows)
+    table = torch.tensor(params, dtype=torch.float32)
+    return kernels.sample_rows(logits.contiguous(), table, history, torch.tensor(spans).view(-1, 2)).tolist()
+
+
 class Sampler:
     """The runner's single entry point: logits of the sampling rows in, one token id per row out.
 
-    ``kernels``: the model's native kernels, whose argmax greedy rows take (None: PyTorch's).
+    ``kernels``: the model's native kernels (None: PyTorch's only). Rows that are all greedy
+    without penalties take their ``argmax_rows``; any other step their ``sample_rows``.
     """
 
     def __init__(self, kernels: ModuleType | None = None) -> None:
@@ -218,6 +251,9 @@ class Sampler:
         """Pick one token for each row of float32 `logits` [B, V], row i using `rows[i]`."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(f"logits must be [len(rows)={len(rows)}, vocab], got {tuple(logits.shape)}")
+        plain_greedy = all(row.params.is_greedy and not row.params.has_penalties for row in rows)
+        if not plain_greedy and _kernels_take(self.kernels, logits):
+            return native_sample(self.kernels, logits, rows)
         logits = apply_penalties(logits, rows)
         greedy = [i for i, row in enumerate(rows) if row.params.is_greedy]
         if len(greedy) == len(rows):

@@ -21,6 +21,18 @@ from engine.sampler import (
     process_logits,
 )
 from engine.sampling_params import SamplingParams
+from model.native import kernels
+from tests.conftest import RUNNABLE_ISAS
+
+
+@pytest.fixture(params=[None, *RUNNABLE_ISAS], ids=lambda isa: isa or "pytorch")
+def sampler(request: pytest.FixtureRequest) -> Sampler:
+    """PyTorch's pipeline, and the native kernels' (sample_rows) of every instruction set the CPU runs."""
+    if request.param is None:
+        return Sampler()
+    module, reason = kernels.availability(request.param)
+    assert module is not None, f"the {request.param} kernels did not build on a CPU that runs them: {reason}"
+    return Sampler(module)
 
 
 def make_row(seed: int = 0, prompt: Sequence[int] = (), output: Sequence[int] = (), **params) -> SamplingRow:
@@ -162,11 +174,11 @@ def test_top_p_row_is_unchanged_when_a_neighbour_forces_the_full_sort():
 
 
 @pytest.mark.parametrize("case", [dict(temperature=0.7, top_k=4), dict(top_p=0.75), dict(min_p=0.3)])
-def test_sample_frequencies_follow_reference_distribution(case):
+def test_sample_frequencies_follow_reference_distribution(case, sampler):
     draws = 3000
     logits = torch.tensor([[1.5, 1.0, 0.7, 0.2, -0.3, -1.0]]).expand(draws, -1)
     rows = [make_row(seed=i, **case) for i in range(draws)]
-    counts = Counter(Sampler().sample(logits, rows))
+    counts = Counter(sampler.sample(logits, rows))
     expected = ref_distribution(logits[0].tolist(), **case)
     assert set(counts) <= set(expected)
     for tok, prob in expected.items():
@@ -176,10 +188,10 @@ def test_sample_frequencies_follow_reference_distribution(case):
 # ---------------------------------------------------------------- greedy
 
 
-def test_greedy_rows_take_argmax_in_a_mixed_batch():
+def test_greedy_rows_take_argmax_in_a_mixed_batch(sampler):
     logits = random_logits(4, 50, seed=5)
     rows = [make_row(temperature=0.0), make_row(top_p=0.5), make_row(temperature=1e-7), make_row(seed=9)]
-    tokens = Sampler().sample(logits, rows)
+    tokens = sampler.sample(logits, rows)
     assert tokens[0] == logits[0].argmax().item()
     assert tokens[2] == logits[2].argmax().item()
 
@@ -260,9 +272,8 @@ def step_logits(stream: int, step: int) -> torch.Tensor:
     return random_logits(1, VOCAB, seed=stream * 1000 + step)[0]
 
 
-def generate(subject: dict, seed: int, position: int, neighbours: list[dict]) -> list[int]:
+def generate(sampler: Sampler, subject: dict, seed: int, position: int, neighbours: list[dict]) -> list[int]:
     """Sample STEPS tokens for `subject` placed at `position` among `neighbours`, all with histories."""
-    sampler = Sampler()
     params = [*neighbours[:position], subject, *neighbours[position:]]
     rows = [
         make_row(seed=seed if i == position else 100 + i, prompt=[1, 2, 3], output=[], **p)
@@ -289,18 +300,22 @@ NEIGHBOURS = [
 
 
 @pytest.mark.parametrize("subject", SUBJECTS)
-def test_sampled_tokens_do_not_depend_on_batch_neighbours(subject):
-    alone = generate(subject, seed=7, position=0, neighbours=[])
+def test_sampled_tokens_do_not_depend_on_batch_neighbours(subject, sampler):
+    alone = generate(sampler, subject, seed=7, position=0, neighbours=[])
     assert len(set(alone)) > 5  # really sampling, not collapsing to one token
-    assert generate(subject, seed=7, position=0, neighbours=NEIGHBOURS[:2]) == alone
-    assert generate(subject, seed=7, position=3, neighbours=NEIGHBOURS) == alone
-    assert generate(subject, seed=7, position=1, neighbours=NEIGHBOURS[::-1][:3]) == alone
+    assert generate(sampler, subject, seed=7, position=0, neighbours=NEIGHBOURS[:2]) == alone
+    assert generate(sampler, subject, seed=7, position=3, neighbours=NEIGHBOURS) == alone
+    assert generate(sampler, subject, seed=7, position=1, neighbours=NEIGHBOURS[::-1][:3]) == alone
 
 
-def test_seed_determines_the_sequence():
+def test_seed_determines_the_sequence(sampler):
     subject = dict(temperature=0.8)
-    assert generate(subject, seed=11, position=0, neighbours=[]) == generate(subject, 11, 0, [])
-    assert generate(subject, seed=11, position=0, neighbours=[]) != generate(subject, 12, 0, [])
+    assert generate(sampler, subject, seed=11, position=0, neighbours=[]) == generate(
+        sampler, subject, 11, 0, []
+    )
+    assert generate(sampler, subject, seed=11, position=0, neighbours=[]) != generate(
+        sampler, subject, 12, 0, []
+    )
 
 
 def test_unseeded_generators_are_private_and_follow_torch_manual_seed():

@@ -36,6 +36,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("moe_combine", &lfm_kernels::moe_combine, "each token's weighted sum of its experts' outputs");
   m.def("argmax_rows", &lfm_kernels::argmax_rows, "torch.argmax(logits, -1) of float32 [B, V] logits",
         py::arg("logits"));
+  m.def("sample_rows", &lfm_kernels::sample_rows,
+        "one token per row: penalties, temperature, top-k, top-p, min-p, then a draw at each row's uniform",
+        py::arg("logits"), py::arg("params"), py::arg("history"), py::arg("spans"));
 
   // a decode step's whole decoder stack in one call (model/native/stack.py builds it); module_local:
   // each instruction set's build is its own module, and tests load several into one process

@@ -38,5 +38,7 @@ torch::Tensor attention_prep(const torch::Tensor& qkv, const torch::Tensor& q_we
 std::vector<torch::Tensor> moe_route(const torch::Tensor& logits, const std::optional<torch::Tensor>& bias,
                                      int64_t k, bool normalize, double scale);
 torch::Tensor argmax_rows(const torch::Tensor& logits);
+torch::Tensor sample_rows(const torch::Tensor& logits, const torch::Tensor& params, const torch::Tensor& history,
+                          const torch::Tensor& spans);
 torch::Tensor moe_combine(const torch::Tensor& outputs, const torch::Tensor& positions, const torch::Tensor& weights);
 }  // namespace lfm_kernels
