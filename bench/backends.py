@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Protocol
 
 from bench.scenario import RequestTrace, Scenario
+from bench.settings import RunSettings
 
 ENGINES = ("ours", "transformers")
 OURS_METHOD = "continuous batching; each request admitted when it arrives"
@@ -29,14 +29,16 @@ def run_checked(backend: Backend, scenario: Scenario) -> list[RequestTrace]:
     return traces
 
 
-def load_backend(name: str, checkpoint: Path, dtype: str, quantize: str = "none") -> Backend:
-    """`quantize` applies to our engine only: the baseline always runs the checkpoint as-is in `dtype`."""
+def load_backend(name: str, settings: RunSettings) -> Backend:
+    """The engine ``name`` under ``settings``: `quantize` applies to our engine only (the baseline runs
+    the checkpoint as-is in its dtype), `sampling` (bench/sampling.py) to both."""
+    checkpoint, dtype = settings.checkpoint, settings.dtype_of(name)
     if name == "ours":
         from bench.ours import OursBackend
 
-        return OursBackend(checkpoint, dtype, quantize)
+        return OursBackend(checkpoint, dtype, settings.quantize, settings.sampling)
     if name == "transformers":
         from bench.hf import TransformersBackend
 
-        return TransformersBackend(checkpoint, dtype)
+        return TransformersBackend(checkpoint, dtype, settings.sampling)
     raise ValueError(f"unknown engine {name!r}; choose from {', '.join(ENGINES)}")

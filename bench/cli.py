@@ -31,6 +31,8 @@ from bench.machine import describe
 from bench.progress import Progress
 from bench.report import json_report, machine_line, text_report
 from bench.runner import count_runs, run_benchmark
+from bench.sampling import SAMPLING
+from bench.sampling import describe as describe_sampling
 from bench.settings import RunSettings
 from bench.workloads import WORKLOADS, Workload
 from engine.config import resolve_dtype
@@ -125,6 +127,12 @@ def build_parser() -> argparse.ArgumentParser:
         default="none",
         help="our engine's linears (int8 = weight-only, w8a8 = int8 activations too, int4 = 4-bit weights); "
         f"transformers: --dtype; {quality.NAME}: the one scheme to compare (default: every one)",
+    )
+    parser.add_argument(
+        "--sampling",
+        choices=SAMPLING,
+        default="greedy",
+        help="both engines: greedy (the argmax, as most tables) or chat (the app's default sampling)",
     )
     parser.add_argument("--threads", type=int, default=None, help="torch threads (default: torch's)")
     parser.add_argument(
@@ -229,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             args.poisson_rate,
             quantize=args.quantize,
             hf_dtype=args.hf_dtype,
+            sampling=args.sampling,
         )
         dtypes = dtype if args.hf_dtype is None else f"{dtype} (transformers: {args.hf_dtype})"
         machine = describe(threads, dtypes)
@@ -251,6 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             "repeats": args.repeats,
             "seed": args.seed,
             "poisson_rate": settings.poisson_rate,
+            "sampling": describe_sampling(args.sampling),
         },
         "engine": {**ours.describe(), "quantize": args.quantize, "native kernels": isa},
         "command": shlex.join(["lfm-chat", "bench", *argv]),

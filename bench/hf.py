@@ -1,5 +1,5 @@
 """The transformers baseline: `generate` of the checkpoint's class (`Lfm2ForCausalLM`, `Lfm3ForCausalLM`),
-greedy, fixed length, one static batch per group.
+greedy or sampled as our engine is (bench/sampling.py), fixed length, one static batch per group.
 
 transformers' continuous batching refuses LFM2 (its hybrid conv cache), so the baseline runs
 each workload the way a `generate` user would: a left-padded static batch where the workload
@@ -19,6 +19,7 @@ import torch
 import transformers
 from transformers.generation.streamers import BaseStreamer
 
+from bench.sampling import generate_kwargs
 from bench.scenario import RequestSpec, RequestTrace, Scenario, Traces, full_prompt, trigger_time
 from model.checkpoint.loader import parse_dtype
 
@@ -46,7 +47,7 @@ class TransformersBackend:
 
     name = "transformers"
 
-    def __init__(self, checkpoint: Path, dtype: str) -> None:
+    def __init__(self, checkpoint: Path, dtype: str, sampling: str = "greedy") -> None:
         # generate's per-call advice and the loading bar would drown the progress lines
         transformers.logging.set_verbosity_error()
         transformers.logging.disable_progress_bar()
@@ -54,6 +55,7 @@ class TransformersBackend:
             checkpoint, dtype=parse_dtype(dtype)
         ).eval()
         self.eos_token_id = self.model.generation_config.eos_token_id
+        self.sampling = generate_kwargs(sampling)
 
     def run(self, scenario: Scenario) -> list[RequestTrace]:
         specs = scenario.requests
@@ -79,7 +81,7 @@ class TransformersBackend:
         output = self.model.generate(
             input_ids=input_ids,
             attention_mask=attention_mask,
-            do_sample=False,
+            **self.sampling,
             max_new_tokens=new_tokens,
             min_new_tokens=new_tokens,
             eos_token_id=self.eos_token_id,

@@ -15,8 +15,9 @@ import math
 import time
 from pathlib import Path
 
+from bench.sampling import engine_params
 from bench.scenario import RequestTrace, Scenario, Traces, full_prompt, trigger_time
-from engine import Engine, EngineConfig, SamplingParams
+from engine import Engine, EngineConfig
 from model.arch.registry import load_config
 from model.checkpoint.loader import load_model
 from model.text.tokenizer import Tokenizer
@@ -31,12 +32,15 @@ class OursBackend:
 
     name = "ours"
 
-    def __init__(self, checkpoint: Path, dtype: str, quantize: str = "none") -> None:
+    def __init__(
+        self, checkpoint: Path, dtype: str, quantize: str = "none", sampling: str = "greedy"
+    ) -> None:
         config = load_config(checkpoint)
         self.model = load_model(checkpoint, dtype, quantize=quantize)
         self.tokenizer = Tokenizer.from_pretrained(checkpoint, extra_stop_ids=config.eos_token_id)
         self.dtype = dtype
         self.quantize = quantize
+        self.sampling = sampling
 
     def engine_config(self, num_kv_blocks: int | None = None) -> EngineConfig:
         """The settings every run uses (reported with the results)."""
@@ -52,10 +56,10 @@ class OursBackend:
     def run(self, scenario: Scenario) -> list[RequestTrace]:
         blocks = sum(math.ceil(n / BLOCK_SIZE) + 1 for n in scenario.context_lengths())
         engine = Engine(self.model, self.tokenizer, self.engine_config(num_kv_blocks=blocks))
-        return _drive(engine, scenario)
+        return _drive(engine, scenario, self.sampling)
 
 
-def _drive(engine: Engine, scenario: Scenario) -> list[RequestTrace]:
+def _drive(engine: Engine, scenario: Scenario, sampling: str) -> list[RequestTrace]:
     """Admit requests when due, step while anything runs, sleep only when idle until the next arrival."""
     specs = scenario.requests
     traces: Traces = [None] * len(specs)
@@ -70,7 +74,7 @@ def _drive(engine: Engine, scenario: Scenario) -> list[RequestTrace]:
                 continue
             pending.remove(i)
             traces[i] = RequestTrace(arrival=arrival, prompt=full_prompt(specs[i], traces))
-            params = SamplingParams(temperature=0.0, max_tokens=specs[i].max_new_tokens, ignore_eos=True)
+            params = engine_params(sampling, specs[i].max_new_tokens)
             index_of[engine.add_request(traces[i].prompt, params)] = i
         if not engine.has_unfinished():
             due = [specs[i].arrival_s for i in pending if specs[i].after is None]

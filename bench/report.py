@@ -105,6 +105,7 @@ def text_report(
     about = [
         f"machine: {machine_line(context['machine'])}",
         f"model: {settings['model']}",
+        f"sampling, both engines: {settings['sampling']}",
         "our engine: " + ", ".join(f"{k} {v}" for k, v in context["engine"].items()),
     ]
     if "bandwidth" in context:

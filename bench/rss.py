@@ -22,6 +22,7 @@ import torch
 
 import bench
 from bench.backends import load_backend, run_checked
+from bench.sampling import SAMPLING
 from bench.settings import RunSettings
 from bench.workloads import PEAK_RSS_LOAD, PEAK_RSS_RUN, WORKLOADS, Workload
 from model.quant import QUANTIZATIONS
@@ -57,6 +58,8 @@ def measure_in_subprocess(engine: str, workload: Workload, settings: RunSettings
         str(settings.seed),
         "--quantize",
         settings.quantize,
+        "--sampling",
+        settings.sampling,
     ]
     if settings.quick:
         argv.append("--quick")
@@ -78,13 +81,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none")
+    parser.add_argument("--sampling", choices=SAMPLING, default="greedy")
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     settings = RunSettings(
-        args.model, args.dtype, args.threads, args.quick, args.seed, quantize=args.quantize
+        args.model,
+        args.dtype,
+        args.threads,
+        args.quick,
+        args.seed,
+        quantize=args.quantize,
+        sampling=args.sampling,
     )
     workload = WORKLOADS[args.workload]
-    backend = load_backend(args.engine, settings.checkpoint, settings.dtype, settings.quantize)
+    backend = load_backend(args.engine, settings)
     figures: dict[str, float | None] = {PEAK_RSS_LOAD: peak_rss_mib()}
     traces = run_checked(backend, workload.build(settings.build_context(workload, repetition=0)))
     figures |= workload.measure(traces)

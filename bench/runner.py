@@ -98,9 +98,7 @@ def _run_in_process(
     settings, backends = run.settings, []
     for name in engines:
         with progress.stage(f"loading {name} from {settings.checkpoint}"):
-            backends.append(
-                load_backend(name, settings.checkpoint, settings.dtype_of(name), settings.quantize)
-            )
+            backends.append(load_backend(name, settings))
         model = getattr(backends[-1], "model", None)
         if name == "ours" and bandwidth is not None and model is not None:
             run.limit = decode_limit(model, settings.scheme, bandwidth)

@@ -20,6 +20,7 @@ class RunSettings:
     poisson_rate: float | None = None  # requests/s; None until calibrated on the first engine's warm-up
     quantize: str = "none"  # our engine's linears: "none", "int8" (weight-only), "w8a8" or "int4"
     hf_dtype: str | None = None  # transformers' dtype where it differs (its fastest on this CPU)
+    sampling: str = "greedy"  # bench/sampling.py: "greedy" or "chat" (the app's defaults), both engines
 
     @property
     def scheme(self) -> str:
