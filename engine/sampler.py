@@ -94,7 +94,7 @@ def _history_ids(rows: Sequence[SamplingRow]) -> tuple[torch.Tensor, list[int]]:
     """
     flat, spans = array.array("q"), []
     for row in rows:
-        prompt = row.prompt_ids if row.params.repetition_penalty != 1.0 and row.params.has_penalties else ()
+        prompt = row.prompt_ids if row.params.repetition_penalty != 1.0 else ()
         output = row.output_ids if row.params.has_penalties else ()
         flat.extend(prompt)
         flat.extend(output)
