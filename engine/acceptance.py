@@ -22,7 +22,7 @@ from types import ModuleType
 
 import torch
 
-from engine.sampler import SamplingRow, apply_penalties, greedy_tokens, process_logits, sample_from
+from engine.sampler import SamplingRow, greedy_tokens, processed_logits, sample_from
 
 
 def position_rows(row: SamplingRow, drafts: Sequence[int]) -> list[SamplingRow]:
@@ -44,12 +44,10 @@ def accept(
 
     ``logits`` float32 [1 + d, V]; ``row`` the request's params, generator and history.
     """
-    rows = position_rows(row, drafts)
-    logits = apply_penalties(logits, rows)
+    processed = processed_logits(logits, position_rows(row, drafts), kernels)
     if row.params.is_greedy:
-        return _accept_greedy(greedy_tokens(logits, kernels).tolist(), drafts)
-    probs = process_logits(logits, rows).softmax(dim=-1)
-    return accept_sampled(probs, drafts, row.generator)
+        return _accept_greedy(greedy_tokens(processed, kernels).tolist(), drafts)
+    return accept_sampled(processed.softmax(dim=-1), drafts, row.generator)
 
 
 def _accept_greedy(best: list[int], drafts: Sequence[int]) -> list[int]:

@@ -217,6 +217,21 @@ def sample_from(logits: torch.Tensor, generators: Sequence[torch.Generator]) -> 
     return torch.searchsorted(cdf, target).squeeze(1).clamp_max(cdf.shape[-1] - 1)
 
 
+def _native_inputs(rows: Sequence[SamplingRow], draw: bool) -> tuple[torch.Tensor, ...]:
+    """The kernels' params [B, 8], flat history and spans [B, 2] for ``rows``; with ``draw``, each
+    sampled row's uniform from its own generator (greedy rows draw none)."""
+    params = []
+    for row in rows:
+        p = row.params
+        greedy = p.is_greedy
+        uniform = float(torch.rand((), generator=row.generator)) if draw and not greedy else 0.0
+        temperature = 0.0 if greedy else p.temperature
+        penalties = (p.repetition_penalty, p.frequency_penalty, p.presence_penalty)
+        params.append((temperature, p.top_k, p.top_p, p.min_p, *penalties, uniform))
+    history, spans = _history_ids(rows)
+    return torch.tensor(params, dtype=torch.float32), history, torch.tensor(spans).view(-1, 2)
+
+
 def native_sample(kernels: ModuleType, logits: torch.Tensor, rows: Sequence[SamplingRow]) -> list[int]:
     """The pipeline above in the native kernels' ``sample_rows``, a few passes per row: the same
     steps in the same order, each row drawing one uniform from its own generator (greedy rows none).
@@ -224,17 +239,20 @@ def native_sample(kernels: ModuleType, logits: torch.Tensor, rows: Sequence[Samp
     Penalties match PyTorch's bit for bit; softmax masses are summed in another order, so a draw
     landing within rounding of a boundary between two tokens may pick the other one.
     """
-    params = []
-    for row in rows:
-        p = row.params
-        greedy = p.is_greedy
-        uniform = 0.0 if greedy else float(torch.rand((), generator=row.generator))
-        temperature = 0.0 if greedy else p.temperature
-        penalties = (p.repetition_penalty, p.frequency_penalty, p.presence_penalty)
-        params.append((temperature, p.top_k, p.top_p, p.min_p, *penalties, uniform))
-    history, spans = _history_ids(rows)
-    table = torch.tensor(params, dtype=torch.float32)
-    return kernels.sample_rows(logits.contiguous(), table, history, torch.tensor(spans).view(-1, 2)).tolist()
+    return kernels.sample_rows(logits.contiguous(), *_native_inputs(rows, draw=True)).tolist()
+
+
+def processed_logits(
+    logits: torch.Tensor, rows: Sequence[SamplingRow], kernels: ModuleType | None
+) -> torch.Tensor:
+    """Each row as the draw sees it: penalties, then for sampled rows temperature, top-k, top-p and
+    min-p (-inf where excluded); greedy rows after the penalties only. By the kernels' ``process_rows``
+    where they take the logits. ``rows`` share one request's params (speculative verify positions)."""
+    if _kernels_take(kernels, logits):
+        params, history, spans = _native_inputs(rows, draw=False)
+        return kernels.process_rows(logits.contiguous(), params, history, spans)
+    logits = apply_penalties(logits, rows)
+    return logits if all(row.params.is_greedy for row in rows) else process_logits(logits, rows)
 
 
 class Sampler:

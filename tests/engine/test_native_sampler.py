@@ -7,7 +7,8 @@ from types import ModuleType
 import pytest
 import torch
 
-from engine.sampler import Sampler, SamplingRow, apply_top_p, make_generator
+from engine.acceptance import position_rows
+from engine.sampler import Sampler, SamplingRow, apply_top_p, make_generator, processed_logits
 from engine.sampling_params import SamplingParams
 
 SETTINGS = [
@@ -40,6 +41,25 @@ def test_native_rows_pick_the_tokens_pytorch_picks(native: ModuleType, settings:
         logits = torch.randn(1, vocab, generator=torch.Generator().manual_seed(seed)) * scale
         ours = native_sampler.sample(logits, rows_for(settings, seed, vocab))
         assert ours == pytorch.sample(logits, rows_for(settings, seed, vocab)), f"seed {seed}"
+
+
+@pytest.mark.parametrize("settings", SETTINGS, ids=lambda s: ",".join(f"{k}={v}" for k, v in s.items()))
+def test_verified_positions_are_processed_as_pytorch_processes_them(
+    native: ModuleType, settings: dict
+) -> None:
+    """A verify step's 1 + d rows (each position's history grown by the drafts before it), as the
+    rejection rule reads them: the same values where both keep a token, and the same tokens kept but
+    for at most one per row at the nucleus's edge, where the masses are summed in another order."""
+    identical = 0
+    for seed in range(20):
+        logits = torch.randn(4, 4099, generator=torch.Generator().manual_seed(seed)) * (0.5, 3.0)[seed % 2]
+        rows = position_rows(rows_for(settings, seed, 4099)[0], drafts=[7, 7, 4098])
+        ours, theirs = processed_logits(logits, rows, native), processed_logits(logits, rows, None)
+        both = torch.isfinite(ours) & torch.isfinite(theirs)
+        assert torch.equal(ours[both], theirs[both]), f"seed {seed}"
+        assert int((torch.isfinite(ours) != torch.isfinite(theirs)).sum(dim=1).max()) <= 1, f"seed {seed}"
+        identical += torch.equal(ours, theirs)
+    assert identical >= 19
 
 
 def test_a_nucleus_of_thousands_of_tokens_keeps_pytorchs_set(native: ModuleType) -> None:

@@ -39,6 +39,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("sample_rows", &lfm_kernels::sample_rows,
         "one token per row: penalties, temperature, top-k, top-p, min-p, then a draw at each row's uniform",
         py::arg("logits"), py::arg("params"), py::arg("history"), py::arg("spans"));
+  m.def("process_rows", &lfm_kernels::process_rows,
+        "each row's logits as sample_rows draws from them (greedy rows: after the penalties only)",
+        py::arg("logits"), py::arg("params"), py::arg("history"), py::arg("spans"));
 
   // a decode step's whole decoder stack in one call (model/native/stack.py builds it); module_local:
   // each instruction set's build is its own module, and tests load several into one process

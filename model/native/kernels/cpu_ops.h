@@ -40,5 +40,7 @@ std::vector<torch::Tensor> moe_route(const torch::Tensor& logits, const std::opt
 torch::Tensor argmax_rows(const torch::Tensor& logits);
 torch::Tensor sample_rows(const torch::Tensor& logits, const torch::Tensor& params, const torch::Tensor& history,
                           const torch::Tensor& spans);
+torch::Tensor process_rows(const torch::Tensor& logits, const torch::Tensor& params, const torch::Tensor& history,
+                           const torch::Tensor& spans);
 torch::Tensor moe_combine(const torch::Tensor& outputs, const torch::Tensor& positions, const torch::Tensor& weights);
 }  // namespace lfm_kernels

@@ -14,10 +14,13 @@
 // cut-off from a histogram of the probabilities instead of a sort. The steps and their order are
 // the PyTorch version's (the penalties bit for bit); probabilities are summed in another order,
 // so a draw that lands within rounding of a boundary may pick the neighbouring token.
+// process_rows gives the rows as the draw sees them, for speculative verification's rejection
+// rule (engine/acceptance.py), which needs each verified position's probabilities.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
 
 #include <algorithm>
 #include <cmath>
@@ -252,13 +255,21 @@ int64_t draw(const float* x, int64_t V, float u, Scratch& s) {
   return 0;
 }
 
-int64_t sample_row(const float* logits, int64_t V, const float* p, const int64_t* prompt, int64_t n_prompt,
-                   const int64_t* output, int64_t n_output, Scratch& s) {
-  float* x = s.x.data();
+// One row's history: its prompt tokens (read by the repetition penalty only), then its output's.
+struct History {
+  const int64_t* prompt;
+  int64_t n_prompt;
+  const int64_t* output;
+  int64_t n_output;
+};
+
+// x = the row's logits as the draw sees them: penalties, then temperature, top-k, top-p and
+// min-p (-inf where excluded). Returns false for a greedy row or a broken one (NaN or
+// infinite logits), whose x holds the penalized logits only.
+bool process_row(const float* logits, float* x, int64_t V, const float* p, const History& h, Scratch& s) {
   std::copy_n(logits, V, x);
-  penalize(x, p, prompt, n_prompt, output, n_output, s);
-  if (!all_finite(x, V)) return exact_argmax(x, V);  // a broken row: torch.argmax's answer, not a draw
-  if (p[TEMPERATURE] == 0.0f) return row_argmax(x, V);
+  penalize(x, p, h.prompt, h.n_prompt, h.output, h.n_output, s);
+  if (p[TEMPERATURE] == 0.0f || !all_finite(x, V)) return false;
   if (p[TEMPERATURE] != 1.0f)
     for (int64_t i = 0; i < V; ++i) x[i] = x[i] / p[TEMPERATURE];
   const int64_t k = static_cast<int64_t>(p[TOP_K]);
@@ -269,13 +280,13 @@ int64_t sample_row(const float* logits, int64_t V, const float* p, const int64_t
   }
   if (p[TOP_P] < 1.0f) nucleus(x, V, p[TOP_P], s);
   if (p[MIN_P] > 0.0f) mask_below(x, V, row_max(x, V) + std::log(p[MIN_P]));
-  return draw(x, V, p[UNIFORM], s);
+  return true;
 }
 
-}  // namespace
-
-at::Tensor sample_rows(const at::Tensor& logits, const at::Tensor& params, const at::Tensor& history,
-                       const at::Tensor& spans) {
+// What both entry points take: logits [B, V], params [B, PARAMS], and each row's history: its
+// spans [B, 2] (prompt entries, output entries) of the flat history [H], rows in order.
+void check_rows(const at::Tensor& logits, const at::Tensor& params, const at::Tensor& history,
+                const at::Tensor& spans) {
   TORCH_CHECK(logits.dim() == 2 && logits.scalar_type() == at::kFloat && logits.is_contiguous() &&
                   logits.size(1) > 0,
               "logits must be a contiguous float32 [B, V] with V > 0");
@@ -288,27 +299,65 @@ at::Tensor sample_rows(const at::Tensor& logits, const at::Tensor& params, const
               "spans must be a contiguous int64 [B, 2]: each row's prompt and output entries");
   TORCH_CHECK(history.dim() == 1 && history.scalar_type() == at::kLong && history.is_contiguous(),
               "history must be a contiguous int64 [H]");
+  const int64_t* span = spans.data_ptr<int64_t>();
+  int64_t entries = 0;
+  for (int64_t i = 0; i < 2 * B; ++i) {
+    TORCH_CHECK(span[i] >= 0, "spans must not be negative");
+    entries += span[i];
+  }
+  TORCH_CHECK(entries == history.numel(), "spans cover ", entries, " history entries, not ", history.numel());
+  const int64_t* h = history.data_ptr<int64_t>();
+  for (int64_t i = 0; i < history.numel(); ++i)
+    TORCH_CHECK(h[i] >= 0 && h[i] < V, "a history token lies outside the vocabulary");
+}
+
+// row(r, its history, scratch) for every row of checked inputs, rows split between threads, each
+// thread with its own scratch rows.
+template <typename Row>
+void for_each_row(const at::Tensor& logits, const at::Tensor& history, const at::Tensor& spans, Row&& row) {
+  const int64_t B = logits.size(0), V = logits.size(1);
   const int64_t* h = history.data_ptr<int64_t>();
   const int64_t* span = spans.data_ptr<int64_t>();
   std::vector<int64_t> starts(B + 1, 0);
-  for (int64_t r = 0; r < B; ++r) {
-    TORCH_CHECK(span[2 * r] >= 0 && span[2 * r + 1] >= 0, "spans must not be negative");
-    starts[r + 1] = starts[r] + span[2 * r] + span[2 * r + 1];
-  }
-  TORCH_CHECK(starts[B] == history.numel(), "spans cover ", starts[B], " history entries, not ", history.numel());
-  for (int64_t i = 0; i < history.numel(); ++i) TORCH_CHECK(h[i] >= 0 && h[i] < V, "a history token lies outside the vocabulary");
-  at::Tensor out = at::empty({B}, logits.options().dtype(at::kLong));
-  const float* x = logits.data_ptr<float>();
-  const float* p = params.data_ptr<float>();
-  int64_t* tokens = out.data_ptr<int64_t>();
+  for (int64_t r = 0; r < B; ++r) starts[r + 1] = starts[r] + span[2 * r] + span[2 * r + 1];
   at::parallel_for(0, B, 1, [&](int64_t r0, int64_t r1) {
     thread_local Scratch scratch;
     scratch.fit(V);
     for (int64_t r = r0; r < r1; ++r) {
-      const int64_t* prompt = h + starts[r];
-      tokens[r] = sample_row(x + r * V, V, p + r * PARAMS, prompt, span[2 * r], prompt + span[2 * r],
-                             span[2 * r + 1], scratch);
+      const History rh{h + starts[r], span[2 * r], h + starts[r] + span[2 * r], span[2 * r + 1]};
+      row(r, rh, scratch);
     }
+  });
+}
+
+}  // namespace
+
+at::Tensor sample_rows(const at::Tensor& logits, const at::Tensor& params, const at::Tensor& history,
+                       const at::Tensor& spans) {
+  check_rows(logits, params, history, spans);
+  at::Tensor out = at::empty({logits.size(0)}, logits.options().dtype(at::kLong));
+  const int64_t V = logits.size(-1);
+  const float* x = logits.data_ptr<float>();
+  const float* p = params.data_ptr<float>();
+  int64_t* tokens = out.data_ptr<int64_t>();
+  for_each_row(logits, history, spans, [&](int64_t r, const History& h, Scratch& s) {
+    float* row = s.x.data();
+    const bool drawn = process_row(x + r * V, row, V, p + r * PARAMS, h, s);
+    tokens[r] = drawn ? draw(row, V, p[r * PARAMS + UNIFORM], s) : row_argmax(row, V);
+  });
+  return out;
+}
+
+at::Tensor process_rows(const at::Tensor& logits, const at::Tensor& params, const at::Tensor& history,
+                        const at::Tensor& spans) {
+  check_rows(logits, params, history, spans);
+  at::Tensor out = at::empty_like(logits);
+  const int64_t V = logits.size(-1);
+  const float* x = logits.data_ptr<float>();
+  const float* p = params.data_ptr<float>();
+  float* processed = out.data_ptr<float>();
+  for_each_row(logits, history, spans, [&](int64_t r, const History& h, Scratch& s) {
+    process_row(x + r * V, processed + r * V, V, p + r * PARAMS, h, s);
   });
   return out;
 }
