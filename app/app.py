@@ -119,8 +119,10 @@ class LfmChatApp(App[None]):
         from app.screens.chat import ChatScreen  # imported by the loader thread (see TYPE_CHECKING above)
 
         assert self.store is not None
+        typed_ahead = self.screen.typed_ahead.text if isinstance(self.screen, LoadingScreen) else ""
         if self.chat_screen is not None:  # a model switch, not the launch
             await self._switched(message.backend)
+            self.chat_screen.take_typed_ahead(typed_ahead)
             return
         backend = self.backend = message.backend
         self._remember_model(self.options)
@@ -138,6 +140,7 @@ class LfmChatApp(App[None]):
             title=backend.title,
             demo=self.options.demo,
             snapshot_interval=self.options.snapshot_interval,
+            typed_ahead=typed_ahead,
         )
         self.switch_screen(self.chat_screen)
         if backend.warning:

@@ -73,8 +73,10 @@ class ChatScreen(Screen[None]):
         title: str = "lfm-chat",
         demo: bool = False,
         snapshot_interval: float = 0.25,
+        typed_ahead: str = "",
     ) -> None:
         super().__init__()
+        self._typed_ahead = typed_ahead
         self.context = PaneContext(backend, files_dir, self.persist)
         self.saver = saver
         self.defaults = defaults
@@ -105,6 +107,7 @@ class ChatScreen(Screen[None]):
     def on_mount(self) -> None:
         self._relayout()
         self.panes[0].focus_input()
+        self.take_typed_ahead(self._typed_ahead)
         self.set_interval(RETRY_SECONDS, self._retry_saves)
         self._monitor()
 
@@ -114,6 +117,15 @@ class ChatScreen(Screen[None]):
 
     def pane(self, pane_id: str) -> ChatPane | None:
         return next((p for p in self.panes if p.id == pane_id), None)
+
+    def take_typed_ahead(self, text: str) -> None:
+        """What was typed while a model loaded goes into the active pane's box, after what it holds
+        (a restored draft), unsent: the user sees it and sends it."""
+        text = text.rstrip("\n")
+        if not text.strip():
+            return
+        box = self.active_pane.prompt_input
+        box.restore(f"{box.text}{text}" if box.text else text)
 
     @property
     def active_pane(self) -> ChatPane:

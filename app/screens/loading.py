@@ -9,6 +9,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from textual import events
 from textual.app import ComposeResult
 from textual.containers import Center, Vertical
 from textual.message import Message
@@ -17,6 +18,7 @@ from textual.widgets import Footer, Label, ProgressBar
 
 from app.options import AppOptions
 from app.startup import STARTUP_ERRORS, load_backend
+from app.type_ahead import TypeAhead
 
 if TYPE_CHECKING:
     from app.backend.base import Backend
@@ -51,6 +53,7 @@ class LoadingScreen(Screen[None]):
         self._stage = "starting"
         self._stage_began = time.monotonic()
         self._fraction: float | None = None
+        self.typed_ahead = TypeAhead()  # what the user types meanwhile, for the chat screen
 
     def compose(self) -> ComposeResult:
         with Vertical(id="loading"):
@@ -67,6 +70,14 @@ class LoadingScreen(Screen[None]):
         # ctrl+q during a long download would hang until the download finished.
         threading.Thread(target=self._load, name="lfm-loader", daemon=True).start()
         self.set_interval(1.0, self._show_stage)
+
+    def on_key(self, event: events.Key) -> None:
+        if self.typed_ahead.key(event):
+            event.stop()
+
+    def on_paste(self, event: events.Paste) -> None:
+        self.typed_ahead.paste(event.text)
+        event.stop()
 
     def _load(self) -> None:
         def progress(stage: str, fraction: float | None) -> None:

@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import subprocess
 import sys
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from huggingface_hub import constants
+from textual import events
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
 from app.backend.local import LocalBackend
+from app.screens import loading
 from app.screens.loading import LoadingScreen
 from app.startup import load_backend
 from app.widgets.chat_pane import ChatPane
@@ -227,3 +230,30 @@ def test_the_loading_screen_is_told_of_quantizing_then_of_the_cached_weights(
     assert quantizing[0] == 0.0 and quantizing[-1] == 1.0 and quantizing == sorted(quantizing)
     assert "loading cached int8 weights" not in first
     assert "loading cached int8 weights" in second and "quantizing weights (int8)" not in second
+
+
+async def test_what_is_typed_while_the_model_loads_lands_in_the_first_pane(
+    make_options: MakeOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A user types as soon as the app appears: keys, Enter, Backspace and a paste (its escape
+    sequence stripped) wait for the panes, unsent, after the pane's restored draft."""
+    release = threading.Event()
+
+    def held_load(*args: object, **kwargs: object) -> object:
+        release.wait(timeout=30)
+        return load_backend(*args, **kwargs)
+
+    monkeypatch.setattr(loading, "load_backend", held_load)
+    app = LfmChatApp(make_options())
+    async with app.run_test() as pilot:
+        assert isinstance(app.screen, LoadingScreen)
+        await pilot.press("h", "i", "x", "backspace", "enter", "space")
+        app.screen.post_message(events.Paste("there \x1b[31mred\x1b[0m"))
+        await pilot.pause()
+        await pilot.press("ctrl+j")  # a binding elsewhere: not text, and nothing breaks
+        release.set()
+        screen = await chat_screen(app, pilot)
+        box = screen.panes[0].prompt_input
+        await wait_until(pilot, lambda: box.text == "hi\n there red", "the typed-ahead text")
+        assert app.focused is box
+        assert not screen.panes[0].busy
