@@ -61,19 +61,25 @@ float softmax_numerators(float* scores, int64_t n) {
 // One sequence and one kv head: its `rep` query heads over `n` context positions whose rows
 // start at k + offsets[t] and v + offsets[t]. CH = pair chunks per head (head_dim <= CH * CHUNK),
 // a compile-time constant so q and the accumulators stay in registers.
+//
+// The heads take turns on each LANES positions of K and each V_BLOCK positions of V, so a row
+// read from memory serves every head from L1: one head after another over the whole context
+// read K and V rep times, and past a few thousand positions the repeats came from memory too.
+// Each head's sums run over the positions in the same order either way: the same bits.
+constexpr int64_t V_BLOCK = 16;
+
 template <int CH>
 void attend(const bf16* q, const bf16* k, const bf16* v, const int64_t* offsets, int64_t n, int64_t rep, int64_t D,
             float scale, float* scores, bf16* out) {
   const int64_t last_values = D - (CH - 1) * CHUNK;  // head_dim values in the last chunk
   const int64_t vectors = (D + LANES - 1) / LANES;   // fp32 vectors of one output row
   const vf vscale = set1(scale);
-  for (int64_t h = 0; h < rep; ++h) {
-    const bf16* qh = q + h * D;
-    Pairs qv[CH];
-    UNROLL16 for (int c = 0; c < CH; ++c) qv[c] = load_pairs(qh + CHUNK * c, c + 1 < CH ? CHUNK : last_values);
-    float* sc = scores + h * n;
-    for (int64_t t0 = 0; t0 < n; t0 += LANES) {  // scores of LANES positions at a time
-      const int64_t count = std::min<int64_t>(LANES, n - t0);
+  for (int64_t t0 = 0; t0 < n; t0 += LANES) {  // scores of LANES positions at a time, every head
+    const int64_t count = std::min<int64_t>(LANES, n - t0);
+    for (int64_t h = 0; h < rep; ++h) {
+      const bf16* qh = q + h * D;
+      Pairs qv[CH];
+      UNROLL16 for (int c = 0; c < CH; ++c) qv[c] = load_pairs(qh + CHUNK * c, c + 1 < CH ? CHUNK : last_values);
       vf acc[LANES];
       UNROLL16 for (int i = 0; i < LANES; ++i) {
         acc[SUM_ORDER[i]] = zero();
@@ -84,19 +90,31 @@ void attend(const bf16* q, const bf16* k, const bf16* v, const int64_t* offsets,
                                           load_pairs(kt + CHUNK * c, c + 1 < CH ? CHUNK : last_values));
         }
       }
-      store(sc + t0, mul(sum_each(acc), vscale), count);
+      store(scores + h * n + t0, mul(sum_each(acc), vscale), count);
     }
-    const vf norm = set1(1.0f / softmax_numerators(sc, n));
-    vf acc[2 * CH];
-    UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = zero();
-    for (int64_t t = 0; t < n; ++t) {
-      const vf p = set1(sc[t]);
-      const bf16* vt = v + offsets[t];
-      UNROLL16 for (int c = 0; c < 2 * CH; ++c)
-        if (c < vectors) acc[c] = fmadd(p, load_bf16(vt + LANES * c, D - LANES * c), acc[c]);
+  }
+  alignas(64) float sums[MAX_REP][2 * CH * LANES] = {};  // each head's output row, fp32, between V blocks
+  float norms[MAX_REP];
+  for (int64_t h = 0; h < rep; ++h) norms[h] = 1.0f / softmax_numerators(scores + h * n, n);
+  for (int64_t t0 = 0; t0 < n; t0 += V_BLOCK) {
+    const int64_t t1 = std::min(n, t0 + V_BLOCK);
+    for (int64_t h = 0; h < rep; ++h) {
+      const float* sc = scores + h * n;
+      vf acc[2 * CH];
+      UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = load(sums[h] + LANES * c);
+      for (int64_t t = t0; t < t1; ++t) {
+        const vf p = set1(sc[t]);
+        const bf16* vt = v + offsets[t];
+        UNROLL16 for (int c = 0; c < 2 * CH; ++c)
+          if (c < vectors) acc[c] = fmadd(p, load_bf16(vt + LANES * c, D - LANES * c), acc[c]);
+      }
+      UNROLL16 for (int c = 0; c < 2 * CH; ++c) store(sums[h] + LANES * c, acc[c]);
     }
+  }
+  for (int64_t h = 0; h < rep; ++h) {
+    const vf norm = set1(norms[h]);
     UNROLL16 for (int c = 0; c < 2 * CH; ++c)
-      if (c < vectors) store_bf16(out + h * D + LANES * c, mul(acc[c], norm), D - LANES * c);
+      if (c < vectors) store_bf16(out + h * D + LANES * c, mul(load(sums[h] + LANES * c), norm), D - LANES * c);
   }
 }
 
