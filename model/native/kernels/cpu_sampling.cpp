@@ -151,13 +151,10 @@ void penalize(float* x, const float* p, const int64_t* prompt, int64_t n_prompt,
   s.touched.clear();
 }
 
+// The largest of a row that holds a finite value (masked rows keep their maximum).
 float row_max(const float* x, int64_t V) {
-  vf best = set1(NEG_INF);
-  int64_t i = 0;
-  for (; i + LANES <= V; i += LANES) best = max(best, load(x + i));
-  float m = reduce_max(best);
-  for (; i < V; ++i) m = std::max(m, x[i]);
-  return m;
+  bool not_finite = false;
+  return block_max(x, V, not_finite);
 }
 
 // Everything below `cutoff` becomes -inf.
@@ -165,14 +162,10 @@ void mask_below(float* x, int64_t V, float cutoff) {
   for (int64_t i = 0; i < V; ++i) x[i] = x[i] < cutoff ? NEG_INF : x[i];
 }
 
-// false when some x is NaN or infinite (x * 0 is NaN for those)
 bool all_finite(const float* x, int64_t V) {
-  vf probe = zero();
-  int64_t i = 0;
-  for (; i + LANES <= V; i += LANES) probe = add(probe, mul(load(x + i), zero()));
-  float tail = 0.0f;
-  for (; i < V; ++i) tail += x[i] * 0.0f;
-  return !std::isnan(reduce_add(probe) + tail);
+  bool not_finite = false;
+  block_max(x, V, not_finite);
+  return !not_finite;
 }
 
 // e = exp(x - m), exactly 0 where x is -inf; the sum of each block of SUM_BLOCK into `sums`
