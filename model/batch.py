@@ -57,8 +57,7 @@ class AttentionGroup:
     mask: torch.Tensor | None  # [G, 1, Q, NB * block_size] True = attend; None: attend to all (see sdpa_mask)
     context_lens: torch.Tensor | None = None  # [G] for single-query rows: end of each context (exclusive)
     context_starts: torch.Tensor | None = None  # [G] first position each row attends to; None: all 0
-    _row_mask: torch.Tensor | None = field(default=None, repr=False)
-    _row_mask_made: bool = field(default=False, repr=False)
+    padded: bool = False  # single-query rows: some row sees fewer keys than the padded width
 
     def __post_init__(self) -> None:
         """One block-table row per query row, checked once here for both attention paths.
@@ -75,31 +74,20 @@ class AttentionGroup:
             raise ValueError("context starts are given for single-query rows only")
 
     def sdpa_mask(self, block_size: int) -> torch.Tensor | None:
-        """SDPA's attn_mask: a prefill group's causal ``mask``, or for single-query rows each row's
-        keys [start, end) of the padded context (None when every row sees all of it).
+        """SDPA's attn_mask: a prefill group's causal ``mask``, or for padded single-query rows
+        each row's keys [start, end) of the padded width (None while every row sees all of it).
 
-        Rows' masks are made on first use and kept for the step's other layers: only SDPA reads
-        them, while the paged kernel and the native stack take the lengths, and building one
-        every step cost a decode step several small tensor ops for nothing.
+        Rows' masks are made on first use and kept in ``mask`` for the step's other layers: only
+        SDPA reads them, while the paged kernel and the native stack take the lengths, and
+        building one every step cost a decode step several small tensor ops for nothing.
         """
-        if self.context_lens is None:
-            return self.mask
-        if not self._row_mask_made:
-            width = self.kv_blocks.shape[1] * block_size
-            self._row_mask = _row_mask(self.context_lens, self.context_starts, width)
-            self._row_mask_made = True
-        return self._row_mask
-
-
-def _row_mask(ends: torch.Tensor, starts: torch.Tensor | None, width: int) -> torch.Tensor | None:
-    """[G, 1, 1, width]: key k of row g is attended iff starts[g] <= k < ends[g]; None if all are."""
-    if starts is None and bool((ends == width).all()):
-        return None
-    keys = torch.arange(width, device=ends.device)[None, :]
-    mask = keys < ends[:, None]
-    if starts is not None:
-        mask &= keys >= starts[:, None]
-    return mask[:, None, None, :]
+        if self.padded and self.mask is None:
+            keys = torch.arange(self.kv_blocks.shape[1] * block_size, device=self.kv_blocks.device)[None, :]
+            mask = keys < self.context_lens[:, None]
+            if self.context_starts is not None:
+                mask &= keys >= self.context_starts[:, None]
+            self.mask = mask[:, None, None, :]
+        return self.mask
 
 
 @dataclass(slots=True)
@@ -262,6 +250,7 @@ class _PoolPlan:
     write_slots: list[int]
     rows: list[_Row]
     prefill_groups: list[AttentionGroup]
+    block_size: int
 
     def lists(self) -> list[list[int]]:
         """Write slots, then the rows' packed indices, padded blocks [G, NB] flat, ends and starts."""
@@ -276,12 +265,14 @@ class _PoolPlan:
         write_slots, packed, blocks, ends, starts = (next(tensors) for _ in range(5))
         if not self.rows:
             return write_slots, self.prefill_groups
+        width = max(len(row.blocks) for row in self.rows) * self.block_size
         rows = AttentionGroup(
             query_index=packed.view(-1, 1),
             kv_blocks=blocks.view(len(self.rows), -1),
             mask=None,
             context_lens=ends,
             context_starts=starts if starts.numel() else None,
+            padded=starts.numel() > 0 or any(row.end != width for row in self.rows),
         )
         return write_slots, [*self.prefill_groups, rows]
 
@@ -308,7 +299,7 @@ class _AttentionLayout:
             else:
                 groups.append(self._prefill_group(first, chunk, table, window))
             first += n
-        return _PoolPlan(write_slots, rows, groups)
+        return _PoolPlan(write_slots, rows, groups, self.block_size)
 
     def _context(self, table: list[int], first_key: int, end: int) -> tuple[list[int], int]:
         """The blocks holding positions [first_key, end), and the position the first of them starts at."""
