@@ -20,6 +20,7 @@ from textual._xterm_parser import BRACKETED_PASTE_END, BRACKETED_PASTE_START, XT
 from textual.message import Message
 
 from app.attachment import ATTACHMENT_LIMIT_BYTES
+from app.sanitize import strip_control
 
 PASTE_LIMIT_BYTES = 256 * 1024
 """The most UTF-8 text the prompt box may hold after a paste. A TextArea re-wraps its text on every
@@ -98,6 +99,11 @@ def install() -> None:
     from textual.drivers import linux_driver
 
     linux_driver.XTermParser = PasteSafeParser  # type: ignore[misc]
+
+
+def pasted_text(raw: str) -> str:
+    """A paste as a box takes it: line ends as newlines, no terminal controls (it may come from anywhere)."""
+    return strip_control(raw.replace("\r\n", "\n").replace("\r", "\n"))
 
 
 def paste_refusal(paste: events.Paste, held: str) -> str | None:

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 from textual import events
 
-from app.paste import PASTE_LIMIT_BYTES
-from app.sanitize import strip_control
+from app.paste import PASTE_LIMIT_BYTES, paste_refusal, pasted_text
 
 
 class TypeAhead:
-    """Printable keys, Enter as a new line, Backspace, and pastes (control sequences stripped);
-    at most PASTE_LIMIT_BYTES of it, as a paste into the box may hold."""
+    """Printable keys, Enter as a new line, Backspace, and pastes under the box's own rules
+    (app/paste.py: cleaned, and refused past its limit with the sentence the box would show)."""
 
     def __init__(self) -> None:
         self.text = ""
@@ -20,18 +19,16 @@ class TypeAhead:
         """Take ``event`` if it types; False for any other key (bindings keep theirs)."""
         if event.key == "backspace":
             self.text = self.text[:-1]
-        elif event.key == "enter":
-            self._add("\n")
-        elif event.is_printable and event.character:
-            self._add(event.character)
+        elif event.key == "enter" or (event.is_printable and event.character):
+            if len(self.text) < PASTE_LIMIT_BYTES:
+                self.text += "\n" if event.key == "enter" else event.character
         else:
             return False
         return True
 
-    def paste(self, text: str) -> None:
-        self._add(strip_control(text))
-
-    def _add(self, text: str) -> None:
-        room = PASTE_LIMIT_BYTES - len(self.text.encode())
-        if len(text.encode()) <= room:
-            self.text += text
+    def paste(self, event: events.Paste) -> str | None:
+        """Take a paste; or the sentence why not, for a notice (the text held stays)."""
+        if (refusal := paste_refusal(event, self.text)) is not None:
+            return refusal
+        self.text += pasted_text(event.text)
+        return None

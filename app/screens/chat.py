@@ -125,7 +125,7 @@ class ChatScreen(Screen[None]):
         if not text.strip():
             return
         box = self.active_pane.prompt_input
-        box.restore(f"{box.text}{text}" if box.text else text)
+        box.restore(box.text + text)
 
     @property
     def active_pane(self) -> ChatPane:

@@ -76,7 +76,8 @@ class LoadingScreen(Screen[None]):
             event.stop()
 
     def on_paste(self, event: events.Paste) -> None:
-        self.typed_ahead.paste(event.text)
+        if (refusal := self.typed_ahead.paste(event)) is not None:
+            self.notify(refusal, severity="warning", timeout=10, markup=False)
         event.stop()
 
     def _load(self) -> None:

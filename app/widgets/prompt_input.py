@@ -8,8 +8,7 @@ from dataclasses import dataclass
 from textual import events
 from textual.message import Message
 
-from app.paste import OversizedPaste, paste_refusal
-from app.sanitize import strip_control
+from app.paste import OversizedPaste, paste_refusal, pasted_text
 from app.widgets.instant_keys import InstantKeys
 from app.widgets.sturdy_text_area import SturdyTextArea
 
@@ -173,5 +172,5 @@ class PromptInput(InstantKeys, SturdyTextArea):
             return
         if (refusal := paste_refusal(event, self.text)) is not None:
             self.notify(refusal, severity="warning", timeout=10, markup=False)
-        elif text := strip_control(event.text.replace("\r\n", "\n").replace("\r", "\n")):
+        elif text := pasted_text(event.text):
             self.replace(text, *self.selection)

@@ -6,6 +6,7 @@ import re
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from textual import events
 
 from app.paste import PASTE_LIMIT_BYTES
 from app.type_ahead import TypeAhead
@@ -18,15 +19,16 @@ CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 def test_pasted_text_keeps_no_control_characters(pastes: list[str]) -> None:
     typed = TypeAhead()
     for text in pastes:
-        typed.paste(text)
+        typed.paste(events.Paste(text))
     assert not CONTROLS.search(typed.text)
 
 
-def test_a_paste_past_the_box_limit_is_not_taken_and_what_was_typed_stays() -> None:
+def test_a_paste_past_the_box_limit_is_refused_with_a_sentence_and_what_was_typed_stays() -> None:
     typed = TypeAhead()
-    typed.paste("kept ")
-    typed.paste("x" * PASTE_LIMIT_BYTES)
+    typed.paste(events.Paste("kept "))
+    refusal = typed.paste(events.Paste("x" * PASTE_LIMIT_BYTES))
+    assert refusal is not None and "larger than 256 KiB" in refusal  # the box's own sentence
     assert typed.text == "kept "
     fill = "é" * ((PASTE_LIMIT_BYTES - 5) // 2)  # two bytes each: what still fits
-    typed.paste(fill)
+    typed.paste(events.Paste(fill))
     assert typed.text == "kept " + fill and len(typed.text.encode()) <= PASTE_LIMIT_BYTES
