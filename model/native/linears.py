@@ -9,10 +9,14 @@
   loaded as float32 (every LFM2 release) widened its weights exactly, so they are kept as bf16:
   half the bytes per step for the same fp32 products and sums. A weight with any value bf16 cannot
   hold stays fp32.
-- ``PackedLinear``: the fallback where the native kernels cannot be built but oneDNN does bf16
-  (AVX-512 BW/VL/DQ or AVX-NE-CONVERT). oneDNN repacks a bf16 weight into its blocked layout on
-  every ``F.linear`` call; packing once at load made a 1024x9216 product 1.6-1.9x faster at 1-8
-  rows, bit-identical to ``F.linear``. Elsewhere bf16 layers stay plain ``nn.Linear``.
+- ``PackedLinear``: the fallback where the native kernels cannot be built. bf16, where oneDNN does
+  bf16 (AVX-512 BW/VL/DQ or AVX-NE-CONVERT): oneDNN repacks a bf16 weight into its blocked layout
+  on every ``F.linear`` call; packing once at load is bit-identical to ``F.linear`` and faster at
+  decode sizes. float32, wherever PyTorch has oneDNN: ``F.linear`` goes to the BLAS (MKL), whose
+  small-row products stream a fraction of the memory bandwidth on some CPUs (AMD's, MKL's
+  generic path), while oneDNN's packed product JITs for the CPU it finds; the sums come in another
+  order, as any BLAS's may (docs/PERFORMANCE.md has the figures). Elsewhere layers stay plain
+  ``nn.Linear``.
 
 Both keep their own copy of the weight in a layout that cannot serve embedding lookups.
 """
@@ -92,7 +96,7 @@ def exact_narrowing(weight: torch.Tensor) -> torch.Tensor:
 
 
 class PackedLinear(nn.Module):
-    """A bias-free linear layer whose weight lives in oneDNN's blocked layout."""
+    """A linear layer (bf16 or float32) whose weight lives in oneDNN's blocked layout."""
 
     def __init__(self, linear: nn.Linear) -> None:
         super().__init__()
@@ -112,7 +116,7 @@ def cpu_linear(kernels: ModuleType | None, dtype: torch.dtype) -> Callable[[nn.L
     if dtype != torch.float32:
         return bf16_cpu_linear(kernels)
     if kernels is None:
-        return None
+        return PackedLinear if torch.backends.mkldnn.is_available() else None
     return lambda linear: NativeFloatLinear(linear, kernels) if native_width(linear.in_features) else linear
 
 

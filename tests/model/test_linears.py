@@ -255,8 +255,25 @@ def test_float32_model_on_native_kernels_matches_torchs_float32(
     assert (logits(model, ids) - logits(plain, ids)).abs().max().item() <= 1e-4
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch has no oneDNN")
+@pytest.mark.parametrize("preset", ["default", "attn_first"])
 @pytest.mark.usefixtures("torch_kernels_only")
-def test_float32_without_native_kernels_keeps_plain_linears(tiny_ckpt):
+def test_float32_without_native_kernels_multiplies_through_onednn(tiny_ckpt_factory, preset):
+    """Not the BLAS's F.linear (slow at decode sizes on some CPUs): oneDNN's packed product, with
+    float32 sums in another order, so the logits are torch's float32 ones to rounding."""
+    path = tiny_ckpt_factory(preset, dtype=torch.float32)
+    config = load_config(path)
+    model = load_model(path, dtype="float32")
+    assert isinstance(model.model.layers[0].feed_forward.w13, PackedLinear)
+    assert not any(isinstance(m, NativeLinear) for m in model.modules())
+    plain = build_model(config, load_state_dict(path, config, torch.float32), torch.float32)
+    ids = torch.randint(0, config.vocab_size, (37,), generator=torch.Generator().manual_seed(3)).tolist()
+    assert (logits(model, ids) - logits(plain, ids)).abs().max().item() <= 1e-4
+
+
+@pytest.mark.usefixtures("torch_kernels_only")
+def test_float32_without_native_kernels_or_onednn_keeps_plain_linears(tiny_ckpt, monkeypatch):
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
     model = load_model(tiny_ckpt, dtype="float32")
     assert not any(isinstance(m, (PackedLinear, NativeLinear)) for m in model.modules())
 
