@@ -23,6 +23,7 @@ Both keep their own copy of the weight in a layout that cannot serve embedding l
 
 from __future__ import annotations
 
+import platform
 from collections.abc import Callable
 from types import ModuleType
 
@@ -116,7 +117,7 @@ def cpu_linear(kernels: ModuleType | None, dtype: torch.dtype) -> Callable[[nn.L
     if dtype != torch.float32:
         return bf16_cpu_linear(kernels)
     if kernels is None:
-        return PackedLinear if torch.backends.mkldnn.is_available() else None
+        return PackedLinear if onednn_float32_preferred() else None
     return lambda linear: NativeFloatLinear(linear, kernels) if native_width(linear.in_features) else linear
 
 
@@ -138,6 +139,12 @@ def torch_bf16_linear(linear: nn.Linear) -> nn.Module:
 def onednn_bf16_supported() -> bool:
     """oneDNN's bf16 prepack raises on CPUs without AVX-512 BW/VL/DQ or AVX-NE-CONVERT (most AVX2 ones)."""
     return torch.backends.mkldnn.is_available() and torch.ops.mkldnn._is_mkldnn_bf16_supported()
+
+
+def onednn_float32_preferred() -> bool:
+    """oneDNN's packed float32 product beats the BLAS's on x86 (measured); elsewhere, as on ARM, where
+    PyTorch's oneDNN may defer to another library, ``F.linear`` stays."""
+    return torch.backends.mkldnn.is_available() and platform.machine().lower() in ("x86_64", "amd64")
 
 
 def replace_linears(

@@ -28,6 +28,7 @@ from model.native.linears import (
     exact_narrowing,
     logits_into,
     onednn_bf16_supported,
+    onednn_float32_preferred,
 )
 from model.quant.int4 import Int4Linear
 from model.quant.int8 import Int8Linear, W8A8Linear
@@ -255,7 +256,7 @@ def test_float32_model_on_native_kernels_matches_torchs_float32(
     assert (logits(model, ids) - logits(plain, ids)).abs().max().item() <= 1e-4
 
 
-@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="this PyTorch has no oneDNN")
+@pytest.mark.skipif(not onednn_float32_preferred(), reason="F.linear is kept off x86 or without oneDNN")
 @pytest.mark.parametrize("preset", ["default", "attn_first"])
 @pytest.mark.usefixtures("torch_kernels_only")
 def test_float32_without_native_kernels_multiplies_through_onednn(tiny_ckpt_factory, preset):
@@ -273,7 +274,7 @@ def test_float32_without_native_kernels_multiplies_through_onednn(tiny_ckpt_fact
 
 @pytest.mark.usefixtures("torch_kernels_only")
 def test_float32_without_native_kernels_or_onednn_keeps_plain_linears(tiny_ckpt, monkeypatch):
-    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    monkeypatch.setattr("model.native.linears.onednn_float32_preferred", lambda: False)
     model = load_model(tiny_ckpt, dtype="float32")
     assert not any(isinstance(m, (PackedLinear, NativeLinear)) for m in model.modules())
 
