@@ -151,7 +151,7 @@ def run(argv: list[str]) -> int:
     message = None if args.prompt is None else one_shot_message(parser, args.prompt)
     try:
         if options.server is None:
-            check_machine(options.source, args.device)
+            check_machine(options.source, args.device, args.draft_model)
         store = open_store(options) if message is None or args.save else None
     except SetupError as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")

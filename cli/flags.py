@@ -115,6 +115,13 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         "(same tokens, fewer steps when replies repeat their context); off = one token per step "
         f"(default: {DEFAULT_SPECULATIVE})",
     )
+    engine.add_argument(
+        "--draft-model",
+        metavar="ID_OR_PATH",
+        help="a smaller model with the same tokenizer that drafts instead of the conversation's "
+        "n-grams (e.g. LiquidAI/LFM2-350M for LFM2-2.6B): the same tokens, fewer steps where it "
+        "guesses right; needs --speculative ngram",
+    )
 
 
 def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
@@ -138,19 +145,22 @@ def in_flag_terms(message: str) -> str:
     return re.sub(r"SamplingParams\.(\w+)", lambda field: "--" + field[1].replace("_", "-"), message)
 
 
-def check_model(model: str) -> None:
-    """A --model path that is no checkpoint fails now, not after the UI has been loading for seconds.
+def check_model(model: str, flag: str = "--model") -> None:
+    """A --model (or ``flag``) path that is no checkpoint fails now, not after the UI has been
+    loading for seconds.
 
     Mirrors model.hub.resolve_checkpoint: a local directory wins; anything else must be a Hub id.
     """
     path = Path(model).expanduser()
-    what_to_give = f"give a checkpoint directory or a Hub id like {DEFAULT_MODEL}, or try --demo"
+    what_to_give = f"give a checkpoint directory or a Hub id like {DEFAULT_MODEL}"
+    if flag == "--model":
+        what_to_give += ", or try --demo"
     if path.is_dir() and not (path / "config.json").is_file():
-        raise SetupError(f"--model {model}: that directory has no config.json; {what_to_give}")
+        raise SetupError(f"{flag} {model}: that directory has no config.json; {what_to_give}")
     if path.exists() and not path.is_dir():
-        raise SetupError(f"--model {model}: that is a file, not a directory; {what_to_give}")
+        raise SetupError(f"{flag} {model}: that is a file, not a directory; {what_to_give}")
     if not path.exists() and not is_repo_id(model):
-        raise SetupError(f"--model {model}: no such directory; {what_to_give}")
+        raise SetupError(f"{flag} {model}: no such directory; {what_to_give}")
 
 
 def check_device(device: str) -> None:
@@ -184,13 +194,15 @@ class ModelFlags:
     sampling: dict[str, float | int]  # SamplingParams field -> value, for the flags given
 
     def check_machine(self) -> None:
-        check_machine(self.source, self.engine["device"])
+        check_machine(self.source, self.engine["device"], self.engine.get("draft_model"))
 
 
-def check_machine(source: ModelSource, device: str) -> None:
+def check_machine(source: ModelSource, device: str, draft_model: str | None = None) -> None:
     """SetupError when this machine cannot honour the flags: no such checkpoint, no such device."""
     if not source.demo:
         check_model(source.model)
+    if draft_model is not None:
+        check_model(draft_model, "--draft-model")
     check_device(device)
 
 
@@ -210,6 +222,8 @@ def model_flags(args: argparse.Namespace) -> ModelFlags:
     if args.revision is not None and (args.demo or Path(args.model).expanduser().exists()):
         what = "--demo" if args.demo else f"--model {args.model}, a local path"
         raise UsageError(f"--revision picks a version of a Hub repo, not of {what}; drop one of them")
+    if args.draft_model is not None and args.speculative == "off":
+        raise UsageError("--draft-model drafts for speculative decoding; drop it or --speculative off")
     sampling = {name: getattr(args, name) for name in SAMPLING_OFF if getattr(args, name) is not None}
     try:
         SamplingParams(**sampling)
@@ -222,5 +236,6 @@ def model_flags(args: argparse.Namespace) -> ModelFlags:
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "speculative": args.speculative,
+        "draft_model": args.draft_model,
     }
     return ModelFlags(ModelSource(args.model, args.revision, args.demo), engine, sampling)

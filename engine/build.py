@@ -17,6 +17,8 @@ import torch
 
 from engine.block_manager import BlockManager
 from engine.config import EngineConfig
+from engine.draft_model import ModelDrafter
+from engine.drafting import MAX_DRAFT_TOKENS
 from engine.output import OutputProcessor
 from engine.pacing import PrefillPacer
 from engine.progress import Progress
@@ -27,14 +29,15 @@ from model.arch.registry import load_config
 from model.cache import HybridCache
 from model.checkpoint.hub import resolve_checkpoint
 from model.checkpoint.loader import load_model
+from model.errors import CheckpointError
 from model.native import kernels as native_kernels
 from model.text.tokenizer import Tokenizer
 
 
 def load_checkpoint(
     name_or_path: str | Path, config: EngineConfig, progress: Progress | None = None
-) -> tuple[Lfm2ForCausalLM, Tokenizer, EngineConfig]:
-    """The model, its tokenizer and the config resolved for them.
+) -> tuple[Lfm2ForCausalLM, Tokenizer, EngineConfig, Lfm2ForCausalLM | None]:
+    """The model, its tokenizer, the config resolved for them, and the draft model (or None).
 
     `progress(stage, fraction)` reports the stages to a UI; without it the Hub download shows
     its own progress bars.
@@ -52,8 +55,31 @@ def load_checkpoint(
         torch.set_num_threads(resolved.num_threads)
     model = load_model(path, resolved.dtype, resolved.device, progress=report, quantize=resolved.quantize)
     tokenizer = Tokenizer.from_pretrained(path, extra_stop_ids=model_config.eos_token_id)
+    draft = None
+    if config.draft_model is not None:
+        draft = _load_draft_model(config.draft_model, tokenizer, resolved, report)
     report("allocating cache", None)
-    return model, tokenizer, resolved
+    return model, tokenizer, resolved, draft
+
+
+def _load_draft_model(
+    name_or_path: str, tokenizer: Tokenizer, config: EngineConfig, report: Progress
+) -> Lfm2ForCausalLM:
+    """The draft model, in the target's dtype and quantization; its tokenizer must be the target's."""
+    report("locating the draft model", None)
+    path = resolve_checkpoint(name_or_path, progress=False)
+    if not tokenizer.same_vocabulary(Tokenizer.from_pretrained(path)):
+        raise CheckpointError(
+            f"the draft model {name_or_path} has another tokenizer than the model: "
+            "its drafts would be other tokens (use one of the same family)"
+        )
+    return load_model(
+        path,
+        config.dtype,
+        config.device,
+        progress=lambda stage, fraction: report(f"draft model: {stage}", fraction),
+        quantize=config.quantize,
+    )
 
 
 @dataclass(slots=True)
@@ -67,8 +93,10 @@ class EngineParts:
     kernel_fallback: str | None  # why the model runs on PyTorch's slower kernels (None: it doesn't)
 
 
-def build_parts(model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig) -> EngineParts:
-    """Size the cache for `model` and wire the parts around it."""
+def build_parts(
+    model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig, draft: Lfm2ForCausalLM | None = None
+) -> EngineParts:
+    """Size the cache for `model` (and `draft`'s, a draft model's) and wire the parts around it."""
     config = config.resolve(model.config, model_dtype=model.dtype)
     if model.dtype != config.torch_dtype:
         # Casting a loaded model would break its packed and quantized layers: load it right instead.
@@ -98,12 +126,35 @@ def build_parts(model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConf
     return EngineParts(
         config=config,
         block_manager=manager,
-        scheduler=Scheduler(manager, config.max_num_seqs, config.max_num_batched_tokens, config.max_drafts),
+        scheduler=Scheduler(
+            manager,
+            config.max_num_seqs,
+            config.max_num_batched_tokens,
+            config.max_drafts,
+            None if draft is None else _drafter(draft, model.config.vocab_size, config),
+        ),
         pacer=_pacer(config),
         runner=ModelRunner(model, cache, config.device),
         outputs=OutputProcessor(tokenizer),
         kernel_fallback=native_kernels.unavailable_reason() if wants_kernels else None,
     )
+
+
+def _drafter(draft: Lfm2ForCausalLM, vocab_size: int, config: EngineConfig) -> ModelDrafter:
+    """The draft model's drafter, its pool holding every running request's whole context within
+    kv_cache_memory_mb."""
+    if draft.config.vocab_size != vocab_size:
+        raise ValueError(
+            f"the draft model's vocabulary has {draft.config.vocab_size} tokens, the model's {vocab_size}"
+        )
+    if config.speculative == "off":
+        raise ValueError("a draft model drafts for speculative decoding: set speculative on")
+    per_sequence = -(-(config.max_model_len + MAX_DRAFT_TOKENS) // config.block_size)
+    block_bytes = HybridCache.bytes_per_block(draft.config, config.block_size, draft.dtype)
+    block_bytes += HybridCache.bytes_per_sliding_block(draft.config, config.block_size, draft.dtype)
+    budget = max(1, config.kv_cache_memory_mb * 2**20 // block_bytes)
+    blocks = min(config.max_num_seqs * per_sequence, budget)
+    return ModelDrafter(draft, blocks, config.block_size, config.max_num_seqs, config.device)
 
 
 def _pacer(config: EngineConfig) -> PrefillPacer | None:

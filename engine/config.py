@@ -45,6 +45,9 @@ class EngineConfig:
     # "ngram": decoding requests draft from their own context and verify the drafts in the batch
     # (engine/drafting.py); "off": one token per request per step
     speculative: str = DEFAULT_SPECULATIVE
+    # a smaller model with the same tokenizer (Hub id or directory) that drafts instead of the n-grams
+    # (engine/draft_model.py); needs speculative on
+    draft_model: str | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
@@ -57,6 +60,8 @@ class EngineConfig:
             raise ValueError(
                 f"EngineConfig.speculative must be one of {', '.join(SPECULATIVE)}, not {self.speculative!r}"
             )
+        if self.draft_model is not None and self.speculative == "off":
+            raise ValueError("EngineConfig.draft_model drafts for speculative decoding: set speculative on")
         positive = (
             "max_num_seqs",
             "max_num_batched_tokens",

@@ -93,10 +93,15 @@ class DraftState:
     pause: int = PAUSE_TOKENS  # the next pause's length
     length: int = FIRST_DRAFT_TOKENS  # the next draft's length (the module docstring says how it moves)
 
+    def allowance(self, generated: int, limit: int) -> int:
+        """Tokens this request may draft now: ``limit`` cut to its draft length, 0 while paused.
+        Any drafter's policy (the n-gram one here, a draft model's in engine/draft_model.py)."""
+        return 0 if generated < self.paused_until else max(0, min(limit, self.length))
+
     def propose(self, tokens: list[int], generated: int, limit: int) -> list[int]:
-        """Up to ``min(limit, self.length)`` tokens that followed the suffix earlier; [] if none."""
-        limit = min(limit, self.length)
-        if limit <= 0 or generated < self.paused_until:
+        """Up to ``allowance`` tokens that followed the suffix earlier; [] if none."""
+        limit = self.allowance(generated, limit)
+        if limit == 0:
             return []
         end = self.index.lookup(tokens)
         if end is None:

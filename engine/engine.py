@@ -37,8 +37,16 @@ logger = logging.getLogger(__name__)
 class Engine:
     """Continuous batching over one LFM2 model, one KV/conv cache and one scheduler."""
 
-    def __init__(self, model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig | None = None):
-        parts = build_parts(model, tokenizer, config or EngineConfig())
+    def __init__(
+        self,
+        model: Lfm2ForCausalLM,
+        tokenizer: Tokenizer,
+        config: EngineConfig | None = None,
+        draft_model: Lfm2ForCausalLM | None = None,
+    ):
+        """``draft_model``: a smaller model with ``tokenizer``'s vocabulary that drafts for speculative
+        decoding instead of the n-grams (``EngineConfig.draft_model`` names the one from_pretrained loads)."""
+        parts = build_parts(model, tokenizer, config or EngineConfig(), draft_model)
         self.model_config: Lfm2Config = model.config
         self.tokenizer = tokenizer
         self.config = parts.config

@@ -20,7 +20,9 @@ When a running request needs a block and none is free (cached blocks count as fr
 evicted before any request is touched), the newest running request is preempted: its blocks
 and slot are freed and it goes back to the queue in arrival order, to be recomputed later.
 
-Speculative decoding (engine/drafting.py): a decoding request may add up to `max_drafts`
+Speculative decoding (engine/drafting.py): drafts come from each request's n-gram drafter, or
+from a draft model (engine/draft_model.py's ModelDrafter, which runs that model while the step
+is scheduled) under the same per-request policy. A decoding request may add up to `max_drafts`
 drafted tokens after its one fed token, so the step verifies them all (1 + d query rows). Drafts
 never preempt anyone and never take the last free block of each running request; `max_drafts`
 fits every running request's drafts in the token budget, and a step's drafts together stay
@@ -36,10 +38,14 @@ from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from engine.block_manager import BlockManager
 from engine.drafting import draft_rows
 from engine.request import Request, RequestStatus
+
+if TYPE_CHECKING:  # the scheduler itself never imports torch
+    from engine.draft_model import ModelDrafter
 
 # Why the head of the queue waits, in the order they are checked.
 WAIT_REASONS = ("preemption", "max_batch", "token_budget", "kv_blocks")
@@ -115,12 +121,18 @@ class Scheduler:
     """Owns the waiting and running queues; see the module docstring for the policy."""
 
     def __init__(
-        self, block_manager: BlockManager, max_num_seqs: int, max_num_batched_tokens: int, max_drafts: int = 0
+        self,
+        block_manager: BlockManager,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_drafts: int = 0,
+        drafter: ModelDrafter | None = None,
     ):
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_drafts = max_drafts  # drafted tokens a decoding request may verify per step (0: off)
+        self.drafter = drafter  # a draft model's drafts; None: each request's n-gram drafter
         self.waiting: list[Request] = []  # sorted by arrival
         self.running: list[Request] = []  # sorted by arrival, so running[-1] is the newest
         self.wait_reason = ""  # after each schedule: one of WAIT_REASONS while requests wait, else ""
@@ -188,7 +200,12 @@ class Scheduler:
         # a seeded request's draws must not depend on its batch: it drafts by its own state alone
         shared = plan.draft_rows if request.params.seed is None else self.max_drafts
         limit = min(self.max_drafts, room, shared)
-        drafts = request.drafting.propose(request.token_ids, request.num_output_tokens, limit)
+        generated = request.num_output_tokens
+        if self.drafter is None:
+            drafts = request.drafting.propose(request.token_ids, generated, limit)
+        else:
+            count = request.drafting.allowance(generated, limit)
+            drafts = self.drafter.propose(request.request_id, request.token_ids, count)
         if drafts:
             self.block_manager.allocate(request, first + len(drafts))
             plan.add_drafts(request, drafts)
@@ -284,4 +301,6 @@ class Scheduler:
         elif request in self.waiting:
             self.waiting.remove(request)
         self.block_manager.free(request)
+        if self.drafter is not None:
+            self.drafter.release(request.request_id)
         request.status = status

@@ -182,6 +182,11 @@ class Tokenizer:
     def token_to_id(self, token: str) -> int | None:
         return self._backend.token_to_id(token)
 
+    def same_vocabulary(self, other: Tokenizer) -> bool:
+        """Every token has the same id in both (a draft model's drafts mean the same text)."""
+        mine, theirs = (t._backend.get_vocab(with_added_tokens=True) for t in (self, other))
+        return mine == theirs
+
     def is_special(self, token_id: int) -> bool:
         return token_id in self._special_ids
 

@@ -196,6 +196,12 @@ def test_a_missing_model_path_fails_before_the_ui(model: str, capsys: pytest.Cap
 
 
 @pytest.mark.usefixtures("no_ui")
+def test_a_missing_draft_model_path_fails_before_the_ui(capsys: pytest.CaptureFixture[str]) -> None:
+    line = fails_before_the_ui(["--demo", "--draft-model", "./no-such-draft"], capsys)
+    assert "--draft-model ./no-such-draft: no such directory" in line and "--demo" not in line
+
+
+@pytest.mark.usefixtures("no_ui")
 def test_a_model_directory_without_config_fails_before_the_ui(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -1,4 +1,5 @@
-"""`--speculative ngram|off`, shared by the chat and `serve`, reaches EngineConfig; n-gram is the default."""
+"""`--speculative ngram|off` and `--draft-model`, shared by the chat and `serve`, reach EngineConfig;
+n-gram drafting is the default."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 
 import pytest
 
-from cli.flags import add_engine_flags, add_sampling_flags, model_flags
+from cli.flags import UsageError, add_engine_flags, add_sampling_flags, model_flags
 from engine import DEFAULT_SPECULATIVE, EngineConfig
 
 
@@ -28,3 +29,14 @@ def test_an_unknown_speculative_mode_is_refused() -> None:
         parse(["--speculative", "eagle"])
     with pytest.raises(ValueError, match="speculative must be one of ngram, off"):
         EngineConfig(speculative="eagle")
+
+
+def test_draft_model_flag_reaches_the_engine_config(tiny_ckpt) -> None:
+    assert parse([])["draft_model"] is None
+    engine = parse(["--draft-model", str(tiny_ckpt)])
+    assert EngineConfig(**{k: v for k, v in engine.items() if k != "device"}).draft_model == str(tiny_ckpt)
+
+
+def test_draft_model_with_speculation_off_is_refused() -> None:
+    with pytest.raises(UsageError, match="--draft-model drafts for speculative decoding"):
+        parse(["--draft-model", "LiquidAI/LFM2-350M", "--speculative", "off"])

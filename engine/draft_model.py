@@ -1,0 +1,176 @@
+"""Drafts from a smaller model that shares the target's tokenizer (``EngineConfig.draft_model``).
+
+The draft model keeps its own cache (model/cache.py's HybridCache: KV blocks and conv rows of
+its own shape) and, for each request that drafts, a shadow of that request's sequence in it:
+
+    committed row   conv state after tokens[:synced]; its KV at positions [0, synced)
+    scratch row     conv state while drafting, thrown away after
+
+A proposal feeds the tokens the shadow lacks (the last one through to the scratch row, the ones
+before it into the committed row, by a snapshot of the same forward), then feeds each draft back
+for the next: ``k`` drafts cost ``k`` forwards of the draft model, the first carrying the catch-up.
+The committed state never holds a drafted token, so a rejected draft needs no rollback here: the
+next proposal starts from the last token the target kept, and its KV overwrites the drafts'.
+
+Drafts are the draft model's argmax: a deterministic proposal, so the target's acceptance rule
+(engine/acceptance.py) keeps greedy output identical and sampled output exactly distributed.
+
+A prompt longer than CATCH_UP_TOKENS is read in pieces over several steps before its request
+drafts (a long paste must not stall every stream for the draft model's whole prefill). Shadows
+live while their requests do; when the pool runs short, the least recently drafted is dropped
+(it catches up again if it drafts later), and a request whose context alone exceeds the pool
+drafts nothing.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+import torch
+
+from engine.sampler import greedy_tokens
+from model.arch.lfm2 import Lfm2ForCausalLM
+from model.batch import SequenceChunk, build_forward_batch
+from model.cache import HybridCache
+
+CATCH_UP_TOKENS = 256  # context tokens one request's shadow may read per step before it drafts
+
+
+@dataclass(slots=True)
+class _Shadow:
+    committed_row: int
+    scratch_row: int
+    blocks: list[int] = field(default_factory=list)
+    synced: int = 0  # tokens whose KV and conv state (committed row) the draft cache holds
+
+
+class ModelDrafter:
+    """Proposes drafts for requests from ``model``; owns its cache and every request's shadow."""
+
+    def __init__(
+        self,
+        model: Lfm2ForCausalLM,
+        num_blocks: int,
+        block_size: int,
+        max_shadows: int,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        self.model = model
+        self.block_size = block_size
+        self.num_blocks = num_blocks
+        self.device = torch.device(device)
+        self.cache = HybridCache(
+            model.config,
+            num_blocks=num_blocks,
+            block_size=block_size,
+            num_conv_rows=1 + 2 * max_shadows,  # row 0: the zero state
+            dtype=model.dtype,
+            device=device,
+            # sliding-window layers (LFM3) get a pool as large, indexed by the same block table: a
+            # shadow releases nothing out of the window (a draft model's cache is small)
+            num_sliding_blocks=num_blocks if model.config.attention_window is not None else 0,
+        )
+        self._free_blocks = list(range(num_blocks))
+        self._free_rows = list(range(1, 1 + 2 * max_shadows))
+        self._shadows: OrderedDict[str, _Shadow] = OrderedDict()  # least recently drafted first
+        self._logits = torch.empty(1, model.config.vocab_size, device=self.device)
+
+    @property
+    def free_blocks(self) -> int:
+        return len(self._free_blocks)
+
+    def propose(self, request_id: str, tokens: list[int], count: int) -> list[int]:
+        """Up to ``count`` greedy drafts to follow request ``request_id``'s ``tokens`` (each call's a
+        prefix of the next's); [] while its shadow catches up."""
+        if count <= 0:
+            return []
+        shadow = self._shadow(request_id, len(tokens) + count - 1)
+        if shadow is None:
+            return []
+        missing = len(tokens) - 1 - shadow.synced
+        if missing > CATCH_UP_TOKENS:
+            end = shadow.synced + CATCH_UP_TOKENS
+            self._feed(shadow, tokens[shadow.synced : end], shadow.synced, shadow.committed_row, logits=False)
+            shadow.synced = end
+            return []
+        # tokens[synced:-1] into the committed row (a snapshot), the last one on into the scratch row
+        fed = tokens[shadow.synced :]
+        snapshots = [(len(fed) - 2, shadow.committed_row)] if len(fed) > 1 else []
+        drafts = [self._feed(shadow, fed, shadow.synced, shadow.scratch_row, snapshots=snapshots)]
+        shadow.synced = len(tokens) - 1
+        scratch = shadow.scratch_row
+        for position in range(len(tokens), len(tokens) + count - 1):
+            drafts.append(self._feed(shadow, drafts[-1:], position, scratch, src=scratch))
+        return drafts
+
+    def release(self, request_id: str) -> None:
+        """Give back a finished request's shadow (a no-op for one that never drafted)."""
+        shadow = self._shadows.pop(request_id, None)
+        if shadow is not None:
+            self._free_blocks.extend(shadow.blocks)
+            self._free_rows += [shadow.committed_row, shadow.scratch_row]
+
+    def _shadow(self, request_id: str, positions: int) -> _Shadow | None:
+        """The request's shadow with blocks for ``positions``, made room for by dropping the least
+        recently drafted others; None if the pool cannot hold that much."""
+        needed = -(-positions // self.block_size)
+        if needed > self.num_blocks:
+            return None
+        shadow = self._shadows.pop(request_id, None)
+        if shadow is None:
+            if not self._free_rows:
+                self._evict_oldest()
+            if not self._free_rows:
+                return None
+            shadow = _Shadow(self._free_rows.pop(), self._free_rows.pop())
+        self._shadows[request_id] = shadow  # now the most recent
+        while len(shadow.blocks) < needed:
+            if not self._free_blocks and not self._evict_oldest(keep=request_id):
+                self.release(request_id)
+                return None
+            shadow.blocks.append(self._free_blocks.pop())
+        return shadow
+
+    def _evict_oldest(self, keep: str | None = None) -> bool:
+        victim = next((rid for rid in self._shadows if rid != keep), None)
+        if victim is None:
+            return False
+        self.release(victim)
+        return True
+
+    def _feed(
+        self,
+        shadow: _Shadow,
+        token_ids: list[int],
+        start: int,
+        dst: int,
+        src: int | None = None,
+        snapshots: list[tuple[int, int]] | None = None,
+        logits: bool = True,
+    ) -> int:
+        """One forward of ``token_ids`` at ``start``; the argmax after the last one (or -1 without logits).
+
+        The conv state comes from ``src`` (default: the committed row, or zeros at position 0)."""
+        if src is None:
+            src = shadow.committed_row if start > 0 else HybridCache.ZERO_ROW
+        chunk = SequenceChunk(
+            token_ids=list(token_ids),
+            start_pos=start,
+            block_table=shadow.blocks,
+            conv_src_row=src,
+            conv_dst_row=dst,
+            snapshots=snapshots or [],
+            want_logits=logits,
+            sliding_table=shadow.blocks if self.cache.num_sliding_blocks else None,
+        )
+        batch = build_forward_batch(
+            [chunk],
+            self.block_size,
+            self.model.config.conv_L_cache,
+            self.device,
+            row_query_limit=self.model.row_query_limit,
+            sliding_window=self.model.config.attention_window,
+        )
+        out = self.model(batch, self.cache, self._logits if logits else self._logits[:0])
+        return int(greedy_tokens(out, self.model.kernels)[0]) if logits else -1
