@@ -13,6 +13,10 @@ proposes what the quote said next. Swapping a share of the quote's tokens sets t
 Both modes run on one loaded model, alternating, and must produce identical greedy tokens; the
 table gives decode tok/s (after every request's first token), the measured acceptance and the
 ratio on/off.
+
+`--draft-agreement 1,0.9,0.5,0` measures a draft model instead of the n-grams: a small chained
+model (bench/chain_checkpoint.py's DRAFT_SHAPE) that names the cycle's next token after that
+share of the tokens, on intact quotes.
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ import sys
 import time
 from dataclasses import dataclass
 
-from bench.chain_checkpoint import chain_checkpoint
+from bench.chain_checkpoint import chain_checkpoint, draft_chain_checkpoint
 from bench.checkpoint import random_checkpoint
 from bench.progress import Progress
 from engine import Engine, EngineConfig, SamplingParams
@@ -84,35 +88,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--streams", default="1,8", help="comma-separated request counts")
     parser.add_argument("--patterns", default=",".join(PATTERNS), help=f"of {', '.join(PATTERNS)}")
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--draft-agreement",
+        help="comma-separated shares (0-1) of tokens after which a draft model names the next one "
+        "right: measure that drafter instead of the n-grams",
+    )
     args = parser.parse_args(argv)
     streams = [int(n) for n in args.streams.split(",")]
-    patterns = args.patterns.split(",")
-    progress = Progress(len(streams) * len(patterns) * args.repeats * 2)
+    agreements = None if args.draft_agreement is None else [float(a) for a in args.draft_agreement.split(",")]
+    cases = args.patterns.split(",") if agreements is None else [f"draft {a:g}" for a in agreements]
+    progress = Progress(len(streams) * len(cases) * args.repeats * 2)
     with progress.stage("the chained checkpoint (written once)"):
         checkpoint, cycle = chain_checkpoint(random_checkpoint(note=progress.note))
     with progress.stage("loading the model"):
         model = load_model(checkpoint, "bfloat16", quantize=args.quantize)
         tokenizer = Tokenizer.from_pretrained(checkpoint)
-    print("| streams | acceptance (pattern) | off tok/s | ngram tok/s | ngram / off |")
+    drafts = {}
+    for agreement, case in zip(agreements or [], cases, strict=False):
+        with progress.stage(f"the {case} model (written once)"):
+            path = draft_chain_checkpoint(checkpoint, cycle, agreement)
+            drafts[case] = load_model(path, "bfloat16", quantize=args.quantize)
+    mode = "ngram" if agreements is None else "draft model"
+    print(f"| streams | acceptance (case) | off tok/s | {mode} tok/s | {mode} / off |")
     print("| --- | --- | --- | --- | --- |")
     for n in streams:
-        for pattern in patterns:
-            batch = prompts(cycle, PATTERNS[pattern], n, seed=n)
-            figures: dict[str, list[Result]] = {"off": [], "ngram": []}
+        for case in cases:
+            batch = prompts(cycle, PATTERNS.get(case, 0.0), n, seed=n)
+            figures: dict[str, list[Result]] = {"off": [], "on": []}
             for _ in range(args.repeats):
-                for mode in figures:  # alternating, so drift in the machine hits both alike
-                    progress.note(f"{n} stream(s), {pattern}, speculation {mode}")
-                    config = EngineConfig(dtype="bfloat16", quantize=args.quantize, speculative=mode)
-                    figures[mode].append(run(Engine(model, tokenizer, config), batch))
-            if figures["off"][0].tokens != figures["ngram"][0].tokens:
-                print(
-                    f"bench: {n} streams, {pattern}: the tokens differ with speculation on", file=sys.stderr
-                )
+                for name in figures:  # alternating, so drift in the machine hits both alike
+                    progress.note(f"{n} stream(s), {case}, speculation {name}")
+                    speculative = "off" if name == "off" else "ngram"
+                    config = EngineConfig(dtype="bfloat16", quantize=args.quantize, speculative=speculative)
+                    draft = drafts.get(case) if name == "on" else None
+                    figures[name].append(run(Engine(model, tokenizer, config, draft), batch))
+            if figures["off"][0].tokens != figures["on"][0].tokens:
+                print(f"bench: {n} streams, {case}: the tokens differ with speculation on", file=sys.stderr)
                 return 1
-            off, on = (statistics.median(r.tok_s for r in figures[m]) for m in ("off", "ngram"))
-            last = figures["ngram"][-1]
+            off, on = (statistics.median(r.tok_s for r in figures[m]) for m in ("off", "on"))
+            last = figures["on"][-1]
             share = f"{last.accepted / last.drafted:.0%}" if last.drafted else "none drafted"
-            print(f"| {n} | {share} ({pattern}) | {off:.1f} | {on:.1f} | {on / off:.2f}x |", flush=True)
+            print(f"| {n} | {share} ({case}) | {off:.1f} | {on:.1f} | {on / off:.2f}x |", flush=True)
     return 0
 
 
