@@ -315,6 +315,8 @@ class ChatPane(Vertical):
         for notice in (e.notice for e in mine if e.notice):
             await self.transcript.add_notice(notice, before=turn.reply)
         await turn.reply.update(turn.raw)
+        if turn is not self.turn:  # settled while it drew (a model switch, a close): its status is set
+            return
         last = mine[-1]
         self.context_used, self.context_estimated = turn.context_used(last)
         if last.finished:

@@ -210,3 +210,27 @@ async def test_switching_to_the_demo_shows_its_banner_and_title(make_options: Ma
         await pick(app, pilot, "demo (random weights)")
         await wait_until(pilot, lambda: any("Now running" in str(n.message) for n in app._notifications))
         assert "demo" in screen.title_text and not screen.has_class("-no-banner")
+
+
+async def test_a_reply_stopped_while_its_frame_draws_stays_stopped(make_options: MakeOptions) -> None:
+    """A switch (or a close) can settle a pane while a frame of its reply is still being drawn:
+    that frame must not set the status back to decoding once it resumes."""
+    options = make_options(panes=1, chat=SETTINGS)
+    app = LfmChatApp(options)
+    async with app.run_test(size=(100, 30)) as pilot:
+        [pane] = (await chat_screen(app, pilot)).panes
+        paced(app.backend.engine)
+        await submit(pilot, pane, PROMPTS[1])
+        await wait_until(pilot, lambda: pane.turn is not None and pane.turn.reply.source, "first text")
+        reply = pane.turn.reply
+        draw = reply.update
+
+        async def draw_then_switch(text: str) -> None:
+            await draw(text)
+            if pane.turn is not None:
+                await pane.stop_for_switch()
+
+        reply.update = draw_then_switch  # type: ignore[method-assign]
+        await wait_until(pilot, lambda: pane.turn is None, "the stop")
+        await pilot.pause(0.3)
+        assert pane.status.state == "stopped"
