@@ -1,6 +1,7 @@
 """`python -m bench.llamacpp_speculation`: llama.cpp's n-gram speculation on bench.speculation's prompts.
 
     python -m bench.llamacpp_speculation --llama-bin DIR --gguf CHAIN.gguf [--spec-type ngram-simple]
+    python -m bench.llamacpp_speculation --llama-bin DIR --gguf CHAIN.gguf --draft DRAFT.gguf [--draft ...]
 
 CHAIN.gguf is the chained checkpoint (bench/chain_checkpoint.py) converted to GGUF as
 docs/PERFORMANCE.md says. One `llama-server` without speculation and one with `--spec-type`
@@ -64,31 +65,52 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gguf", type=Path, required=True, help="the chained checkpoint as GGUF")
     parser.add_argument("--spec-type", default="ngram-simple")
     parser.add_argument("--patterns", default=",".join(PATTERNS))
+    parser.add_argument(
+        "--draft",
+        type=Path,
+        action="append",
+        help="a draft chain (bench/chain_checkpoint.py's draft_chain_checkpoint) as GGUF: measure "
+        "llama.cpp's draft model (--spec-type draft-simple) on intact quotes instead; repeatable",
+    )
+    parser.add_argument(
+        "--draft-n-max", type=int, help="llama.cpp's --spec-draft-n-max (default: its own, 3)"
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     _, cycle = chain_checkpoint(random_checkpoint())
-    spec = ["--spec-type", args.spec_type]
-    print(f"| acceptance (pattern) | off tok/s | {args.spec_type} tok/s | ratio |")
+    mode = "draft model" if args.draft else args.spec_type
+    print(f"| acceptance (case) | off tok/s | {mode} tok/s | ratio |")
     print("| --- | --- | --- | --- |")
-    with (
-        llama_server(args.llama_bin, args.gguf, args.threads, []) as off_url,
-        llama_server(args.llama_bin, args.gguf, args.threads, spec) as on_url,
-    ):
-        for pattern in args.patterns.split(","):
-            [prompt] = prompts(cycle, PATTERNS[pattern], streams=1, seed=1)
-            off, on = [], []
-            for _ in range(args.repeats):
-                off.append(complete(off_url, prompt))
-                on.append(complete(on_url, prompt))
-            drafted, accepted = on[-1][1], on[-1][2]
-            share = f"{accepted / drafted:.0%}" if drafted else "none drafted"
-            rate_off, rate_on = (statistics.median(r[0] for r in runs) for runs in (off, on))
-            same = "" if off[0][3] == on[0][3] else " (tokens differ)"
-            print(
-                f"| {share} ({pattern}){same} | {rate_off:.1f} | {rate_on:.1f} | {rate_on / rate_off:.2f}x |"
-            )
+    with llama_server(args.llama_bin, args.gguf, args.threads, []) as off_url:
+        if args.draft:
+            [prompt] = prompts(cycle, 0.0, streams=1, seed=1)
+            for gguf in args.draft:
+                spec = ["--spec-type", "draft-simple", "-md", str(gguf)]
+                if args.draft_n_max is not None:
+                    spec += ["--spec-draft-n-max", str(args.draft_n_max)]
+                with llama_server(args.llama_bin, args.gguf, args.threads, spec) as on_url:
+                    print(compared(gguf.stem, off_url, on_url, prompt, args.repeats), flush=True)
+            return 0
+        spec = ["--spec-type", args.spec_type]
+        with llama_server(args.llama_bin, args.gguf, args.threads, spec) as on_url:
+            for pattern in args.patterns.split(","):
+                [prompt] = prompts(cycle, PATTERNS[pattern], streams=1, seed=1)
+                print(compared(pattern, off_url, on_url, prompt, args.repeats), flush=True)
     return 0
+
+
+def compared(case: str, off_url: str, on_url: str, prompt: list[int], repeats: int) -> str:
+    """One table row: the two servers alternating on `prompt`, medians, the acceptance reported last."""
+    off, on = [], []
+    for _ in range(repeats):
+        off.append(complete(off_url, prompt))
+        on.append(complete(on_url, prompt))
+    drafted, accepted = on[-1][1], on[-1][2]
+    share = f"{accepted / drafted:.0%}" if drafted else "none drafted"
+    rate_off, rate_on = (statistics.median(r[0] for r in runs) for runs in (off, on))
+    same = "" if off[0][3] == on[0][3] else " (tokens differ)"
+    return f"| {share} ({case}){same} | {rate_off:.1f} | {rate_on:.1f} | {rate_on / rate_off:.2f}x |"
 
 
 if __name__ == "__main__":
