@@ -6,6 +6,7 @@ the exact ids turn N ended with and the engine's prefix cache serves them.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.backend.base import OnEvent, Prompt, StreamEvent
@@ -34,9 +35,10 @@ class LocalBackend:
         config = engine.config
         weights = config.dtype if config.quantize == "none" else f"{config.dtype} {config.quantize}"
         self.architecture: str | None = engine.model_config.summary
+        drafting = "" if config.draft_model is None else f" · draft {Path(config.draft_model).name}"
         self.title = (
             f"lfm-chat · {model_name} · {self.architecture} · {config.device} {weights} · "
-            f"context {engine.max_model_len} · batch {config.max_num_seqs}"
+            f"context {engine.max_model_len} · batch {config.max_num_seqs}{drafting}"
         )
         self.warning = (
             f"Native CPU kernels unavailable ({engine.kernel_fallback}): running on PyTorch's "
