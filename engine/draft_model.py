@@ -12,7 +12,8 @@ for the next: ``k`` drafts cost ``k`` forwards of the draft model, the first car
 The committed state never holds a drafted token, so a rejected draft needs no rollback here: the
 next proposal starts from the last token the target kept, and its KV overwrites the drafts'.
 
-Drafts are the draft model's argmax: a deterministic proposal, so the target's acceptance rule
+Drafts are the draft model's argmax, after the request's penalties where it has any (the target
+ranks its tokens after them too): a deterministic proposal, so the target's acceptance rule
 (engine/acceptance.py) keeps greedy output identical and sampled output exactly distributed.
 
 A prompt longer than CATCH_UP_TOKENS is read in pieces over several steps before its request
@@ -29,7 +30,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from engine.sampler import greedy_tokens
+from engine.request import Request
+from engine.sampler import SamplingRow, greedy_tokens, processed_logits
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
@@ -80,9 +82,24 @@ class ModelDrafter:
     def free_blocks(self) -> int:
         return len(self._free_blocks)
 
-    def propose(self, request_id: str, tokens: list[int], count: int) -> list[int]:
-        """Up to ``count`` greedy drafts to follow request ``request_id``'s ``tokens`` (each call's a
-        prefix of the next's); [] while its shadow catches up."""
+    def propose_for(self, request: Request, count: int) -> list[int]:
+        """`propose` for a running request, its drafts picked as its sampling would rank them."""
+        penalized = None
+        if request.params.has_penalties:
+            penalized = SamplingRow(
+                request.params, request.generator, request.prompt_token_ids, request.output_token_ids
+            )
+        return self.propose(request.request_id, request.token_ids, count, penalized)
+
+    def propose(
+        self, request_id: str, tokens: list[int], count: int, penalized: SamplingRow | None = None
+    ) -> list[int]:
+        """Up to ``count`` drafts to follow request ``request_id``'s ``tokens`` (each call's a prefix of
+        the next's); [] while its shadow catches up.
+
+        Each draft is the draft model's argmax, after ``penalized``'s penalties where given (its
+        history then runs on through the drafts): the target's own pick is after them, and the
+        likelier a draft under the target's draw, the likelier it is accepted."""
         if count <= 0:
             return []
         shadow = self._shadow(request_id, len(tokens) + count - 1)
@@ -97,12 +114,22 @@ class ModelDrafter:
         # tokens[synced:-1] into the committed row (a snapshot), the last one on into the scratch row
         fed = tokens[shadow.synced :]
         snapshots = [(len(fed) - 2, shadow.committed_row)] if len(fed) > 1 else []
-        drafts = [self._feed(shadow, fed, shadow.synced, shadow.scratch_row, snapshots=snapshots)]
+        drafts: list[int] = []
+        logits = self._feed(shadow, fed, shadow.synced, shadow.scratch_row, snapshots=snapshots)
         shadow.synced = len(tokens) - 1
-        scratch = shadow.scratch_row
-        for position in range(len(tokens), len(tokens) + count - 1):
-            drafts.append(self._feed(shadow, drafts[-1:], position, scratch, src=scratch))
+        for position in range(len(tokens), len(tokens) + count):
+            drafts.append(self._pick(logits, penalized, drafts))
+            if position < len(tokens) + count - 1:  # the last draft is not fed: nothing follows it
+                logits = self._feed(shadow, drafts[-1:], position, shadow.scratch_row, src=shadow.scratch_row)
         return drafts
+
+    def _pick(self, logits: torch.Tensor, penalized: SamplingRow | None, drafts: list[int]) -> int:
+        if penalized is not None:
+            history = SamplingRow(
+                penalized.params, penalized.generator, penalized.prompt_ids, [*penalized.output_ids, *drafts]
+            )
+            logits = processed_logits(logits, [history], self.model.kernels)
+        return int(greedy_tokens(logits, self.model.kernels)[0])
 
     def release(self, request_id: str) -> None:
         """Give back a finished request's shadow (a no-op for one that never drafted)."""
@@ -148,8 +175,8 @@ class ModelDrafter:
         src: int | None = None,
         snapshots: list[tuple[int, int]] | None = None,
         logits: bool = True,
-    ) -> int:
-        """One forward of ``token_ids`` at ``start``; the argmax after the last one (or -1 without logits).
+    ) -> torch.Tensor:
+        """One forward of ``token_ids`` at ``start``; the logits [1, V] after the last one (no rows without).
 
         The conv state comes from ``src`` (default: the committed row, or zeros at position 0)."""
         if src is None:
@@ -172,5 +199,4 @@ class ModelDrafter:
             row_query_limit=self.model.row_query_limit,
             sliding_window=self.model.config.attention_window,
         )
-        out = self.model(batch, self.cache, self._logits if logits else self._logits[:0])
-        return int(greedy_tokens(out, self.model.kernels)[0]) if logits else -1
+        return self.model(batch, self.cache, self._logits if logits else self._logits[:0])

@@ -204,8 +204,7 @@ class Scheduler:
         if self.drafter is None:
             drafts = request.drafting.propose(request.token_ids, generated, limit)
         else:
-            count = request.drafting.allowance(generated, limit)
-            drafts = self.drafter.propose(request.request_id, request.token_ids, count)
+            drafts = self.drafter.propose_for(request, request.drafting.allowance(generated, limit))
         if drafts:
             self.block_manager.allocate(request, first + len(drafts))
             plan.add_drafts(request, drafts)

@@ -14,6 +14,7 @@ import torch
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.draft_model import CATCH_UP_TOKENS, ModelDrafter
+from engine.sampler import SamplingRow
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.checkpoint.loader import load_model
 from model.errors import CheckpointError
@@ -38,10 +39,12 @@ def draft(tiny_ckpt_factory) -> Draft:
     return Draft(load_model(path, "float32"), Tokenizer.from_pretrained(path))
 
 
-def greedy_continuation(draft: Draft, tokens: list[int], count: int) -> list[int]:
+def greedy_continuation(
+    draft: Draft, tokens: list[int], count: int, params: SamplingParams | None = None
+) -> list[int]:
     """``count`` argmax tokens after ``tokens`` from a fresh engine on the draft model (no speculation)."""
     engine = Engine(draft.model, draft.tokenizer, EngineConfig(dtype="float32", speculative="off"))
-    params = SamplingParams(temperature=0.0, max_tokens=count, ignore_eos=True)
+    params = params or SamplingParams(temperature=0.0, max_tokens=count, ignore_eos=True)
     return engine.generate([tokens], params)[0].token_ids
 
 
@@ -53,6 +56,17 @@ def test_drafts_are_the_draft_models_own_greedy_continuation(draft):
     drafter = make_drafter(draft)
     tokens = random_prompt(23, seed=1)
     assert drafter.propose("a", tokens, 5) == greedy_continuation(draft, tokens, 5)
+
+
+def test_with_penalties_drafts_follow_the_penalized_greedy_continuation(draft):
+    """A repetition penalty changes the target's pick, so the drafts rank tokens after it too, the
+    history running on through the drafts."""
+    params = SamplingParams(temperature=0.0, repetition_penalty=1.8, max_tokens=6, ignore_eos=True)
+    tokens = random_prompt(9, seed=10)
+    penalized = SamplingRow(params, torch.Generator(), tokens, [])
+    expected = greedy_continuation(draft, tokens, 6, params)
+    assert expected != greedy_continuation(draft, tokens, 6)  # the penalty matters here
+    assert make_drafter(draft).propose("a", tokens, 6, penalized) == expected
 
 
 def test_after_rejected_drafts_the_shadow_holds_only_the_kept_tokens(draft):
@@ -118,6 +132,15 @@ def test_greedy_tokens_are_identical_with_a_draft_model(
     drafter = engine.scheduler.drafter
     assert drafter.free_blocks == drafter.num_blocks
     assert engine.block_manager.num_used_blocks == 0
+
+
+def test_drafting_from_itself_with_penalties_accepts_every_draft(tiny_ckpt, make_engine):
+    params = SamplingParams(temperature=0.0, repetition_penalty=1.3, max_tokens=24, ignore_eos=True)
+    batch = [random_prompt(n, seed=20 + n) for n in (12, 30)]
+    plain = [o.token_ids for o in make_engine(tiny_ckpt, speculative="off").generate(batch, params)]
+    engine = make_engine(tiny_ckpt, draft_model=str(tiny_ckpt))
+    assert [o.token_ids for o in engine.generate(batch, params)] == plain
+    assert 0 < engine.metrics.spec_accepted_tokens == engine.metrics.spec_draft_tokens
 
 
 def test_an_aborted_request_gives_back_its_shadow(tiny_ckpt, make_engine):
