@@ -96,7 +96,9 @@ class EngineParts:
 def build_parts(
     model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig, draft: Lfm2ForCausalLM | None = None
 ) -> EngineParts:
-    """Size the cache for `model` (and `draft`'s, a draft model's) and wire the parts around it."""
+    """Size the cache for `model` (and `draft`'s, a draft model's) and wire the parts around it.
+
+    Without `draft`, a config naming a draft model loads it here."""
     config = config.resolve(model.config, model_dtype=model.dtype)
     if model.dtype != config.torch_dtype:
         # Casting a loaded model would break its packed and quantized layers: load it right instead.
@@ -104,6 +106,8 @@ def build_parts(
             f"the model was loaded as {model.dtype} but the engine is set to {config.dtype}; "
             "load it with that dtype, or leave EngineConfig.dtype as auto"
         )
+    if draft is None and config.draft_model is not None:
+        draft = _load_draft_model(config.draft_model, tokenizer, config, lambda stage, fraction: None)
     manager = BlockManager(
         config.num_kv_blocks,
         config.block_size,

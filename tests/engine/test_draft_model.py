@@ -154,6 +154,15 @@ def test_an_aborted_request_gives_back_its_shadow(tiny_ckpt, make_engine):
     assert drafter.free_blocks == drafter.num_blocks
 
 
+def test_an_engine_built_from_a_loaded_model_loads_the_draft_its_config_names(tiny_ckpt):
+    model = load_model(tiny_ckpt, "float32")
+    config = EngineConfig(dtype="float32", draft_model=str(tiny_ckpt))
+    engine = Engine(model, Tokenizer.from_pretrained(tiny_ckpt), config)
+    assert engine.scheduler.drafter is not None
+    engine.generate([random_prompt(12, seed=30)], GREEDY)
+    assert 0 < engine.metrics.spec_accepted_tokens == engine.metrics.spec_draft_tokens
+
+
 def test_a_draft_model_with_another_tokenizer_is_refused(tiny_ckpt, tiny_ckpt_factory, make_engine):
     other = tiny_ckpt_factory("default", vocab_size=640)
     with pytest.raises(CheckpointError, match="another tokenizer"):
