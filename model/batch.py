@@ -11,7 +11,8 @@ Packed layout for chunks A (3 new tokens after 5 cached) and B (1 decode token a
     attention  group 0: A's 3 queries over A's blocks (causal; slots past position 7 masked)
                group 1: every single-token chunk batched, padded to the most blocks
                (with row_query_limit >= 3, A's queries would join group 1 as three rows
-               attending to 6, 7 and 8 positions: see build_forward_batch)
+               attending to 6, 7 and 8 positions: see build_forward_batch; with SDPA, rows
+               of very different context widths form a group per power of two of blocks)
     conv ext   [state_A (L-1 rows) | state_B (L-1 rows) | a5 a6 a7 b9]
                each token's window = L consecutive entries of its own sequence
 
@@ -168,7 +169,8 @@ def build_forward_batch(
 
     Chunks of at most ``row_query_limit`` tokens attend as single-query rows, each over its own
     context. That is what a paged attention kernel wants (no gathered copy of the context per
-    chunk); for SDPA, which gathers per row, the limit stays 1 (decode only).
+    chunk); for SDPA, which gathers per row, the limit stays 1 (decode only), and the rows are
+    grouped by context width where that gathers far fewer blocks (`_row_groups`).
 
     ``sliding_window``: the model has sliding-window layers; ``ForwardBatch.sliding`` gets
     their layout, from each chunk's ``sliding_table``.
@@ -245,36 +247,61 @@ class _Row:
 @dataclass(slots=True)
 class _PoolPlan:
     """One pool's share of a step before its index tensors exist (they are made with the step's
-    others, by one copy): write slots, single-query rows, and the prefill groups, already built."""
+    others, by one copy): write slots, single-query rows in their groups, and the prefill groups,
+    already built."""
 
     write_slots: list[int]
-    rows: list[_Row]
+    row_groups: list[list[_Row]]
     prefill_groups: list[AttentionGroup]
     block_size: int
 
     def lists(self) -> list[list[int]]:
-        """Write slots, then the rows' packed indices, padded blocks [G, NB] flat, ends and starts."""
-        width = max((len(row.blocks) for row in self.rows), default=0)
-        blocks = [block for row in self.rows for block in row.blocks + [0] * (width - len(row.blocks))]
-        starts = [row.start for row in self.rows] if any(row.start for row in self.rows) else []
-        ends = [row.end for row in self.rows]
-        return [self.write_slots, [row.packed for row in self.rows], blocks, ends, starts]
+        """Write slots, then per row group its packed indices, padded blocks [G, NB] flat, ends and starts."""
+        out = [self.write_slots]
+        for rows in self.row_groups:
+            width = max(len(row.blocks) for row in rows)
+            blocks = [block for row in rows for block in row.blocks + [0] * (width - len(row.blocks))]
+            starts = [row.start for row in rows] if any(row.start for row in rows) else []
+            out += [[row.packed for row in rows], blocks, [row.end for row in rows], starts]
+        return out
 
     def build(self, tensors: Iterator[torch.Tensor]) -> tuple[torch.Tensor, list[AttentionGroup]]:
         """Write slots [T] and attention groups from ``lists()``'s tensors, taken in that order."""
-        write_slots, packed, blocks, ends, starts = (next(tensors) for _ in range(5))
-        if not self.rows:
-            return write_slots, self.prefill_groups
-        width = max(len(row.blocks) for row in self.rows) * self.block_size
-        rows = AttentionGroup(
-            query_index=packed.view(-1, 1),
-            kv_blocks=blocks.view(len(self.rows), -1),
-            mask=None,
-            context_lens=ends,
-            context_starts=starts if starts.numel() else None,
-            padded=starts.numel() > 0 or any(row.end != width for row in self.rows),
-        )
-        return write_slots, [*self.prefill_groups, rows]
+        write_slots = next(tensors)
+        groups = list(self.prefill_groups)
+        for rows in self.row_groups:
+            packed, blocks, ends, starts = (next(tensors) for _ in range(4))
+            width = max(len(row.blocks) for row in rows) * self.block_size
+            groups.append(
+                AttentionGroup(
+                    query_index=packed.view(-1, 1),
+                    kv_blocks=blocks.view(len(rows), -1),
+                    mask=None,
+                    context_lens=ends,
+                    context_starts=starts if starts.numel() else None,
+                    padded=starts.numel() > 0 or any(row.end != width for row in rows),
+                )
+            )
+        return write_slots, groups
+
+
+def _row_groups(rows: list[_Row], by_width: bool) -> list[list[_Row]]:
+    """Single-query rows as one attention group, or, ``by_width``, grouped by context width in
+    powers of two of blocks where that gathers at most 3/4 of the blocks one group would.
+
+    SDPA gathers every row's context padded to its group's widest: beside a long conversation, a
+    short one's row would copy the long one's width. The paged kernel reads each row's own blocks
+    and takes one group."""
+    if not rows:
+        return []
+    if not by_width:
+        return [rows]
+    buckets: dict[int, list[_Row]] = {}
+    for row in rows:
+        buckets.setdefault((len(row.blocks) - 1).bit_length(), []).append(row)
+    groups = list(buckets.values())
+    gathered = sum(len(group) * max(len(row.blocks) for row in group) for group in groups)
+    return groups if 4 * gathered <= 3 * len(rows) * max(len(row.blocks) for row in rows) else [rows]
 
 
 @dataclass(slots=True)
@@ -299,7 +326,8 @@ class _AttentionLayout:
             else:
                 groups.append(self._prefill_group(first, chunk, table, window))
             first += n
-        return _PoolPlan(write_slots, rows, groups, self.block_size)
+        # a limit of 1 means SDPA attends (module docstring): it gathers per group, so rows are grouped
+        return _PoolPlan(write_slots, _row_groups(rows, self.row_query_limit == 1), groups, self.block_size)
 
     def _context(self, table: list[int], first_key: int, end: int) -> tuple[list[int], int]:
         """The blocks holding positions [first_key, end), and the position the first of them starts at."""
