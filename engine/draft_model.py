@@ -25,13 +25,14 @@ drafts nothing.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import torch
 
 from engine.request import Request
-from engine.sampler import SamplingRow, greedy_tokens, processed_logits
+from engine.sampler import SamplingRow, greedy_tokens, processed_logits, sampling_row
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
@@ -84,11 +85,10 @@ class ModelDrafter:
 
     def propose_for(self, request: Request, count: int) -> list[int]:
         """`propose` for a running request, its drafts picked as its sampling would rank them."""
-        penalized = None
-        if request.params.has_penalties:
-            penalized = SamplingRow(
-                request.params, request.generator, request.prompt_token_ids, request.output_token_ids
-            )
+        if count <= 0:  # paused or no room: called every step, so nothing is copied
+            return []
+        row = sampling_row(request)
+        penalized = row if row.params.has_penalties else None
         return self.propose(request.request_id, request.token_ids, count, penalized)
 
     def propose(
@@ -125,9 +125,7 @@ class ModelDrafter:
 
     def _pick(self, logits: torch.Tensor, penalized: SamplingRow | None, drafts: list[int]) -> int:
         if penalized is not None:
-            history = SamplingRow(
-                penalized.params, penalized.generator, penalized.prompt_ids, [*penalized.output_ids, *drafts]
-            )
+            history = dataclasses.replace(penalized, output_ids=[*penalized.output_ids, *drafts])
             logits = processed_logits(logits, [history], self.model.kernels)
         return int(greedy_tokens(logits, self.model.kernels)[0])
 

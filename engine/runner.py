@@ -19,19 +19,11 @@ import itertools
 import torch
 
 from engine.acceptance import accept
-from engine.request import Request
-from engine.sampler import Sampler, SamplingRow
+from engine.sampler import Sampler, sampling_row
 from engine.scheduler import ScheduledChunk
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-
-
-def _sampling_row(request: Request) -> SamplingRow:
-    """Token history is copied only for requests whose penalties read it."""
-    if not request.params.has_penalties:
-        return SamplingRow(request.params, request.generator)
-    return SamplingRow(request.params, request.generator, request.prompt_token_ids, request.output_token_ids)
 
 
 class ModelRunner:
@@ -58,7 +50,7 @@ class ModelRunner:
         logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
         sampling = [chunk for chunk in chunks if chunk.want_logits]
         if not any(chunk.drafts for chunk in sampling):
-            rows = [_sampling_row(chunk.request) for chunk in sampling]
+            rows = [sampling_row(chunk.request) for chunk in sampling]
             return [[token] for token in self.sampler.sample(logits, rows)]
         return self._verify(logits, sampling)
 
@@ -66,7 +58,7 @@ class ModelRunner:
         """Plain rows sampled together; each verify chunk's 1 + d rows through acceptance."""
         first_rows = list(itertools.accumulate((1 + len(chunk.drafts) for chunk in sampling), initial=0))[:-1]
         plain = [(chunk, row) for chunk, row in zip(sampling, first_rows, strict=True) if not chunk.drafts]
-        params = [_sampling_row(chunk.request) for chunk, _ in plain]
+        params = [sampling_row(chunk.request) for chunk, _ in plain]
         plain_tokens = iter(self.sampler.sample(logits[[row for _, row in plain]], params) if plain else [])
         emitted = []
         for chunk, first in zip(sampling, first_rows, strict=True):
@@ -74,7 +66,7 @@ class ModelRunner:
                 emitted.append([next(plain_tokens)])
                 continue
             rows = logits[first : first + 1 + len(chunk.drafts)]
-            tokens = accept(rows, chunk.drafts, _sampling_row(chunk.request), self.sampler.kernels)
+            tokens = accept(rows, chunk.drafts, sampling_row(chunk.request), self.sampler.kernels)
             if len(tokens) <= len(chunk.drafts):  # a draft was rejected: roll the conv state back
                 self.cache.copy_conv_row(chunk.draft_rows[len(tokens) - 1], chunk.request.conv_slot)
             emitted.append(tokens)

@@ -20,6 +20,7 @@ from types import ModuleType
 
 import torch
 
+from engine.request import Request
 from engine.sampling_params import SamplingParams
 
 # How many of a row's most likely tokens top-p inspects before falling back to a full sort.
@@ -70,6 +71,13 @@ class SamplingRow:
     generator: torch.Generator
     prompt_ids: Sequence[int] = ()
     output_ids: Sequence[int] = ()
+
+
+def sampling_row(request: Request) -> SamplingRow:
+    """The request's row for the sampler; its token history is copied only where penalties read it."""
+    if not request.params.has_penalties:
+        return SamplingRow(request.params, request.generator)
+    return SamplingRow(request.params, request.generator, request.prompt_token_ids, request.output_token_ids)
 
 
 def _column(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
