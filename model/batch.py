@@ -59,6 +59,7 @@ class AttentionGroup:
     context_lens: torch.Tensor | None = None  # [G] for single-query rows: end of each context (exclusive)
     context_starts: torch.Tensor | None = None  # [G] first position each row attends to; None: all 0
     padded: bool = False  # single-query rows: some row sees fewer keys than the padded width
+    _gathered: tuple[torch.Tensor, torch.Tensor] | None = field(default=None, repr=False)
 
     def __post_init__(self) -> None:
         """One block-table row per query row, checked once here for both attention paths.
@@ -89,6 +90,19 @@ class AttentionGroup:
                 mask &= keys >= self.context_starts[:, None]
             self.mask = mask[:, None, None, :]
         return self.mask
+
+    def gather_targets(self, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Where SDPA's layers gather this group's K and V blocks (rows of ``like``, a cache viewed
+        one block a row): made by the step's first layer, refilled by the others.
+
+        A fresh tensor a layer meant megabytes of new pages every call: at sixteen float32
+        decode rows the gathers took a sixth of the step, three times what the copying costs.
+        """
+        shape = (self.kv_blocks.numel(), like.shape[1])
+        held = self._gathered
+        if held is None or held[0].shape != shape or held[0].dtype != like.dtype:
+            held = self._gathered = (like.new_empty(shape), like.new_empty(shape))
+        return held
 
 
 @dataclass(slots=True)

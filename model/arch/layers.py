@@ -159,8 +159,10 @@ class Attention(nn.Module):
         num_blocks = k_cache.shape[0] // batch.block_size
         blocks = group.kv_blocks.flatten()
         context = (g, -1, self.num_kv_heads, self.head_dim)
-        k_g = k_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
-        v_g = v_cache.view(num_blocks, -1).index_select(0, blocks).view(context).transpose(1, 2)
+        k_rows, v_rows = k_cache.view(num_blocks, -1), v_cache.view(num_blocks, -1)
+        k_g, v_g = group.gather_targets(k_rows)
+        k_g = torch.index_select(k_rows, 0, blocks, out=k_g).view(context).transpose(1, 2)
+        v_g = torch.index_select(v_rows, 0, blocks, out=v_g).view(context).transpose(1, 2)
         mask = group.sdpa_mask(batch.block_size)
         o = F.scaled_dot_product_attention(q_g, k_g, v_g, attn_mask=mask, enable_gqa=True)
         return o.transpose(1, 2).reshape(g * n_q, self.num_heads, self.head_dim)

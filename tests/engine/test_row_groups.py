@@ -3,6 +3,8 @@ does not gather a long one's context; the paged kernel's rows stay one group."""
 
 from __future__ import annotations
 
+import torch
+
 from engine import SamplingParams
 from model.batch import SequenceChunk, build_forward_batch
 from tests.engine.conftest import random_prompt
@@ -48,3 +50,17 @@ def test_grouped_rows_decode_as_each_alone(tiny_ckpt, make_engine):
     alone = [make_engine(tiny_ckpt).generate([p], params)[0].token_ids for p in batch]
     together = make_engine(tiny_ckpt, max_num_batched_tokens=1024).generate(batch, params)
     assert [out.token_ids for out in together] == alone
+
+
+def test_a_steps_layers_gather_into_the_same_two_tensors():
+    """Each attention layer refills its group's K and V targets instead of allocating megabytes of
+    fresh pages; another dtype or row width gets its own."""
+    batch = build_forward_batch([decode_row(3, 1), decode_row(5, 4)], BLOCK, 3, row_query_limit=1)
+    (group,) = batch.attention_groups
+    cache_rows = torch.zeros(12, BLOCK * 2 * 4)  # a cache viewed one block a row
+    k, v = group.gather_targets(cache_rows)
+    assert k is not v and k.shape == v.shape == (group.kv_blocks.numel(), cache_rows.shape[1])
+    again = group.gather_targets(cache_rows)
+    assert again[0] is k and again[1] is v
+    assert group.gather_targets(cache_rows.bfloat16())[0].dtype == torch.bfloat16
+    assert group.gather_targets(torch.zeros(12, BLOCK * 4))[0].shape[1] == BLOCK * 4
