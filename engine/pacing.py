@@ -7,11 +7,20 @@ the machine (a few on a compute-bound CPU, far more on a GPU: docs/ARCHITECTURE.
 measured, not configured:
 
     cap = (slowdown - 1) * decode_step_time / seconds_per_prefill_token
-    slowdown = max_slowdown * max(1, queued / decoding)
+    slowdown = max_slowdown * (1 + (queued - 1) / decoding)
 
-The allowance grows once more requests wait for their prompt (``queued``) than streams
-decode: one long prompt arriving next to four chats is paced, while thirty users waiting
-behind one stream are not made to trickle in a dozen tokens a step.
+``max_slowdown`` is what reading one waiting prompt may cost the streams; each further request
+waiting for its prompt (``queued``) widens it by ``max_slowdown / decoding``. While the
+streams keep decoding, the queue's prompts cost them the same total time in any chunking:
+pacing only spreads it out, and every waiting user sees nothing until their prompt is read. So
+one long prompt beside four chats is paced at 1.8x, eight prompts waiting behind eight streams
+come in at 3.4x, and thirty behind one stream are not trickled in at all.
+
+The decode-only time is measured, not inferred: when there is none yet, or it was measured with
+under half or over twice the streams now decoding (where compute shows, a step of sixteen rows
+costs several times a step of one), the cap is 0 for one step and that step decodes alone. A
+burst of arrivals would otherwise never leave a decode-only step to learn from, and every prompt
+in the queue would trickle in at the initial cap until the last one had started.
 
 Until a mixed step has been measured, a prompt-only step stands in for the token cost (its
 whole time over its tokens: an overestimate, so the first paced chunk errs small). Without
@@ -21,6 +30,8 @@ it, the first long prompt after a burst of arrivals would ride along at the init
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+STALE_RATIO = 2.0  # a decode-only time measured at rows outside [n / 2, 2n] is re-measured for n rows
 
 
 def _ewma(old: float | None, new: float, weight: float) -> float:
@@ -37,6 +48,7 @@ class PrefillPacer:
     ceiling: int
     weight: float = 0.2
     decode_step_time: float | None = None
+    decode_rows: int = 0  # streams decoding when decode_step_time was last measured
     token_cost: float | None = None
 
     def observe(self, step_time: float, decode_tokens: int, prefill_tokens: int) -> None:
@@ -46,17 +58,27 @@ class PrefillPacer:
                 self.token_cost = step_time / prefill_tokens
             return
         if prefill_tokens == 0:
-            self.decode_step_time = _ewma(self.decode_step_time, step_time, self.weight)
-        elif self.decode_step_time is not None:
+            known = None if self._stale(decode_tokens) else self.decode_step_time
+            self.decode_step_time = _ewma(known, step_time, self.weight)
+            self.decode_rows = decode_tokens
+        elif not self._stale(decode_tokens):
             marginal = max(step_time - self.decode_step_time, 0.0) / prefill_tokens
             self.token_cost = _ewma(self.token_cost, marginal, self.weight)
 
     def cap(self, decoding: int = 1, queued: int = 0) -> int:
-        """Prefill tokens allowed in the next step that also decodes."""
-        if self.decode_step_time is None or self.token_cost is None:
+        """Prefill tokens allowed in the next step that also decodes (0: measure a decode-only step)."""
+        if self._stale(max(decoding, 1)):
+            return 0
+        if self.token_cost is None:
             return self.initial_cap
         if self.token_cost <= 0:
             return self.ceiling
-        slowdown = self.max_slowdown * max(1.0, queued / max(decoding, 1))
+        slowdown = self.max_slowdown * (1 + max(queued - 1, 0) / max(decoding, 1))
         allowed = (slowdown - 1) * self.decode_step_time / self.token_cost
         return int(min(self.ceiling, max(self.floor, allowed)))
+
+    def _stale(self, rows: int) -> bool:
+        """No decode-only time fits a step of `rows` decoding streams."""
+        if self.decode_step_time is None:
+            return True
+        return not self.decode_rows / STALE_RATIO <= rows <= self.decode_rows * STALE_RATIO

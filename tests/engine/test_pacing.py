@@ -12,13 +12,38 @@ def pacer(**kwargs) -> PrefillPacer:
     return PrefillPacer(**{"max_slowdown": 2.0, "initial_cap": 32, "floor": 8, "ceiling": 256, **kwargs})
 
 
-def test_cap_is_the_start_value_until_both_costs_are_known():
+def test_cap_measures_a_decode_only_step_first_then_starts_at_the_initial_value():
     p = pacer()
-    assert p.cap() == 32
+    assert p.cap() == 0  # no decode-only time yet: the next step decodes alone
     p.observe(0.050, decode_tokens=4, prefill_tokens=0)
-    assert p.cap() == 32
+    assert p.cap(decoding=4) == 32
     p.observe(0.040, decode_tokens=4, prefill_tokens=10)
-    assert p.cap() != 32
+    assert p.cap(decoding=4) != 32
+
+
+def test_a_burst_of_arrivals_is_not_left_at_the_initial_cap():
+    """Sixteen prompts arriving together leave no decode-only step of their own: the pacer asks for
+    one, then lets the queue in fast while one stream decodes, then paces as streams pile up."""
+    p = pacer(weight=1.0, max_slowdown=1.8)
+    p.observe(1.2, decode_tokens=0, prefill_tokens=256)  # the first prompts, alone: ~4.7 ms a token
+    assert p.cap(decoding=1, queued=15) == 0
+    p.observe(0.055, decode_tokens=1, prefill_tokens=0)
+    assert p.cap(decoding=1, queued=15) == 256  # (1.8 * 15 - 1) * 55 ms / 4.7 ms, at the ceiling
+    p.observe(0.055 + 255 * 0.0045, decode_tokens=1, prefill_tokens=255)
+    assert p.cap(decoding=2, queued=14) == 152  # within 2x of one row: (1.8 * 7.5 - 1) * 55 ms / 4.5 ms
+    assert p.cap(decoding=3, queued=13) == 0  # three streams: the one-stream time no longer fits
+    p.observe(0.110, decode_tokens=3, prefill_tokens=0)
+    assert p.cap(decoding=3, queued=13) == int((1.8 * (1 + 12 / 3) - 1) * 0.110 / 0.0045)
+
+
+def test_a_decode_time_measured_at_other_row_counts_does_not_price_prefill_tokens():
+    p = pacer(weight=1.0)
+    p.observe(0.060, decode_tokens=4, prefill_tokens=0)
+    p.observe(0.060 + 32 * 0.004, decode_tokens=4, prefill_tokens=32)
+    p.observe(0.5, decode_tokens=16, prefill_tokens=32)  # sixteen rows: not the four-row step's cost
+    assert p.token_cost == pytest.approx(0.004)
+    p.observe(0.070, decode_tokens=6, prefill_tokens=0)  # within 2x: blended, not restarted
+    assert p.decode_step_time == pytest.approx(0.070) and p.decode_rows == 6
 
 
 def test_a_prompt_only_step_seeds_the_token_cost_until_a_mixed_step_is_measured():
@@ -38,16 +63,18 @@ def test_cap_keeps_a_mixed_step_within_the_slowdown(per_token, expected):
     p = pacer(weight=1.0)
     p.observe(0.060, decode_tokens=4, prefill_tokens=0)
     p.observe(0.060 + 32 * per_token, decode_tokens=4, prefill_tokens=32)
-    assert p.cap() == expected
+    assert p.cap(decoding=4) == expected
 
 
 def test_more_waiting_prompts_per_decoding_stream_allow_bigger_chunks():
     p = pacer(weight=1.0)
     p.observe(0.060, decode_tokens=4, prefill_tokens=0)
     p.observe(0.060 + 32 * 0.004, decode_tokens=4, prefill_tokens=32)
-    assert p.cap(decoding=4, queued=1) == 15  # fewer waiting than decoding: slowdown 2
-    assert p.cap(decoding=2, queued=6) == 75  # slowdown 6: (5 * 60 ms) / 4 ms
-    assert p.cap(decoding=1, queued=31) == 256  # a crowd waiting behind one stream: no pacing
+    assert p.cap(decoding=4, queued=1) == 15  # one prompt waiting: slowdown 2, (2 - 1) * 60 ms / 4 ms
+    assert p.cap(decoding=4, queued=3) == 30  # two more: slowdown 2 * (1 + 2 / 4) = 3, twice the headroom
+    assert p.cap(decoding=2, queued=6) == 90  # slowdown 2 * (1 + 5 / 2) = 7: (6 * 60 ms) / 4 ms
+    assert p.cap(decoding=2, queued=62) == 256  # a crowd waiting behind two streams: no pacing
+    assert p.cap(decoding=1, queued=31) == 0  # a quarter of the measured rows: measure again
 
 
 def test_engine_paces_prefill_from_its_own_steps(tiny_ckpt):
