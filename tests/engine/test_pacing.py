@@ -6,6 +6,7 @@ import pytest
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.pacing import PrefillPacer
+from tests.engine.conftest import random_prompt
 
 
 def pacer(**kwargs) -> PrefillPacer:
@@ -88,6 +89,31 @@ def test_engine_paces_prefill_from_its_own_steps(tiny_ckpt):
         engine.step()
     assert engine.pacer.decode_step_time is not None and engine.pacer.token_cost is not None
     assert engine.prefill_cap == engine.pacer.cap(*engine.scheduler.demand())
+
+
+def test_a_burst_of_prompts_gets_a_decode_only_step_to_measure(tiny_ckpt):
+    """Sixteen prompts at once: once the first decodes, one step decodes alone to measure it, then
+    the queue comes in paced by that measurement (not left at the start value)."""
+    engine = Engine.from_pretrained(
+        tiny_ckpt, EngineConfig(dtype="float32", max_num_seqs=16, max_num_batched_tokens=64)
+    )
+    params = SamplingParams(temperature=0, max_tokens=8, ignore_eos=True)
+    for seed in range(16):
+        engine.add_request(random_prompt(40, seed=seed), params)
+    engine.step()  # prompt tokens only: the first prompt whole, part of the second
+    assert engine.scheduler.demand() == (1, 15)
+    assert engine.prefill_cap == 0
+    waiting = [r.num_uncomputed_tokens for r in engine.scheduler.running[1:]] + [
+        r.num_prompt_tokens for r in engine.scheduler.waiting
+    ]
+    engine.step()
+    assert engine.pacer.decode_step_time is not None and engine.pacer.decode_rows == 1
+    assert [r.num_uncomputed_tokens for r in engine.scheduler.running[1:]] + [
+        r.num_prompt_tokens for r in engine.scheduler.waiting
+    ] == waiting  # no prompt token was read beside the measured decode
+    assert engine.prefill_cap > 0
+    while engine.has_unfinished():
+        engine.step()
 
 
 def test_fixed_cap_when_pacing_is_off(tiny_ckpt):
