@@ -28,6 +28,22 @@ def strip_control(text: str) -> str:
     return _CONTROLS.sub("", _SEQUENCES.sub("", text))
 
 
+# Characters whose width terminals disagree on, dropped from what is drawn. Widgets are laid out
+# by Rich's widths; where the terminal draws a character wider or narrower, the rest of the line
+# moves and a pane's border breaks. An emoji variation selector makes a narrow symbol wide in
+# Rich and in some terminals but not in others (tmux, xterm: "⚠️", "❤️", "✔️" are one cell there),
+# and a skin-tone modifier joins its emoji in Rich but is drawn as a second wide emoji by such
+# terminals. Without them every terminal draws the same cells: the symbol as text, the emoji in
+# its default tone.
+_WIDTH_DISPUTED = dict.fromkeys([0xFE0F, *range(0x1F3FB, 0x1F400)])
+
+
+def for_display(text: str) -> str:
+    """`strip_control(text)` as drawn in a widget: without the characters whose width terminals
+    disagree on. What is saved, copied and sent keeps them."""
+    return strip_control(text).translate(_WIDTH_DISPUTED)
+
+
 class StreamStripper:
     """`strip_control` for text that arrives in pieces (a reply streamed to stdout): what `feed` and
     `finish` return, joined, is exactly `strip_control` of the whole, so what is printed is what is

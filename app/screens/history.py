@@ -16,7 +16,7 @@ from textual.widgets.option_list import Option
 
 from app.keys import key_named
 from app.persistence import Saver
-from app.sanitize import strip_control
+from app.sanitize import for_display, strip_control
 from app.store import ConversationSummary
 from app.widgets.instant_keys import InstantInput
 from app.widgets.key_footer import KeyFooter
@@ -27,7 +27,7 @@ CONFIRM_SECONDS = 3.0
 def describe(summary: ConversationSummary, is_open: bool) -> Text:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(summary.updated_at))
     return Text.assemble(
-        (strip_control(summary.title) or "(empty)", "bold"),
+        (for_display(summary.title) or "(empty)", "bold"),
         (f"\n  {when} · {summary.message_count} messages" + (" · open" if is_open else ""), "dim"),
     )
 

@@ -31,7 +31,7 @@ from app.keys import PANE_KEYS, key_named
 from app.pane_attachments import PaneAttachments, measure
 from app.pane_context import PaneContext
 from app.reply_parts import answer_text
-from app.sanitize import strip_control
+from app.sanitize import for_display, strip_control
 from app.screens.attach import AttachScreen
 from app.screens.settings import SettingsScreen
 from app.share import copy_out, export_out
@@ -579,7 +579,8 @@ class ChatPane(Vertical):
     def _update_title(self) -> None:
         """Plain text, never markup: the title is the user's own first message."""
         mark = "● " if self.marked else ""
-        self.border_title = Content(f"{mark}{self.label} · {self.conversation.title or 'new chat'}")
+        title = for_display(self.conversation.title) or "new chat"
+        self.border_title = Content(f"{mark}{self.label} · {title}")
         used = "?" if self.context_used is None else f"{'~' * self.context_estimated}{self.context_used}"
         limit = self.context.backend.max_model_len or "?"
         preset = self.conversation.settings.preset

@@ -15,7 +15,7 @@ from textual.widgets import Static
 from textual.widgets.markdown import MarkdownFence
 
 from app.conversation import ChatMessage
-from app.sanitize import strip_control
+from app.sanitize import for_display, strip_control
 from app.widgets.reply import Reply
 
 SELECTED = "-selected"
@@ -26,7 +26,7 @@ class UserMessage(Static):
 
     def __init__(self, text: str) -> None:
         self.text = strip_control(text)
-        super().__init__(self.text, classes="user", markup=False)
+        super().__init__(for_display(text), classes="user", markup=False)
 
 
 def copy_text(widget: Widget) -> str:
@@ -43,7 +43,7 @@ class Transcript(VerticalScroll, can_focus=False):
     """Messages top to bottom, anchored to the end so a stream stays in view.
 
     Not focusable: Tab moves between panes' inputs, and the keys above scroll it.
-    Every text is passed through `strip_control` on its way into the widgets (here or in `Reply`).
+    Every text is drawn through `for_display` (here or in `Reply`); copies keep `strip_control`'s text.
     """
 
     def __init__(self, messages: Iterable[ChatMessage]) -> None:
@@ -82,7 +82,7 @@ class Transcript(VerticalScroll, can_focus=False):
     async def add_notice(self, text: str, before: Widget | None = None) -> None:
         """A one-off remark from the app (context full, request error), styled apart from the chat;
         `before` a reply still streaming, so the remark is not pushed down by it."""
-        await self.mount(Static(strip_control(text), classes="notice", markup=False), before=before)
+        await self.mount(Static(for_display(text), classes="notice", markup=False), before=before)
         self.anchor()
 
     @property

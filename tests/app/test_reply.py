@@ -84,3 +84,18 @@ async def test_a_rewritten_reply_is_redrawn_part_by_part() -> None:
         await pilot.pause()
         assert not reply.query(ToolCallBlock)
         assert reply.query_one(AnswerMarkdown).source == "Something else entirely"
+
+
+async def test_a_reply_is_drawn_without_disputed_widths_and_copied_whole() -> None:
+    """"⚠️" and "👍🏽" are drawn as "⚠" and "👍", whose widths every terminal agrees on (a
+    pane's border stays put in tmux); copying the reply gives the model's characters."""
+    app = ReplyHost()
+    async with app.run_test() as pilot:
+        reply = app.reply
+        text = "\u26a0\ufe0f Careful \U0001f44d\U0001f3fd"
+        await reply.update(text[:3])
+        await reply.update(text)
+        await reply.finish()
+        await pilot.pause()
+        assert reply.query_one(AnswerMarkdown).source == "\u26a0 Careful \U0001f44d"
+        assert reply.answer == text

@@ -8,7 +8,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.sanitize import StreamStripper, strip_control
+from rich.cells import cell_len
+
+from app.sanitize import StreamStripper, for_display, strip_control
 
 
 @pytest.mark.parametrize(
@@ -61,3 +63,30 @@ def test_text_after_a_finished_sequence_is_not_held_back() -> None:
     stripper = StreamStripper()
     assert stripper.feed("a\x1b[31") == "a"
     assert stripper.feed("mred") == "red"
+
+
+DISPUTED = "\ufe0f\U0001f3fb\U0001f3fc\U0001f3fd\U0001f3fe\U0001f3ff"
+
+
+@pytest.mark.parametrize(
+    ("raw", "drawn", "cells"),
+    [
+        ("\u26a0\ufe0f careful", "\u26a0 careful", 9),  # tmux and xterm draw "⚠️" in one cell
+        ("\u2764\ufe0f", "\u2764", 1),
+        ("\U0001f44d\U0001f3fd ok", "\U0001f44d ok", 5),  # such terminals draw the tone as a second emoji
+        ("caf\u00e9 \u65e5\u672c \U0001f642", "caf\u00e9 \u65e5\u672c \U0001f642", 12),  # nothing disputed
+    ],
+)
+def test_characters_terminals_disagree_on_are_not_drawn(raw: str, drawn: str, cells: int) -> None:
+    assert for_display(raw) == drawn
+    assert cell_len(for_display(raw)) == cells
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(DISPUTED) | st.characters(exclude_categories=("Cc", "Cs"))))
+def test_only_the_disputed_characters_are_dropped_from_what_is_drawn(raw: str) -> None:
+    drawn = for_display(raw)
+    assert not set(drawn) & set(DISPUTED)
+    assert drawn == "".join(c for c in raw if c not in DISPUTED)
+    assert for_display(drawn) == drawn
+    assert for_display(raw + raw) == drawn + drawn  # a streamed reply may be drawn piece by piece
