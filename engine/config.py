@@ -28,7 +28,8 @@ class EngineConfig:
     # prefill tokens allowed in a step that also decodes (the start value when paced, see below)
     max_prefill_with_decodes: int = 32
     # pace prefill so a step that also decodes takes at most this multiple of a decode-only step
-    # (measured at run time, engine/pacing.py); None keeps max_prefill_with_decodes fixed.
+    # while one prompt waits, widening with each further one (measured at run time,
+    # engine/pacing.py); None keeps max_prefill_with_decodes fixed.
     # 1.8 rather than 2: a long prompt's later chunks cost more than the running estimate (they
     # attend over more context), so at 2.0 the streams' worst gaps overshot (docs/ARCHITECTURE.md).
     max_decode_slowdown: float | None = 1.8
