@@ -7,7 +7,6 @@ import re
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from rich.cells import cell_len
 
 from app.sanitize import StreamStripper, for_display, strip_control
