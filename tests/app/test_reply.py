@@ -87,8 +87,8 @@ async def test_a_rewritten_reply_is_redrawn_part_by_part() -> None:
 
 
 async def test_a_reply_is_drawn_without_disputed_widths_and_copied_whole() -> None:
-    """"⚠️" and "👍🏽" are drawn as "⚠" and "👍", whose widths every terminal agrees on (a
-    pane's border stays put in tmux); copying the reply gives the model's characters."""
+    """A reply's "⚠️" and "👍🏽" are drawn as "⚠" and "👍", whose widths every terminal agrees on
+    (a pane's border stays put in tmux); copying the reply gives the model's characters."""
     app = ReplyHost()
     async with app.run_test() as pilot:
         reply = app.reply
