@@ -34,7 +34,7 @@ import torch
 from engine.request import Request
 from engine.sampler import SamplingRow, greedy_tokens, processed_logits, sampling_row
 from model.arch.lfm2 import Lfm2ForCausalLM
-from model.batch import SequenceChunk, build_forward_batch
+from model.batch import SequenceChunk
 from model.cache import HybridCache
 
 CATCH_UP_TOKENS = 256  # context tokens one request's shadow may read per step before it drafts
@@ -189,12 +189,5 @@ class ModelDrafter:
             want_logits=logits,
             sliding_table=shadow.blocks if self.cache.num_sliding_blocks else None,
         )
-        batch = build_forward_batch(
-            [chunk],
-            self.block_size,
-            self.model.config.conv_L_cache,
-            self.device,
-            row_query_limit=self.model.row_query_limit,
-            sliding_window=self.model.config.attention_window,
-        )
+        batch = self.model.build_batch([chunk], self.block_size, self.device)
         return self.model(batch, self.cache, self._logits if logits else self._logits[:0])

@@ -22,7 +22,7 @@ from engine.acceptance import accept
 from engine.sampler import Sampler, sampling_row
 from engine.scheduler import ScheduledChunk
 from model.arch.lfm2 import Lfm2ForCausalLM
-from model.batch import SequenceChunk, build_forward_batch
+from model.batch import SequenceChunk
 from model.cache import HybridCache
 
 
@@ -39,14 +39,7 @@ class ModelRunner:
         """Compute every chunk; return the tokens each chunk with want_logits emits, in order: one
         sampled token, or a verify chunk's accepted drafts and the token after them."""
         sequences = [self._sequence_chunk(chunk) for chunk in chunks]
-        batch = build_forward_batch(
-            sequences,
-            self.cache.block_size,
-            self.model.config.conv_L_cache,
-            self.device,
-            row_query_limit=self.model.row_query_limit,
-            sliding_window=self.model.config.attention_window,
-        )
+        batch = self.model.build_batch(sequences, self.cache.block_size, self.device)
         logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
         sampling = [chunk for chunk in chunks if chunk.want_logits]
         if not any(chunk.drafts for chunk in sampling):

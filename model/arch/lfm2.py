@@ -21,7 +21,7 @@ from torch import nn
 
 from model.arch.layers import DecoderLayer, DecoderStack, RMSNorm, RotaryTable
 from model.arch.lfm2_config import ATTENTION, CONV, Lfm2Config
-from model.batch import ForwardBatch
+from model.batch import ForwardBatch, SequenceChunk, build_forward_batch
 from model.cache import HybridCache
 from model.native.linears import logits_into
 
@@ -113,6 +113,20 @@ class Lfm2ForCausalLM(nn.Module):
     def tie_weights(self) -> None:
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def build_batch(
+        self, chunks: list[SequenceChunk], block_size: int, device: torch.device | str = "cpu"
+    ) -> ForwardBatch:
+        """``chunks`` packed as this model reads them: its conv width, which chunks attend as
+        single-query rows, its sliding window."""
+        return build_forward_batch(
+            chunks,
+            block_size,
+            self.config.conv_L_cache,
+            device,
+            row_query_limit=self.row_query_limit,
+            sliding_window=self.config.attention_window,
+        )
 
     @torch.inference_mode()
     def forward(
