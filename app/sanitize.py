@@ -38,10 +38,16 @@ def strip_control(text: str) -> str:
 _WIDTH_DISPUTED = dict.fromkeys([0xFE0F, *range(0x1F3FB, 0x1F400)])
 
 
+def without_disputed_widths(text: str) -> str:
+    """`text` without the characters whose width terminals disagree on (for text already through
+    `strip_control`, kept whole for copying, as a reply's source)."""
+    return text.translate(_WIDTH_DISPUTED)
+
+
 def for_display(text: str) -> str:
     """`strip_control(text)` as drawn in a widget: without the characters whose width terminals
     disagree on. What is saved, copied and sent keeps them."""
-    return strip_control(text).translate(_WIDTH_DISPUTED)
+    return without_disputed_widths(strip_control(text))
 
 
 class StreamStripper:

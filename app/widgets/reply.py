@@ -18,7 +18,7 @@ from textual.widgets.markdown import MarkdownStream
 
 from app.keys import PANE_KEYS, key_named
 from app.reply_parts import Part, answer_text, split_reply
-from app.sanitize import for_display, strip_control
+from app.sanitize import strip_control, without_disputed_widths
 
 
 class ThinkingBlock(Vertical):
@@ -125,7 +125,8 @@ class Reply(Vertical):
         super().__init__(classes="reply")
         self.source = strip_control(text)
         self.show_thinking = show_thinking
-        self._views: list[PartView] = [self._view(p) for p in split_reply(for_display(self.source))]
+        drawn = split_reply(without_disputed_widths(self.source))
+        self._views: list[PartView] = [self._view(p) for p in drawn]
 
     def compose(self) -> ComposeResult:
         yield from self._views
@@ -146,7 +147,7 @@ class Reply(Vertical):
     async def update(self, text: str) -> None:
         """Show `text` (the whole reply so far): append to open parts, add new ones, redraw on a mismatch."""
         self.source = strip_control(text)
-        parts = split_reply(for_display(self.source))
+        parts = split_reply(without_disputed_widths(self.source))
         if len(parts) < len(self._views) or any(
             not isinstance(view, KINDS[part.kind]) for view, part in zip(self._views, parts, strict=False)
         ):

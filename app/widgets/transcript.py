@@ -15,7 +15,7 @@ from textual.widgets import Static
 from textual.widgets.markdown import MarkdownFence
 
 from app.conversation import ChatMessage
-from app.sanitize import for_display, strip_control
+from app.sanitize import for_display, strip_control, without_disputed_widths
 from app.widgets.reply import Reply
 
 SELECTED = "-selected"
@@ -26,7 +26,7 @@ class UserMessage(Static):
 
     def __init__(self, text: str) -> None:
         self.text = strip_control(text)
-        super().__init__(for_display(text), classes="user", markup=False)
+        super().__init__(without_disputed_widths(self.text), classes="user", markup=False)
 
 
 def copy_text(widget: Widget) -> str:
