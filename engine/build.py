@@ -127,18 +127,13 @@ def build_parts(
         num_sliding_blocks=config.num_sliding_blocks,
     )
     wants_kernels = native_kernels.wanted_for(config.torch_dtype, config.device)
+    proposer = None if draft is None else _drafter(draft, model.config.vocab_size, config)  # None: n-grams
     return EngineParts(
         config=config,
         block_manager=manager,
-        scheduler=Scheduler(
-            manager,
-            config.max_num_seqs,
-            config.max_num_batched_tokens,
-            config.max_drafts,
-            None if draft is None else _drafter(draft, model.config.vocab_size, config),
-        ),
+        scheduler=Scheduler(manager, config.max_num_seqs, config.max_num_batched_tokens, config.max_drafts),
         pacer=_pacer(config),
-        runner=ModelRunner(model, cache, config.device),
+        runner=ModelRunner(model, cache, config.device, proposer),
         outputs=OutputProcessor(tokenizer),
         kernel_fallback=native_kernels.unavailable_reason() if wants_kernels else None,
     )

@@ -17,9 +17,8 @@ snapshot, or its own slot) is read, so resuming never copies state and starting 
 
 from __future__ import annotations
 
-from model.cache import HybridCache
-
-ZERO_ROW = HybridCache.ZERO_ROW
+ZERO_ROW = 0  # the row model.cache.HybridCache keeps zero (its ZERO_ROW); named here so that the
+# scheduler's imports stay free of torch
 
 
 class ConvRows:

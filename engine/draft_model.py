@@ -1,4 +1,5 @@
-"""Drafts from a smaller model that shares the target's tokenizer (``EngineConfig.draft_model``).
+"""Drafts from a smaller model that shares the target's tokenizer (``EngineConfig.draft_model``): a
+`Proposer` (engine/drafting.py) the runner runs before each step is scheduled, for the decoding requests.
 
 The draft model keeps its own cache (model/cache.py's HybridCache: KV blocks and conv rows of
 its own shape) and, for each request that drafts, a shadow of that request's sequence in it:
@@ -49,7 +50,9 @@ class _Shadow:
 
 
 class ModelDrafter:
-    """Proposes drafts for requests from ``model``; owns its cache and every request's shadow."""
+    """Proposes drafts for requests from ``model``; owns its cache and every request's shadow.
+
+    It runs only in the runner, beside the target's forward: the scheduler sees its drafts as ids."""
 
     def __init__(
         self,

@@ -1,18 +1,10 @@
-"""Prompt-lookup (n-gram) drafts for speculative decoding, and when a request stops drafting.
+"""How much each request drafts for speculative decoding, and what a proposer of drafts does.
 
-A reply often repeats its own context (code being edited, a quoted passage, a list's pattern,
-a small model's loop). The drafter looks for the longest recent suffix of the request's tokens
-(prompt + reply so far) earlier in that history and proposes the tokens that followed it there;
-the engine verifies them in the next step (engine/acceptance.py). No second model is involved.
-
-    tokens   ... a b c x y ... a b c |      suffix "a b c" seen before, ending at e
-    draft                              x y ...   = what followed it (a periodic run continues
-                                                   through the draft itself, so a loop of
-                                                   period 1 still drafts MAX_DRAFT_TOKENS)
-
-The index maps each n-gram (n = 1..MAX_NGRAM) to where it last ended, updated as tokens arrive,
-so a lookup costs a few dict operations whatever the context. Nothing is drafted when no n-gram
-matches: a request whose context never repeats costs its steps nothing but those lookups.
+Drafts come from a `Proposer`: prompt lookup over the request's own tokens (engine/ngram.py) or a
+smaller model (engine/draft_model.py). Before each step the engine asks the scheduler how many
+drafts each decoding request may take (`Scheduler.draft_allowances`), the runner's proposer
+fills `Request.spec_token_ids` up to that, and `schedule` trims them to the step's budget and
+blocks. The policy here is the same whichever proposer drafts:
 
 Draft length: a request starts with FIRST_DRAFT_TOKENS; a draft accepted whole doubles the next
 one (up to MAX_DRAFT_TOKENS: a long quote is copied many tokens a step), a rejected one makes the
@@ -32,10 +24,12 @@ not pay (up to MAX_PAUSE_TOKENS), and back to PAUSE_TOKENS after one that did.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Protocol
 
-MAX_NGRAM = 3  # the longest suffix looked up (longer matches predict better, and are tried first)
-MIN_NGRAM = 1  # the shortest suffix that may draft
+if TYPE_CHECKING:
+    from engine.request import Request
+
 # drafted tokens per request per step: 1 + 15 rows is the longest chunk the native kernels verify
 # as single-query rows (model/native/accelerate.py's ROW_QUERY_LIMIT), so a verify stays one call
 MAX_DRAFT_TOKENS = 15
@@ -60,32 +54,9 @@ def draft_rows(decodes: int) -> int:
 
 
 @dataclass(slots=True)
-class NgramIndex:
-    """Where each n-gram of a token history last ended (end = index just past its last token)."""
-
-    last_end: dict[tuple[int, ...], int] = field(default_factory=dict)
-    indexed: int = 0  # n-grams ending at 1..indexed are in last_end
-
-    def lookup(self, tokens: list[int]) -> int | None:
-        """The end of the latest earlier occurrence of the longest suffix of ``tokens`` (MAX_NGRAM
-        down to MIN_NGRAM), or None. Indexes every n-gram ending before the current end first."""
-        for end in range(self.indexed + 1, len(tokens)):
-            for n in range(MIN_NGRAM, min(MAX_NGRAM, end) + 1):
-                self.last_end[tuple(tokens[end - n : end])] = end
-        self.indexed = max(self.indexed, len(tokens) - 1)
-        for n in range(min(MAX_NGRAM, len(tokens)), MIN_NGRAM - 1, -1):
-            end = self.last_end.get(tuple(tokens[len(tokens) - n :]))
-            if end is not None:
-                return end
-        return None
-
-
-@dataclass(slots=True)
 class DraftState:
-    """One request's drafter: its index, this step's drafts, and its recent acceptance."""
+    """One request's drafting policy: its next draft's length and its recent acceptance."""
 
-    index: NgramIndex = field(default_factory=NgramIndex)
-    drafts: list[int] = field(default_factory=list)  # proposed for the step being scheduled
     window_steps: int = 0
     window_drafted: int = 0
     window_accepted: int = 0
@@ -94,23 +65,8 @@ class DraftState:
     length: int = FIRST_DRAFT_TOKENS  # the next draft's length (the module docstring says how it moves)
 
     def allowance(self, generated: int, limit: int) -> int:
-        """Tokens this request may draft now: ``limit`` cut to its draft length, 0 while paused.
-        Any drafter's policy (the n-gram one here, a draft model's in engine/draft_model.py)."""
+        """Tokens this request may draft now: ``limit`` cut to its draft length, 0 while paused."""
         return 0 if generated < self.paused_until else max(0, min(limit, self.length))
-
-    def propose(self, tokens: list[int], generated: int, limit: int) -> list[int]:
-        """Up to ``allowance`` tokens that followed the suffix earlier; [] if none."""
-        limit = self.allowance(generated, limit)
-        if limit == 0:
-            return []
-        end = self.index.lookup(tokens)
-        if end is None:
-            return []
-        drafts: list[int] = []
-        for k in range(limit):  # tokens[end + k], reading on into the draft for a periodic run
-            at = end + k
-            drafts.append(tokens[at] if at < len(tokens) else drafts[at - len(tokens)])
-        return drafts
 
     def record(self, drafted: int, accepted: int, generated: int) -> None:
         """Count a verify step (``drafted`` >= 1), set the next draft's length, and pause drafting
@@ -128,3 +84,19 @@ class DraftState:
         else:
             self.pause = PAUSE_TOKENS
         self.window_steps = self.window_drafted = self.window_accepted = 0
+
+
+class Proposer(Protocol):
+    """Drafts for a request's next step, run beside the forward (in the runner), never in the scheduler.
+
+    A proposal for ``count`` tokens starts with the proposal for fewer: the scheduler trims the
+    drafts to what its next step has room for, and that must leave the drafts a smaller request
+    for drafts would have got."""
+
+    def propose_for(self, request: Request, count: int) -> list[int]:
+        """Up to ``count`` tokens to follow ``request.token_ids``; [] when there are none."""
+        ...
+
+    def release(self, request_id: str) -> None:
+        """Forget a finished request (a no-op for one that never drafted)."""
+        ...

@@ -1,7 +1,8 @@
 """The synchronous engine: add requests, step, collect outputs.
 
-One `step()` = schedule (scheduler.py) -> one forward + sample (runner.py) -> cache bookkeeping
-(scheduler.py) -> tokens to text, stop checks, outputs (output.py) -> pacing of the next step.
+One `step()` = drafts for the decoding requests (runner.py, as many as the scheduler allows) ->
+schedule (scheduler.py) -> one forward + sample (runner.py) -> cache bookkeeping (scheduler.py)
+-> tokens to text, stop checks, outputs (output.py) -> pacing of the next step.
 docs/ARCHITECTURE.md walks through it. Not thread-safe: `engine.worker.EngineWorker` owns an
 Engine on one thread and serialises everything else onto it.
 """
@@ -131,6 +132,10 @@ class Engine:
     def step(self) -> list[RequestOutput]:
         """Run one scheduled batch; outputs of requests that produced tokens or finished."""
         began = time.monotonic()
+        # Drafts are proposed here rather than at the end of the step that sampled (as vLLM does):
+        # that step's tokens were handed out first, so a draft model's forwards (its catch-up on a
+        # new prompt above all) never hold them back.
+        self.runner.propose(self.scheduler.draft_allowances())
         scheduled = self.scheduler.schedule(self.prefill_cap)
         for request in scheduled.admitted:
             self._on_admitted(request, began)
@@ -213,6 +218,7 @@ class Engine:
 
     def _retire(self, request: Request, status: RequestStatus) -> None:
         self.scheduler.finish(request, status)
+        self.runner.release(request.request_id)
         self._requests.pop(request.request_id, None)
         request.metrics.finished_time = time.monotonic()
 

@@ -18,13 +18,15 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-
-import torch
+from typing import TYPE_CHECKING
 
 from engine.conv_rows import ZERO_ROW
 from engine.drafting import DraftState
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
+
+if TYPE_CHECKING:  # the scheduler shares this state and imports no torch (tests/engine/test_proposals.py)
+    import torch
 
 
 class RequestStatus(enum.Enum):
@@ -69,7 +71,9 @@ class Request:
     conv_slot: int | None = None  # running conv-state row while RUNNING
     conv_src_row: int = ZERO_ROW  # row holding the conv state before token num_computed_tokens
     error: str | None = None  # why the engine failed it (FINISHED_ERROR)
-    drafting: DraftState = field(default_factory=DraftState)  # its n-gram drafter (engine/drafting.py)
+    drafting: DraftState = field(default_factory=DraftState)  # how much it may draft (engine/drafting.py)
+    # drafts proposed for its next decode step to verify (the runner's); the scheduler trims them
+    spec_token_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -1,8 +1,10 @@
-"""Turns a scheduled step into one forward over a packed batch, then one batched sample.
+"""Runs the models: proposes each step's drafts, then turns the scheduled step into one forward
+over a packed batch and one batched sample.
 
-The runner owns the model, the cache tensors and the sampler, and makes no decisions: which
-tokens, which blocks, which conv rows and which chunks sample were all decided by the
-scheduler. A prefill chunk that does not reach the end of its request asks for no logits.
+The runner owns the model, the cache tensors, the sampler and the proposer of drafts, and makes
+no decisions: which tokens, which blocks, which conv rows and which chunks sample were all
+decided by the scheduler, and so is how many drafts each request may be proposed. A prefill
+chunk that does not reach the end of its request asks for no logits.
 
 A decode chunk with drafts (speculative decoding) asks for logits at its fed token and at every
 draft, and keeps the conv state after each of them but the last in its draft rows. Acceptance
@@ -10,15 +12,25 @@ draft, and keeps the conv state after each of them but the last in its draft row
 last accepted token is copied back into the request's slot, so the conv state is exactly what
 it would be had the rejected drafts never been fed (their KV lies past the sequence's length
 and is overwritten before anything reads it).
+
+Proposing (`propose`) comes before each step is scheduled, once the last step's tokens are
+appended, counted and handed out: the proposer (the request's own n-grams, engine/ngram.py, or a
+draft model, engine/draft_model.py) writes each decoding request's `spec_token_ids`, which
+`schedule` trims and the forward verifies. Every model forward, the draft model's included,
+happens here, never inside the scheduler.
 """
 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Mapping
 
 import torch
 
 from engine.acceptance import accept
+from engine.drafting import Proposer
+from engine.ngram import NgramProposer
+from engine.request import Request
 from engine.sampler import Sampler, sampling_row
 from engine.scheduler import ScheduledChunk
 from model.arch.lfm2 import Lfm2ForCausalLM
@@ -27,11 +39,19 @@ from model.cache import HybridCache
 
 
 class ModelRunner:
-    def __init__(self, model: Lfm2ForCausalLM, cache: HybridCache, device: torch.device | str) -> None:
+    def __init__(
+        self,
+        model: Lfm2ForCausalLM,
+        cache: HybridCache,
+        device: torch.device | str,
+        proposer: Proposer | None = None,
+    ) -> None:
+        """``proposer``: where drafts come from (default: each request's own n-grams)."""
         self.model = model
         self.cache = cache
         self.device = torch.device(device)
         self.sampler = Sampler(model.kernels)
+        self.proposer: Proposer = proposer or NgramProposer()
         # float32 logits, reused every step and grown to the most sampling rows seen
         self._logits = torch.empty(0, model.config.vocab_size, device=self.device)
 
@@ -85,3 +105,15 @@ class ModelRunner:
             sliding_table=request.sliding_table,
             num_logits=1 + len(chunk.drafts),
         )
+
+    # ------------------------------------------------------------------ drafts, before a step is scheduled
+    def propose(self, allowances: Mapping[Request, int]) -> None:
+        """Each decoding request's drafts for the step about to be scheduled, up to its allowance
+        (the scheduler's), into ``spec_token_ids``; one allowed none gets none, so no stale
+        proposal is ever verified."""
+        for request, count in allowances.items():
+            request.spec_token_ids = self.proposer.propose_for(request, count)
+
+    def release(self, request_id: str) -> None:
+        """Give back what the proposer holds for a finished request (a draft model's shadow)."""
+        self.proposer.release(request_id)

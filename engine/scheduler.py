@@ -20,32 +20,31 @@ When a running request needs a block and none is free (cached blocks count as fr
 evicted before any request is touched), the newest running request is preempted: its blocks
 and slot are freed and it goes back to the queue in arrival order, to be recomputed later.
 
-Speculative decoding (engine/drafting.py): drafts come from each request's n-gram drafter, or
-from a draft model (engine/draft_model.py's ModelDrafter, which runs that model while the step
-is scheduled) under the same per-request policy. A decoding request may add up to `max_drafts`
-drafted tokens after its one fed token, so the step verifies them all (1 + d query rows). Drafts
-never preempt anyone and never take the last free block of each running request; `max_drafts`
-fits every running request's drafts in the token budget, and a step's drafts together stay
-within `draft_rows` (oldest request first; none once the batch is busy), so a full batch spends
-its rows on decoding. Greedy output never depends on drafts; a seeded request's draws would, so
-it drafts by its own state alone, whatever its batch. After the step, `update` counts only the
+Speculative decoding (engine/drafting.py): the scheduler decides how many drafts each request
+may verify; it never makes them. Before each `schedule`, `draft_allowances` says how many each
+decoding request may be proposed (its draft length, its length limit, and the rows the step's
+decodes leave), the runner's proposer (n-gram or draft model) fills `spec_token_ids`, and
+`schedule` trims them to the step: a decoding request adds up to `max_drafts` drafted
+tokens after its one fed token, so the step verifies them all (1 + d query rows). Drafts never
+preempt anyone and never take the last free block of each running request; `max_drafts` fits
+every running request's drafts in the token budget, and a step's drafts together stay within
+`draft_rows` (oldest request first; none once the batch is busy), so a full batch spends its rows
+on decoding. Greedy output never depends on drafts; a seeded request's draws would, so it drafts
+by its own state alone, whatever its batch. A preempted request's proposals are dropped (it is
+recomputed, and proposed for again once it decodes). After the step, `update` counts only the
 accepted drafts as computed and gives back the blocks the rejected ones took.
 
-The scheduler moves ids and counters only; it never touches a tensor.
+The scheduler moves ids and counters only: it imports no torch, touches no tensor and runs no model.
 """
 
 from __future__ import annotations
 
 import bisect
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 from engine.block_manager import BlockManager
 from engine.drafting import draft_rows
 from engine.request import Request, RequestStatus
-
-if TYPE_CHECKING:  # the scheduler itself never imports torch
-    from engine.draft_model import ModelDrafter
 
 # Why the head of the queue waits, in the order they are checked.
 WAIT_REASONS = ("preemption", "max_batch", "token_budget", "kv_blocks")
@@ -126,13 +125,11 @@ class Scheduler:
         max_num_seqs: int,
         max_num_batched_tokens: int,
         max_drafts: int = 0,
-        drafter: ModelDrafter | None = None,
     ):
         self.block_manager = block_manager
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_drafts = max_drafts  # drafted tokens a decoding request may verify per step (0: off)
-        self.drafter = drafter  # a draft model's drafts; None: each request's n-gram drafter
         self.waiting: list[Request] = []  # sorted by arrival
         self.running: list[Request] = []  # sorted by arrival, so running[-1] is the newest
         self.wait_reason = ""  # after each schedule: one of WAIT_REASONS while requests wait, else ""
@@ -192,22 +189,24 @@ class Scheduler:
         return "kv_blocks" if plan.budget else "token_budget"
 
     def _draft(self, request: Request, plan: _Plan) -> None:
-        """Add `request`'s drafts to its decode chunk, within its length limit and the free blocks
-        beyond one per running request (so no draft ever makes another request preempt)."""
+        """Add `request`'s proposed drafts to its decode chunk, trimmed to its allowance, the budget
+        and the free blocks beyond one per running request (so no draft ever makes another request
+        preempt)."""
         first = request.num_computed_tokens + 1  # position of the first draft
         reach = self.block_manager.max_tokens_allocatable(request, reserve=len(self.running))
-        room = min(request.max_tokens - request.num_output_tokens - 1, plan.budget, reach - first)
-        # a seeded request's draws must not depend on its batch: it drafts by its own state alone
-        shared = plan.draft_rows if request.params.seed is None else self.max_drafts
-        limit = min(self.max_drafts, room, shared)
-        generated = request.num_output_tokens
-        if self.drafter is None:
-            drafts = request.drafting.propose(request.token_ids, generated, limit)
-        else:
-            drafts = self.drafter.propose_for(request, request.drafting.allowance(generated, limit))
+        limit = max(0, min(self._allowance(request, plan.draft_rows), plan.budget, reach - first))
+        drafts = request.spec_token_ids[:limit]
         if drafts:
             self.block_manager.allocate(request, first + len(drafts))
             plan.add_drafts(request, drafts)
+
+    def _allowance(self, request: Request, shared_rows: int) -> int:
+        """Drafts `request` may verify in a step whose drafts may still take `shared_rows` rows: its
+        draft length, what its length limit leaves after the fed token, and the shared rows (a
+        seeded request's draws must not depend on its batch: it drafts by its own state alone)."""
+        shared = shared_rows if request.params.seed is None else self.max_drafts
+        left = request.max_tokens - request.num_output_tokens - 1
+        return request.drafting.allowance(request.num_output_tokens, min(self.max_drafts, left, shared))
 
     def _grow_running(self, request: Request, plan: _Plan, out: SchedulerOutput) -> None:
         """Give `request` a chunk and its blocks, preempting newer requests if the pool is dry."""
@@ -248,6 +247,7 @@ class Scheduler:
         self.running.remove(request)
         self.block_manager.free(request)
         request.num_computed_tokens = 0
+        request.spec_token_ids = []  # proposed for a state it no longer has; it is recomputed first
         request.status = RequestStatus.PREEMPTED
         request.metrics.preemptions += 1
         self.add(request)
@@ -300,6 +300,15 @@ class Scheduler:
         elif request in self.waiting:
             self.waiting.remove(request)
         self.block_manager.free(request)
-        if self.drafter is not None:
-            self.drafter.release(request.request_id)
         request.status = status
+
+    def draft_allowances(self) -> dict[Request, int]:
+        """How many drafts to propose for each decoding request before the next `schedule`: what
+        its policy, its length limit and the rows of that step's decodes allow. `schedule` trims
+        them again to its budget and blocks (and its older requests' drafts), so proposing no more
+        than this only spares the proposer work."""
+        if not self.max_drafts:
+            return {}
+        decoding = [r for r in self.running if r.num_uncomputed_tokens == 1]
+        rows = draft_rows(len(decoding))
+        return {request: self._allowance(request, rows) for request in decoding}

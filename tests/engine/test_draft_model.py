@@ -129,7 +129,7 @@ def test_greedy_tokens_are_identical_with_a_draft_model(
         assert metrics.spec_accepted_tokens == metrics.spec_draft_tokens
     else:
         assert metrics.spec_accepted_tokens < metrics.spec_draft_tokens
-    drafter = engine.scheduler.drafter
+    drafter = engine.runner.proposer
     assert drafter.free_blocks == drafter.num_blocks
     assert engine.block_manager.num_used_blocks == 0
 
@@ -148,7 +148,7 @@ def test_an_aborted_request_gives_back_its_shadow(tiny_ckpt, make_engine):
     request_id = engine.add_request(random_prompt(30, seed=7), GREEDY)
     while engine.metrics.spec_draft_tokens == 0:
         engine.step()
-    drafter = engine.scheduler.drafter
+    drafter = engine.runner.proposer
     assert drafter.free_blocks < drafter.num_blocks
     engine.abort(request_id)
     assert drafter.free_blocks == drafter.num_blocks
@@ -158,7 +158,7 @@ def test_an_engine_built_from_a_loaded_model_loads_the_draft_its_config_names(ti
     model = load_model(tiny_ckpt, "float32")
     config = EngineConfig(dtype="float32", draft_model=str(tiny_ckpt))
     engine = Engine(model, Tokenizer.from_pretrained(tiny_ckpt), config)
-    assert engine.scheduler.drafter is not None
+    assert isinstance(engine.runner.proposer, ModelDrafter)
     engine.generate([random_prompt(12, seed=30)], GREEDY)
     assert 0 < engine.metrics.spec_accepted_tokens == engine.metrics.spec_draft_tokens
 

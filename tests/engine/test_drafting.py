@@ -14,28 +14,34 @@ from engine.drafting import (
     WINDOW_STEPS,
     DraftState,
 )
+from engine.ngram import NgramIndex
 
 LOOP = [7, 8, 9] * 40  # a history that repeats: the drafter always has a match
 
 
+def propose(state: DraftState, generated: int, limit: int) -> list[int]:
+    """LOOP's n-gram drafts, as many as a request with ``state`` may take under ``limit``."""
+    return NgramIndex().draft(LOOP, state.allowance(generated, limit))
+
+
 def test_whole_acceptance_doubles_the_draft_and_a_rejection_shrinks_it_to_what_held() -> None:
     state = DraftState()
-    assert len(state.propose(LOOP, generated=0, limit=100)) == FIRST_DRAFT_TOKENS
+    assert len(propose(state, generated=0, limit=100)) == FIRST_DRAFT_TOKENS
     lengths = []
     for _ in range(5):
-        drafted = len(state.propose(LOOP, generated=0, limit=100))
+        drafted = len(propose(state, generated=0, limit=100))
         state.record(drafted, drafted, generated=0)
         lengths.append(state.length)
     assert lengths == sorted(lengths) and lengths[-1] == MAX_DRAFT_TOKENS
     state.record(MAX_DRAFT_TOKENS, 3, generated=0)
-    assert len(state.propose(LOOP, generated=0, limit=100)) == 4
-    assert len(state.propose(LOOP, generated=0, limit=2)) == 2  # the caller's limit still holds
+    assert len(propose(state, generated=0, limit=100)) == 4
+    assert len(propose(state, generated=0, limit=2)) == 2  # the caller's limit still holds
 
 
 def _verify_steps_until_paused(state: DraftState, generated: int, accept: bool) -> tuple[int, int]:
     """(verify steps, the generated count reached) drafting on LOOP until a draft is refused."""
     steps = 0
-    while drafts := state.propose(LOOP, generated, limit=100):
+    while drafts := propose(state, generated, limit=100):
         state.record(len(drafts), len(drafts) if accept else 0, generated)
         steps, generated = steps + 1, generated + 1
     return steps, generated
@@ -51,10 +57,10 @@ def test_drafts_that_never_hold_pause_after_a_few_steps_for_longer_each_time() -
         generated = state.paused_until
     assert pauses == [min(MAX_PAUSE_TOKENS, PAUSE_TOKENS << i) for i in range(6)]
     for _ in range(WINDOW_STEPS):  # a window that pays brings the pause back to its first length
-        drafts = state.propose(LOOP, generated, limit=100)
+        drafts = propose(state, generated, limit=100)
         state.record(len(drafts), len(drafts), generated)
         generated += 1
-    assert state.pause == PAUSE_TOKENS and state.propose(LOOP, generated, limit=100)
+    assert state.pause == PAUSE_TOKENS and propose(state, generated, limit=100)
 
 
 def test_a_full_batch_drafts_nothing_and_one_stream_may_draft(make_engine, tiny_ckpt: Path) -> None:
