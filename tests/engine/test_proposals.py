@@ -8,6 +8,7 @@ is scheduled, and the step verifies a prefix of them. A preempted request's prop
 from __future__ import annotations
 
 import ast
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from hypothesis import strategies as st
 from engine import SamplingParams
 from engine.block_manager import BlockManager
 from engine.drafting import DISABLE_BY_BATCH_SIZE, MAX_DRAFT_TOKENS, draft_rows
-from engine.ngram import NgramIndex
+from engine.ngram import NgramIndex, NgramProposer
 from engine.request import Request, RequestStatus
 from engine.scheduler import Scheduler
 from tests.engine.conftest import random_prompt
@@ -125,3 +126,14 @@ def test_ngram_drafts_for_fewer_tokens_are_a_prefix_of_those_for_more(tokens, fe
     grown = NgramIndex()
     grown.draft(tokens[: len(tokens) // 2], more)  # an index that read a shorter history first
     assert grown.draft(tokens, more) == NgramIndex().draft(tokens, more)
+
+
+def test_a_request_id_used_again_after_release_drafts_from_its_own_tokens(new_request) -> None:
+    """The engine releases a finished request's proposer state: an index built on another history
+    would point past the new one's tokens."""
+    proposer = NgramProposer()
+    first = new_request([1, 2, 3] * 10 + [4, 1, 2])
+    proposer.propose_for(first, 4)
+    proposer.release(first.request_id)
+    again = dataclasses.replace(new_request([4, 1, 2, 3, 4, 1, 2]), request_id=first.request_id)
+    assert proposer.propose_for(again, 4) == [3, 4, 1, 2]
