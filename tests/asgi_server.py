@@ -9,12 +9,12 @@ from __future__ import annotations
 import contextlib
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from typing import Any
 
 from server.connections import make_server
 from server.limits import ConnectionLimits
+from tests.waiting import wait_for
 
 
 @contextlib.contextmanager
@@ -27,10 +27,8 @@ def serving(app: Any, limits: ConnectionLimits | None = None) -> Iterator[str]:
     server = make_server(app, limits, log_level="warning", timeout_graceful_shutdown=2)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-        time.sleep(0.01)
+    wait_for(lambda: server.started or not thread.is_alive(), "the server to start")
+    assert server.started, "the server's thread ended before it started serving"
     try:
         yield f"http://127.0.0.1:{sock.getsockname()[1]}"
     finally:

@@ -167,6 +167,7 @@ class FakeServer:
         self.bodies: list[dict[str, Any]] = []
         self.running = 0
         self.generated = 0
+        self.sent = 0  # bytes of chat streams sent so far (what a test waits on, never a time)
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -283,5 +284,6 @@ class FakeServer:
             def send(self, data: bytes) -> None:
                 self.wfile.write(data)
                 self.wfile.flush()
+                server.sent += len(data)
 
         return Handler

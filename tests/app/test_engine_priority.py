@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from app.backend.local import ENGINE_NICE, LocalBackend
 from engine import Engine, EngineConfig
 from tests.app.pilot_helpers import ENGINE
+from tests.waiting import wait_for
 
 
 @pytest.mark.skipif(sys.platform != "linux", reason="per-thread nice values are Linux's")
@@ -22,10 +22,11 @@ def test_the_engine_thread_runs_nicer_than_the_ui_thread(tiny_ckpt: Path) -> Non
     try:
         engine_thread = backend.worker._thread.native_id
         assert engine_thread is not None
-        deadline = time.monotonic() + 15
-        while os.getpriority(os.PRIO_PROCESS, engine_thread) != min(19, ui + ENGINE_NICE):
-            assert time.monotonic() < deadline, "the engine thread kept the UI's priority"
-            time.sleep(0.01)
+        nicer = min(19, ui + ENGINE_NICE)
+        wait_for(
+            lambda: os.getpriority(os.PRIO_PROCESS, engine_thread) == nicer,
+            "the engine thread's lower priority",
+        )
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ui  # the UI's is untouched
     finally:
         backend.close()

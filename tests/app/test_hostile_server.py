@@ -109,7 +109,7 @@ async def test_a_slow_drip_stops_at_once_on_escape(make_options: MakeOptions) ->
         async with app.run_test(size=(120, 40)) as pilot:
             pane = (await chat_screen(app, pilot)).panes[0]
             await submit(pilot, pane, "Hi")
-            await pilot.pause(2.5)  # a couple of bytes in
+            await wait_until(pilot, lambda: server.sent >= 2, "a couple of bytes in")
             assert pane.busy
             started = time.monotonic()
             pane.action_stop()

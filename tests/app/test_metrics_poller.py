@@ -2,16 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
-import time
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import httpx
 import pytest
 
+from app.backend import server_metrics
 from app.backend.remote import RemoteBackend
 from app.backend.server_metrics import NO_METRICS, TOO_LARGE, MetricsPoller, ServerSnapshot
 from tests.app.fake_openai import VLLM_METRICS, FakeServer
+from tests.waiting import wait_for
 
 GOOD = VLLM_METRICS % {"running": 2, "generated": 40}
 
@@ -46,8 +47,10 @@ async def test_garbage_is_skipped_and_counted(server: FakeServer) -> None:
     assert snap.source == "vLLM metrics" and snap.running == 2 and snap.skipped_lines == 2
 
 
-async def test_a_server_without_metrics_is_asked_less_and_less_often() -> None:
+async def test_a_server_without_metrics_is_asked_less_and_less_often(monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[str] = []
+    now = [0.0]  # the poller's clock: 3 s of polls pass without the test waiting for them
+    monkeypatch.setattr(server_metrics, "time", SimpleNamespace(monotonic=lambda: now[0]))
 
     async def count(request: httpx.Request) -> None:
         asked.append(request.url.path)
@@ -55,10 +58,9 @@ async def test_a_server_without_metrics_is_asked_less_and_less_often() -> None:
     with FakeServer(metrics=False) as fake:
         async with httpx.AsyncClient(base_url=fake.url, event_hooks={"request": [count]}) as client:
             poller = MetricsPoller(client)
-            deadline = time.monotonic() + 3.0
-            while time.monotonic() < deadline:  # the backend's 4 polls a second, sped up
+            for _ in range(150):  # the backend's 4 polls a second, sped up: one every 0.02 s for 3 s
                 snap = await poller.poll()
-                await asyncio.sleep(0.02)
+                now[0] += 0.02
     assert snap.note == NO_METRICS and not snap.source and snap.answering
     assert set(asked) == {"/metrics", "/slots"} and len(asked) <= 10  # 0.5 s, 1 s, 2 s apart; not ~150
 
@@ -68,13 +70,14 @@ def test_polling_goes_on_after_a_bad_answer(server: FakeServer) -> None:
     server.metrics_body = GOOD.replace("} 2\n", "} +Inf\n", 1)
     backend = RemoteBackend.connect(server.url, None, None, poll_interval=0.02)
     try:
-        deadline = time.monotonic() + 10
-        while ((snap := backend.snapshot()) is None or snap.source == "") and time.monotonic() < deadline:
-            time.sleep(0.02)
+        snap = wait_for(
+            lambda: (snap := backend.snapshot()) is not None and snap.source != "" and snap, "figures"
+        )
         assert snap is not None and snap.source == "vLLM metrics" and snap.running is None
         server.metrics_body = GOOD
-        while (snap := backend.snapshot()) is not None and snap.running != 2 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        snap = wait_for(
+            lambda: (snap := backend.snapshot()) is not None and snap.running == 2 and snap, "new figures"
+        )
         assert snap is not None and snap.running == 2
     finally:
         backend.close()

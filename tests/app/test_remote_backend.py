@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import queue
-import time
 from collections.abc import Iterator
 
 import pytest
@@ -14,6 +13,7 @@ from app.backend.remote import RemoteBackend, pick_model
 from app.backend.server_metrics import ServerSnapshot
 from app.conversation import ChatSettings
 from tests.app.fake_openai import FakeServer
+from tests.waiting import HANG_GUARD, wait_for
 
 CHAT = [{"role": "user", "content": "Hi"}]
 SETTINGS = ChatSettings(temperature=0.0, top_k=5, min_p=0.1, repetition_penalty=1.05, max_tokens=32)
@@ -33,22 +33,19 @@ def run(
     stream = backend.submit(Prompt(CHAT), settings, settings.max_tokens, "pane-1", inbox.put)
     events: list[StreamEvent] = []
     while not events or not events[-1].finished:
-        events.append(inbox.get(timeout=10))
+        events.append(inbox.get(timeout=HANG_GUARD))
         if cancel_after is not None and sum(bool(e.text) for e in events) == cancel_after:
             stream.cancel()
     return events
 
 
-def first_snapshot(url: str) -> ServerSnapshot | None:
+def first_snapshot(url: str) -> ServerSnapshot:
     """The first dashboard snapshot a backend on `url` publishes."""
     backend = RemoteBackend.connect(url, None, None, poll_interval=0.02)
     try:
-        deadline = time.monotonic() + 5
-        while (snap := backend.snapshot()) is None and time.monotonic() < deadline:
-            time.sleep(0.02)
+        return wait_for(backend.snapshot, "a first dashboard snapshot")
     finally:
         backend.close()
-    return snap
 
 
 def text(events: list[StreamEvent]) -> str:
@@ -115,9 +112,7 @@ def test_cancel_closes_the_stream_and_the_server_sees_it(server: FakeServer) -> 
     backend = RemoteBackend.connect(server.url, None, None)
     try:
         events = run(backend, cancel_after=2)
-        deadline = time.monotonic() + 5
-        while server.running and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: not server.running, "the server to see the stream closed")
     finally:
         backend.close()
     assert events[-1].finish_reason == "abort" and len(text(events).split()) < 10
@@ -139,10 +134,13 @@ def test_without_metrics_the_snapshot_says_so() -> None:
 def test_a_server_that_stops_answering_is_told_apart_from_one_without_metrics() -> None:
     with FakeServer() as fake:
         backend = RemoteBackend.connect(fake.url, None, None, poll_interval=0.02)
+
+    def unanswered() -> ServerSnapshot | None:
+        snap = backend.snapshot()
+        return snap if snap is not None and not snap.answering else None
+
     try:  # the server is gone now
-        deadline = time.monotonic() + 5
-        while ((snap := backend.snapshot()) is None or snap.answering) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        snap = wait_for(unanswered, "the poller to find the server gone")
     finally:
         backend.close()
     assert snap is not None and not snap.answering and snap.source == ""

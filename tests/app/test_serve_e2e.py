@@ -3,7 +3,6 @@ checkpoint. Nothing of ours is mocked; the server runs in this process on an eph
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -76,7 +75,8 @@ async def test_escape_cancels_and_the_server_frees_the_blocks(
         await wait_replied(pilot, pane)
         reply = pane.conversation.messages[-1].content
         assert pane.status.state == "stopped" and want.startswith(reply) and len(reply) < len(want)
-        deadline = time.monotonic() + 10
-        while (figures := server_figures(served))["vllm:kv_cache_usage_perc"] and time.monotonic() < deadline:
-            await pilot.pause(0.05)
+        await wait_until(
+            pilot, lambda: not server_figures(served)["vllm:kv_cache_usage_perc"], "the blocks freed"
+        )
+        figures = server_figures(served)
         assert figures["vllm:num_requests_running"] == 0 and figures["vllm:kv_cache_usage_perc"] == 0

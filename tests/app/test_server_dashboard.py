@@ -66,11 +66,11 @@ async def test_bad_metrics_show_as_unknown_and_polling_goes_on(make_options: Mak
             def meters() -> str:
                 return str(dashboard.meters.render())
 
-            await wait_until(pilot, lambda: said in meters(), f"{said!r} on the dashboard", limit=20)
+            await wait_until(pilot, lambda: said in meters(), f"{said!r} on the dashboard")
             shown = screen_text(app)
             assert "server ·" in shown  # the dashboard is on screen, not hidden
             assert unseen not in shown.lower() and unseen not in meters().lower()
             assert not CONTROLS.search(shown) and not CONTROLS.search(meters())
             server.metrics_body = good(5)
-            await wait_until(pilot, lambda: "5 running" in meters(), "the next good answer", limit=20)
+            await wait_until(pilot, lambda: "5 running" in meters(), "the next good answer")
             assert app.return_code is None

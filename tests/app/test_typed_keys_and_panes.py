@@ -46,7 +46,7 @@ def notes(app: LfmChatApp) -> str:
 
 
 async def settled(pilot: Pilot, value: Callable[[], str], expected: str, what: str) -> None:
-    await wait_until(pilot, lambda: value() == expected, f"{what} to read {expected!r}", limit=15)
+    await wait_until(pilot, lambda: value() == expected, f"{what} to read {expected!r}")
 
 
 async def test_a_burst_of_keys_keeps_its_order_everywhere(make_options: MakeOptions) -> None:

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from engine import EngineWorker, SamplingParams
-from tests.engine.streams import TIMEOUT, joined, submit
+from tests.engine.streams import joined, submit
+from tests.waiting import wait_for
 
 TEXTS = ["Hello! How are you", "def fibonacci(n", "Once upon a time, there was", "🙂 你好"]
 PARAMS = [
@@ -26,13 +27,6 @@ def worker(tiny_ckpt, make_engine):
     worker = EngineWorker(make_engine(tiny_ckpt, max_num_seqs=4, max_num_batched_tokens=32)).start()
     yield worker
     worker.shutdown()
-
-
-def wait_until(predicate, what: str) -> None:
-    deadline = time.monotonic() + TIMEOUT
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
 
 
 def test_concurrent_streams_each_equal_their_own_solo_run_and_arrive_on_the_worker_thread(
@@ -66,9 +60,7 @@ def test_cancel_from_another_thread_ends_the_stream_and_frees_its_blocks(worker)
     events = [first, *stream.until_finished()]
     assert events[-1].finish_reason == "abort" and first.token_ids
     assert len(joined(events)[1]) < LONG.max_tokens
-    wait_until(
-        lambda: worker.snapshot().kv_blocks_used == 0 and not worker.snapshot().requests, "blocks freed"
-    )
+    wait_for(lambda: worker.snapshot().kv_blocks_used == 0 and not worker.snapshot().requests, "blocks freed")
 
 
 def test_cancel_right_after_submit_takes_effect_before_any_step(tiny_ckpt, make_engine, prompts):
@@ -80,7 +72,7 @@ def test_cancel_right_after_submit_takes_effect_before_any_step(tiny_ckpt, make_
     try:
         (event,) = stream.until_finished()
         assert event.finish_reason == "abort" and event.token_ids == ()
-        wait_until(lambda: worker.snapshot().kv_blocks_used == 0, "blocks freed")
+        wait_for(lambda: worker.snapshot().kv_blocks_used == 0, "blocks freed")
     finally:
         worker.shutdown()
 

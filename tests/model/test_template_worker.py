@@ -11,8 +11,8 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,9 +20,9 @@ import pytest
 from model.errors import ChatTemplateError
 from model.text import template_worker
 from model.text.tokenizer import Tokenizer
+from tests.waiting import wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
-START_BOUND = 30.0  # seconds a worker may take to start on a busy machine (template_worker.START_TIMEOUT)
 CONVERSATION = [{"role": "user", "content": "12345678"}]
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads process states")
@@ -46,11 +46,9 @@ def _running(pid: int) -> bool:
     return "\nState:\tZ" not in status
 
 
-def _wait_for(predicate: Callable[[], object], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.05)
+def _warming_up() -> bool:
+    """A warm-up thread (WorkerPool.warm) is still starting a worker."""
+    return any(thread.name == "chat-template-warm-up" for thread in threading.enumerate())
 
 
 def test_a_worker_killed_from_outside_is_replaced_and_the_next_render_is_right(
@@ -60,7 +58,7 @@ def test_a_worker_killed_from_outside_is_replaced_and_the_next_render_is_right(
     expected = tokenizer.render_chat(CONVERSATION)
     [victim] = pool.pids()
     os.kill(victim, signal.SIGKILL)
-    _wait_for(lambda: not _running(victim), START_BOUND)
+    wait_for(lambda: not _running(victim), "the killed worker to end")
     assert tokenizer.render_chat(CONVERSATION) == expected
     [replacement] = pool.pids()
     assert replacement != victim and _running(replacement)
@@ -71,7 +69,7 @@ def test_loading_a_tokenizer_warms_a_worker_the_first_render_then_uses(
 ) -> None:
     """The ~1 s a worker takes to start is spent in the background while the model loads."""
     tokenizer = Tokenizer.from_pretrained(tiny_ckpt)
-    _wait_for(pool.pids, START_BOUND)
+    wait_for(pool.pids, "a warm worker")
     warmed = pool.pids()
     assert tokenizer.render_chat(CONVERSATION)
     assert pool.pids() == warmed  # no process started for (or on the thread of) the first render
@@ -87,8 +85,7 @@ def test_a_render_at_once_after_loading_uses_the_worker_warming_up(
 def test_loading_many_tokenizers_warms_one_worker(pool: template_worker.WorkerPool, tiny_ckpt: Path) -> None:
     for _ in range(5):
         Tokenizer.from_pretrained(tiny_ckpt)
-    _wait_for(pool.pids, START_BOUND)
-    time.sleep(0.5)  # time for a second warm-up to show itself, were one started
+    wait_for(lambda: not _warming_up(), "every warm-up started to end")  # a second one would show now
     assert len(pool.pids()) == 1
 
 

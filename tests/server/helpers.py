@@ -1,10 +1,8 @@
-"""What the server tests share besides fixtures: reading /metrics as a client would, and waiting."""
+"""What the server tests share besides fixtures: reading /metrics as a client would."""
 
 from __future__ import annotations
 
 import re
-import time
-from collections.abc import Callable
 
 import httpx
 
@@ -26,13 +24,6 @@ def scrape(url: str) -> dict[str, float]:
             rest = _COMMON_LABELS.sub("", labels or "")
             samples[f"{name}{{{rest}}}" if rest else name] = float(value)
     return samples
-
-
-def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out waiting"
-        time.sleep(0.02)
 
 
 def idle(url: str) -> bool:

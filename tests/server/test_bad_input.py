@@ -13,7 +13,8 @@ import httpx
 import pytest
 
 from tests.server.conftest import MODEL
-from tests.server.helpers import idle, wait_for
+from tests.server.helpers import idle
+from tests.waiting import wait_for
 
 CHAT = "/v1/chat/completions"
 HELLO = [{"role": "user", "content": "hello"}]
@@ -150,7 +151,7 @@ def test_a_full_queue_is_503_and_clears(serve: Callable[..., Any], make_engine: 
         assert_error(refused, 503)
         assert refused.headers["retry-after"] == "1"
         open_streams.close()  # both clients leave: their requests are cancelled
-        wait_for(lambda: idle(url))
+        wait_for(lambda: idle(url), "the server to go idle")
         assert_still_serving(url)
 
 

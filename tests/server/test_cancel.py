@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from tests.server.helpers import idle, scrape, wait_for
+from tests.server.helpers import idle, scrape
+from tests.waiting import wait_for
 
 ABORTED = 'vllm:request_success_total{finished_reason="abort"}'
 # Long enough that only a cancel can end it while the test runs.
@@ -34,7 +35,7 @@ def test_closing_a_stream_mid_reply_aborts_the_request_and_frees_its_blocks(serv
             next(lines)
         assert scrape(server)["lfm_chat:kv_blocks_used"] > 0
     # Esc in a remote pane: the client has closed the connection
-    wait_for(lambda: scrape(server)[ABORTED] == aborted + 1, timeout=5)
+    wait_for(lambda: scrape(server)[ABORTED] == aborted + 1, "the abort")
     metrics = scrape(server)
     assert metrics["vllm:num_requests_running"] == 0
     assert metrics["vllm:kv_cache_usage_perc"] == 0
@@ -51,9 +52,9 @@ def test_hanging_up_on_a_non_streamed_request_aborts_it(server: str) -> None:
     head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: {host}\r\nContent-Length: {len(body)}\r\n\r\n"
     with socket.create_connection((host, port)) as sock:
         sock.sendall(head.encode() + body)
-        wait_for(lambda: scrape(server)["vllm:num_requests_running"] == 1)
-    wait_for(lambda: scrape(server)[ABORTED] == aborted + 1, timeout=5)
-    wait_for(lambda: idle(server))
+        wait_for(lambda: scrape(server)["vllm:num_requests_running"] == 1, "the request to run")
+    wait_for(lambda: scrape(server)[ABORTED] == aborted + 1, "the abort")
+    wait_for(lambda: idle(server), "the server to go idle")
 
 
 def test_a_request_still_waiting_for_a_slot_is_cancelled_too(
@@ -63,8 +64,8 @@ def test_a_request_still_waiting_for_a_slot_is_cancelled_too(
         stream = {**ENDLESS, "stream": True}
         with httpx.Client() as first, first.stream("POST", f"{url}/v1/chat/completions", json=stream):
             with httpx.Client() as second, second.stream("POST", f"{url}/v1/chat/completions", json=stream):
-                wait_for(lambda: scrape(url)["vllm:num_requests_waiting"] == 1)
-            wait_for(lambda: scrape(url)["vllm:num_requests_waiting"] == 0)
+                wait_for(lambda: scrape(url)["vllm:num_requests_waiting"] == 1, "the second request to wait")
+            wait_for(lambda: scrape(url)["vllm:num_requests_waiting"] == 0, "the waiting request to go")
             assert scrape(url)["vllm:num_requests_running"] == 1
-        wait_for(lambda: idle(url))
+        wait_for(lambda: idle(url), "the server to go idle")
         assert scrape(url)[ABORTED] == 2

@@ -20,7 +20,8 @@ from typing import Any
 
 import httpx
 
-from tests.server.helpers import idle, scrape, wait_for
+from tests.server.helpers import idle, scrape
+from tests.waiting import wait_for
 
 CLIENTS = 32
 LEAVE_CHANCE = 0.25
@@ -106,7 +107,7 @@ def test_32_streaming_clients_with_random_disconnects(serve: Callable[..., Any])
         started = time.monotonic()
         asyncio.run(run_clients(url, seconds, tally))
         elapsed = time.monotonic() - started
-        wait_for(lambda: idle(url), timeout=30)
+        wait_for(lambda: idle(url), "the server to go idle")
         after = scrape(url)
     finished = sum(after[k] - before[k] for k in after if k.startswith("vllm:request_success_total"))
     aborted = after['vllm:request_success_total{finished_reason="abort"}']

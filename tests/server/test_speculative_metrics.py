@@ -8,7 +8,8 @@ import pytest
 from engine import SamplingParams
 from tests.engine.conftest import random_prompt
 from tests.server.conftest import MODEL
-from tests.server.helpers import idle, scrape, wait_for
+from tests.server.helpers import idle, scrape
+from tests.waiting import wait_for
 
 NAMES = {
     "vllm:spec_decode_num_drafts_total": "spec_drafts",
@@ -32,7 +33,7 @@ def test_metrics_export_the_engines_draft_counts(serve, make_engine, echo_prompt
     with serve(engine) as url:
         body = {"model": MODEL, "prompt": echo_prompt, "max_tokens": 24, "temperature": 0, "ignore_eos": True}
         assert httpx.post(f"{url}/v1/completions", json=body, timeout=60).status_code == 200
-        wait_for(lambda: idle(url))
+        wait_for(lambda: idle(url), "the server to go idle")
         samples = scrape(url)
     counts = {name: getattr(engine.metrics, field) for name, field in NAMES.items()}
     assert {name: samples[name] for name in NAMES} == counts
