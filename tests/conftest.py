@@ -38,6 +38,7 @@ from model.native import kernels
 from model.tiny.lfm2 import TINY_CONFIGS, write_tiny_checkpoint
 from model.tiny.lfm2_moe import TINY_MOE_CONFIGS, write_tiny_moe_checkpoint
 from model.tiny.lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
+from tests import markers
 
 TinyCheckpointFactory = Callable[..., Path]
 RUNNABLE_ISAS = kernels.runnable_isas()
@@ -47,6 +48,10 @@ TINY_PRESETS: dict[str, tuple[Callable[..., Path], dict[str, Any]]] = {
     **{name: (write_tiny_lfm3_checkpoint, fields) for name, fields in TINY_LFM3_CONFIGS.items()},
     **{name: (write_tiny_moe_checkpoint, fields) for name, fields in TINY_MOE_CONFIGS.items()},
 }
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    markers.apply(items)  # pilot and subprocess, by rule
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -22,6 +22,7 @@ from bench.served import served
 from tests.app.test_remote_backend import run, text
 
 pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving]")
+pytestmark = pytest.mark.subprocess  # `transformers serve`, started by bench/served.py
 SETTINGS = ChatSettings(temperature=0.0, top_k=5, min_p=0.1, repetition_penalty=1.0, max_tokens=24)
 START_LIMIT = 180.0  # seconds: it imports torch and transformers in a fresh process
 

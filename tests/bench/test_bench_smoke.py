@@ -15,6 +15,7 @@ import pytest
 from bench.cli import main
 from bench.workloads import WORKLOADS
 
+pytestmark = pytest.mark.subprocess  # the RSS workload runs in a fresh process (bench/rss.py)
 # in-process runs, progress-triggered arrivals, and the fresh-subprocess RSS path
 SMOKE_WORKLOADS = ["single", "chats8", "long_prompt", "rss"]
 
