@@ -11,7 +11,9 @@ stream: a huge chunk, an endless line, a slow drip). Adding a mode is adding one
 
 from __future__ import annotations
 
+import contextlib
 import json
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -168,6 +170,7 @@ class FakeServer:
         self.running = 0
         self.generated = 0
         self.sent = 0  # bytes of chat streams sent so far (what a test waits on, never a time)
+        self.connections: set[socket.socket] = set()  # open client connections, kept-alive ones too
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
@@ -177,8 +180,13 @@ class FakeServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Stop as a real server does: no new connections, and the open ones closed. A kept-alive
+        connection's handler thread would otherwise go on answering the client that holds it."""
         self.httpd.shutdown()
         self.httpd.server_close()
+        for connection in list(self.connections):
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
 
     def mode_for(self, body: dict[str, Any]) -> str | None:
         """The hostile mode for this chat request: none for a chat the test spares."""
@@ -190,6 +198,14 @@ class FakeServer:
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+
+            def setup(self) -> None:
+                super().setup()
+                server.connections.add(self.connection)
+
+            def finish(self) -> None:
+                server.connections.discard(self.connection)
+                super().finish()
 
             def log_message(self, *args: object) -> None:
                 pass

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import queue
 from collections.abc import Iterator
 
@@ -39,13 +40,20 @@ def run(
     return events
 
 
-def first_snapshot(url: str) -> ServerSnapshot:
-    """The first dashboard snapshot a backend on `url` publishes."""
+@contextlib.contextmanager
+def polled(url: str) -> Iterator[RemoteBackend]:
+    """A backend on `url` polling its metrics 50 times a second, closed on exit."""
     backend = RemoteBackend.connect(url, None, None, poll_interval=0.02)
     try:
-        return wait_for(backend.snapshot, "a first dashboard snapshot")
+        yield backend
     finally:
         backend.close()
+
+
+def first_snapshot(url: str) -> ServerSnapshot:
+    """The first dashboard snapshot a backend on `url` publishes."""
+    with polled(url) as backend:
+        return wait_for(backend.snapshot, "a first dashboard snapshot")
 
 
 def text(events: list[StreamEvent]) -> str:
@@ -132,17 +140,17 @@ def test_without_metrics_the_snapshot_says_so() -> None:
 
 
 def test_a_server_that_stops_answering_is_told_apart_from_one_without_metrics() -> None:
-    with FakeServer() as fake:
-        backend = RemoteBackend.connect(fake.url, None, None, poll_interval=0.02)
+    """The server answers a first poll (so the client holds a kept-alive connection to it), then stops."""
 
     def unanswered() -> ServerSnapshot | None:
         snap = backend.snapshot()
         return snap if snap is not None and not snap.answering else None
 
-    try:  # the server is gone now
+    with contextlib.ExitStack() as stack:
+        with FakeServer() as fake:
+            backend = stack.enter_context(polled(fake.url))
+            wait_for(backend.snapshot, "the server's first figures")
         snap = wait_for(unanswered, "the poller to find the server gone")
-    finally:
-        backend.close()
     assert snap is not None and not snap.answering and snap.source == ""
 
 
