@@ -110,6 +110,7 @@ def test_the_sliding_kv_measurement_reports_a_bounded_peak_against_every_positio
     assert "sliding-window KV held, peak" in report(figures)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("quantize", ["none", "int8"])
 def test_an_moe_decode_step_reads_its_active_parameters_and_no_other_expert(tmp_path, quantize):
     """bench.decode_bytes: a 1-stream step runs k experts per MoE layer, so it reads what is active."""

@@ -7,6 +7,7 @@ import io
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from bench.backends import load_backend
@@ -15,6 +16,7 @@ from bench.settings import RunSettings
 from bench.workloads import WORKLOADS
 
 
+@pytest.mark.subprocess  # the RSS workload runs in a fresh process (bench/rss.py)
 def test_a_chat_sampling_run_measures_both_engines_and_names_the_settings(tmp_path: Path) -> None:
     out = tmp_path / "results.json"
     argv = ["--tiny", "--quick", "--repeats", "1", "--threads", "1", "--workloads", "single,rss"]

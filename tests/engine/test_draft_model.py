@@ -69,6 +69,7 @@ def test_with_penalties_drafts_follow_the_penalized_greedy_continuation(draft):
     assert make_drafter(draft).propose("a", tokens, 6, penalized) == expected
 
 
+@pytest.mark.slow
 def test_after_rejected_drafts_the_shadow_holds_only_the_kept_tokens(draft):
     """The target kept other tokens than the drafts, twice: each next proposal is still the greedy
     continuation of the tokens as they are, as if nothing had been drafted before."""

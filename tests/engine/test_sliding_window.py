@@ -21,6 +21,7 @@ def run_tracking_pools(engine) -> tuple[dict, list]:
     return finals, snapshots
 
 
+@pytest.mark.slow
 def test_a_conversation_many_windows_long_keeps_the_window_pool_bounded_and_matches_transformers(
     tiny_ckpt_factory, make_engine, prompts, reference_greedy
 ):
@@ -48,6 +49,7 @@ def test_a_conversation_many_windows_long_keeps_the_window_pool_bounded_and_matc
     assert engine.snapshot().sliding_blocks_used == engine.snapshot().kv_blocks_used == 0
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("prefix_caching", [False, True])
 def test_a_window_pool_barely_larger_than_one_window_preempts_and_recomputes_exactly(
     prefix_caching, tiny_ckpt_factory, make_engine, prompts, reference_greedy

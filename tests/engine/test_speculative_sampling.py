@@ -36,6 +36,7 @@ def sampling_kernels(request: pytest.FixtureRequest) -> ModuleType | None:
     return module
 
 
+@pytest.mark.slow
 def test_accepted_and_resampled_tokens_follow_the_processed_distribution(sampling_kernels):
     logits = torch.tensor([[2.0, 1.5, 1.0, 0.2, -1.0, 0.5], [0.1, 0.3, 2.5, 1.0, 0.0, -2.0]])
     params = SamplingParams(temperature=0.7, top_k=4, seed=5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 
 from model.arch.lfm2_config import ATTENTION, CONV, Lfm2Config
@@ -75,6 +76,7 @@ def test_legacy_full_attn_idxs_is_folded_into_layer_types():
     assert Lfm2Config.from_dict(raw).layer_types == LFM2_350M["layer_types"]
 
 
+@pytest.mark.slow
 def test_350m_loads_from_shards_in_bf16_and_runs(tmp_path):
     from safetensors.torch import save_file
 

@@ -123,6 +123,7 @@ def test_template_raise_exception_is_a_chat_template_error_with_its_message(
 NESTED_LOOPS = "{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}"
 
 
+@pytest.mark.slow
 def test_a_runaway_template_stops_at_the_default_limit(tiny_ckpt: Path, tmp_path: Path) -> None:
     tok = _with_template(tiny_ckpt, tmp_path, NESTED_LOOPS)
     with pytest.raises(ChatTemplateError, match="the chat template took longer than 2 s"):

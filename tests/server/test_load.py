@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+import pytest
 
 from tests.server.helpers import idle, scrape
 from tests.waiting import wait_for
@@ -99,6 +100,7 @@ async def run_clients(url: str, seconds: float, tally: Tally) -> None:
     await asyncio.gather(sample_memory(), *(client(i) for i in range(CLIENTS)))
 
 
+@pytest.mark.slow
 def test_32_streaming_clients_with_random_disconnects(serve: Callable[..., Any]) -> None:
     seconds = float(os.environ.get("LFM_CHAT_LOAD_SECONDS", "8"))
     tally = Tally()
