@@ -20,6 +20,7 @@ from engine import launch
 from model.checkpoint import hub
 from model.checkpoint.hub_progress import BYTES, Transfer
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
+from tests.waiting import HANG_GUARD
 
 ROOT = Path(__file__).resolve().parents[2]
 REPO_ID = "LiquidAI/LFM2.5-1.2B-Instruct"
@@ -91,7 +92,7 @@ async def test_a_first_download_shows_its_bytes_on_the_loading_screen(
     def resolve(model: str, **kwargs: Any) -> Path:
         seen.update(model=model, **kwargs)
         kwargs["on_transfer"](Transfer(350_000_000, 709_000_000, BYTES))
-        finish.wait(60)
+        finish.wait(HANG_GUARD)
         return tiny_ckpt
 
     monkeypatch.setattr(launch, "resolve_checkpoint", resolve)

@@ -17,6 +17,7 @@ from app.screens.loading import LoadingScreen
 from engine import EngineConfig
 from model.native import kernels
 from tests.app.pilot_helpers import ENGINE, MakeOptions, chat_screen, wait_until
+from tests.waiting import HANG_GUARD
 
 KERNEL_STAGE = "CPU kernels"
 
@@ -35,7 +36,7 @@ def held_at_kernel_stage(release: threading.Event, seen: list[str]) -> Callable:
             progress(stage, fraction)
             if KERNEL_STAGE in stage:
                 seen.append(stage)
-                release.wait(60)
+                release.wait(HANG_GUARD)
 
         return real(options, report)
 

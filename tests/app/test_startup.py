@@ -32,6 +32,7 @@ from tests.app.pilot_helpers import (
     wait_replied,
     wait_until,
 )
+from tests.waiting import HANG_GUARD
 
 
 async def error_text(app: LfmChatApp, pilot: Pilot) -> str:
@@ -240,7 +241,7 @@ async def test_what_is_typed_while_the_model_loads_lands_in_the_first_pane(
     release = threading.Event()
 
     def held_load(*args: object, **kwargs: object) -> object:
-        release.wait(timeout=30)
+        release.wait(timeout=HANG_GUARD)  # only if the test failed before releasing it
         return load_backend(*args, **kwargs)
 
     monkeypatch.setattr(loading, "load_backend", held_load)
