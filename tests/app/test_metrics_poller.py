@@ -12,7 +12,7 @@ from app.backend import server_metrics
 from app.backend.remote import RemoteBackend
 from app.backend.server_metrics import NO_METRICS, TOO_LARGE, MetricsPoller, ServerSnapshot
 from tests.app.fake_openai import VLLM_METRICS, FakeServer
-from tests.waiting import wait_for
+from tests.app.test_remote_backend import snapshot_when
 
 GOOD = VLLM_METRICS % {"running": 2, "generated": 40}
 
@@ -70,14 +70,10 @@ def test_polling_goes_on_after_a_bad_answer(server: FakeServer) -> None:
     server.metrics_body = GOOD.replace("} 2\n", "} +Inf\n", 1)
     backend = RemoteBackend.connect(server.url, None, None, poll_interval=0.02)
     try:
-        snap = wait_for(
-            lambda: (snap := backend.snapshot()) is not None and snap.source != "" and snap, "figures"
-        )
+        snap = snapshot_when(backend, lambda s: s.source != "", "figures despite the +Inf")
         assert snap is not None and snap.source == "vLLM metrics" and snap.running is None
         server.metrics_body = GOOD
-        snap = wait_for(
-            lambda: (snap := backend.snapshot()) is not None and snap.running == 2 and snap, "new figures"
-        )
+        snap = snapshot_when(backend, lambda s: s.running == 2, "the next figures")
         assert snap is not None and snap.running == 2
     finally:
         backend.close()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -48,6 +48,18 @@ def polled(url: str) -> Iterator[RemoteBackend]:
         yield backend
     finally:
         backend.close()
+
+
+def snapshot_when(
+    backend: RemoteBackend, holds: Callable[[ServerSnapshot], bool], what: str
+) -> ServerSnapshot:
+    """The first dashboard snapshot of `backend` that `holds`, waited for."""
+
+    def ready() -> ServerSnapshot | None:
+        snap = backend.snapshot()
+        return snap if snap is not None and holds(snap) else None
+
+    return wait_for(ready, what)
 
 
 def first_snapshot(url: str) -> ServerSnapshot:
@@ -141,16 +153,11 @@ def test_without_metrics_the_snapshot_says_so() -> None:
 
 def test_a_server_that_stops_answering_is_told_apart_from_one_without_metrics() -> None:
     """The server answers a first poll (so the client holds a kept-alive connection to it), then stops."""
-
-    def unanswered() -> ServerSnapshot | None:
-        snap = backend.snapshot()
-        return snap if snap is not None and not snap.answering else None
-
     with contextlib.ExitStack() as stack:
         with FakeServer() as fake:
             backend = stack.enter_context(polled(fake.url))
             wait_for(backend.snapshot, "the server's first figures")
-        snap = wait_for(unanswered, "the poller to find the server gone")
+        snap = snapshot_when(backend, lambda s: not s.answering, "the poller to find the server gone")
     assert snap is not None and not snap.answering and snap.source == ""
 
 
