@@ -29,7 +29,7 @@ from tests.waiting import wait_for
 pytestmark = pytest.mark.skipif(not Path("/proc/self/status").is_file(), reason="reads RSS from /proc")
 
 HANG_BOUND = 20.0  # seconds; unbounded, the power bomb runs for minutes and holds the server's GIL
-ANSWER_BOUND = 2.0  # seconds /health and /v1/models may take while a bomb renders
+ANSWER_BOUND = 10.0  # seconds /health and /v1/models may take while a bomb renders (unbounded: minutes)
 RSS_BOUND = 300 * 2**20  # bytes the server and its children together may grow by
 START_BOUND = 120.0  # seconds `lfm-chat serve` may take to load the tiny checkpoint on a busy machine
 CHAT = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
