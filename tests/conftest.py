@@ -54,6 +54,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     markers.apply(items)  # pilot and subprocess, by rule
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    with markers.pilot_only_if_marked(item):
+        return (yield)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _single_thread() -> None:
     torch.set_num_threads(1)

@@ -5,11 +5,13 @@ A test is ``pilot`` when it drives the Textual app (``App.run_test``, or pytest-
 ``Popen``...). The rule reads the code the test runs from tests/: the test function, the fixtures
 it requests, and every function or class of tests/ those name, transitively. A test that reaches
 either only through the project's own code (bench's RSS workload starts a process) is marked by
-hand. ``slow`` is set by hand, from measured durations (docs/TESTING.md).
+hand; one that runs Pilot unmarked fails (``pilot_only_if_marked``). ``slow`` is set by hand,
+from measured durations (docs/TESTING.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import re
@@ -18,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from textual.app import App
 
 TESTS = Path(__file__).resolve().parent
 RULES: dict[str, re.Pattern[str]] = {
@@ -38,6 +41,24 @@ def apply(items: list[pytest.Item]) -> None:
                 item.add_marker(marker)
         if PILOT_FIXTURES.intersection(item.fixturenames):
             item.add_marker("pilot")
+
+
+@contextlib.contextmanager
+def pilot_only_if_marked(item: pytest.Item) -> Iterator[None]:
+    """While ``item`` runs, ``App.run_test`` fails unless it is marked ``pilot``: what the rule missed
+    shows up as a failure naming the fix, not as a Pilot test in the quick loop."""
+    if item.get_closest_marker("pilot") is not None:
+        yield
+        return
+
+    def unmarked(*args: object, **kwargs: object) -> None:
+        raise AssertionError(
+            f"{item.nodeid} drives the app under Pilot but is not marked: add @pytest.mark.pilot"
+        )
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(App, "run_test", unmarked)
+        yield
 
 
 def _reached(item: pytest.Function) -> set[types.CodeType]:

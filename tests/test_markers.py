@@ -46,3 +46,10 @@ def test_a_test_whose_fixture_starts_a_process_is_subprocess(
 def test_a_test_that_only_names_the_modules_is_neither(request: pytest.FixtureRequest) -> None:
     assert subprocess.__name__ == "subprocess" and App.__name__ == "App"
     assert not markers(request) & {"pilot", "subprocess"}
+
+
+async def test_a_pilot_the_rule_cannot_see_fails_and_names_the_fix(request: pytest.FixtureRequest) -> None:
+    run = getattr(App(), "run_" + "test")  # out of the rule's sight
+    with pytest.raises(AssertionError, match=r"not marked: add @pytest\.mark\.pilot"):
+        run()
+    assert "pilot" not in markers(request)
