@@ -56,9 +56,13 @@ def _put_ninja_on_path() -> None:
 
 
 def _digest(sources: tuple[Path, ...], isa: str) -> str:
-    """Sources, headers and flags in the build's name: a build is reused only for exactly these."""
+    """Sources, headers, flags and where the sources are in the build's name: a build is reused only
+    for exactly these. torch's build file names the sources by absolute path, so two copies of the
+    same sources (a checkout and an installed wheel) sharing one name would rebuild over each other."""
     files = sorted({*sources, *Path(__file__).parent.rglob("*.h")})
     digest = hashlib.sha256(" ".join(compile_flags(isa)).encode())
+    for source in sources:
+        digest.update(str(source.resolve()).encode())
     for path in files:
         digest.update(path.name.encode() + path.read_bytes())
     return digest.hexdigest()[:10]
