@@ -7,6 +7,10 @@ The app sees `engine`'s public API only (`from engine import ...`, the names doc
 lists), never its modules nor model/; server/ uses that API as the app does and never imports the
 app; the command line (cli/) sits above both and talks to the engine through the same API; the
 engine knows nothing above it, nor does the model.
+
+Inside model/, the architectures (model/arch/) are plain PyTorch that reads like the reference:
+the native acceleration (model/native/) builds on them and is swapped in underneath by the
+loader, so arch/ never imports native/.
 """
 
 from __future__ import annotations
@@ -68,3 +72,17 @@ def test_imports_point_down_the_layers(package: str) -> None:
         if top(module) in forbidden or (not submodules_ok and module.startswith("engine."))
     ]
     assert not wrong, "imports against the layers (see the docstring):\n" + "\n".join(wrong)
+
+
+# package: the model/ subpackages it must not import
+INNER_RULES = {"model/arch": ("model.native",)}
+
+
+@pytest.mark.parametrize("package", sorted(INNER_RULES))
+def test_inner_packages_point_one_way(package: str) -> None:
+    wrong = [
+        f"{where}: {module}"
+        for where, module in imports(package)
+        if any(module == below or module.startswith(f"{below}.") for below in INNER_RULES[package])
+    ]
+    assert not wrong, "imports against the layers inside model/ (see the docstring):\n" + "\n".join(wrong)

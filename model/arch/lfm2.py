@@ -23,13 +23,24 @@ from model.arch.layers import DecoderLayer, DecoderStack, RMSNorm, RotaryTable
 from model.arch.lfm2_config import ATTENTION, CONV, Lfm2Config
 from model.batch import ForwardBatch, SequenceChunk, build_forward_batch
 from model.cache import HybridCache
-from model.native.linears import logits_into
 
 
 def fuse_swiglu(tensors: dict[str, torch.Tensor], prefix: str) -> None:
     """A SwiGLU's w1 and w3 (checkpoint names, under ``prefix``) -> its fused ``w13``, in place."""
     w1, w3 = (tensors.pop(f"{prefix}{w}.weight") for w in ("w1", "w3"))
     tensors[prefix + "w13.weight"] = torch.cat((w1, w3))
+
+
+def logits_into(head: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """``head(x).float()`` for 2-D ``x``, written into ``out``: the engine's logits buffer, reused each step.
+
+    A fresh fp32 logits tensor per step (2 MB at 8 rows) is a fresh mmap under model/memory.py's
+    threshold, so writing it page-faulted every step (measured in docs/ARCHITECTURE.md). A head with a
+    ``fill_float`` (the native and quantized linears the loader swaps in) stores fp32 straight from
+    its sums, with the values ``head(x)`` rounds to; any other head computes in its dtype and copies.
+    """
+    fill = getattr(head, "fill_float", None)
+    return fill(x, out) if fill is not None else out.copy_(head(x))
 
 
 class Embedding(nn.Module):

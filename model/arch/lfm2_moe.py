@@ -11,8 +11,8 @@ Read beside transformers' modeling_lfm2_moe.py. What differs from LFM2 (model/ar
   reach experts as they reach dense ones); each expert that has tokens this step runs once over
   all of them, and the others are not touched: a 1-stream decode step reads 4 of 32 experts.
 * `MoeDecoderLayer`: LFM2's layer whose feed-forward, from ``num_dense_layers`` on, is a SparseMoe;
-  `Lfm2MoeForCausalLM` is LFM2 over these layers. `NativeRouter` is the router's native form, which
-  model/native/layers.py's table pairs with `Router` (this module registers nothing on import).
+  `Lfm2MoeForCausalLM` is LFM2 over these layers. The router's native form (model/native/layers.py's
+  `NativeRouter`) is swapped in underneath by the loader, as the other layers' are.
 
 A token's output never depends on which other tokens share its experts: each linear computes a
 row alone (model/native/kernels), and its experts' outputs are summed in its own rank order
@@ -21,7 +21,6 @@ row alone (model/native/kernels), and its experts' outputs are summed in its own
 
 from __future__ import annotations
 
-from types import ModuleType
 from typing import NamedTuple
 
 import torch
@@ -31,7 +30,6 @@ from torch import nn
 from model.arch.layers import DecoderLayer, SwiGLU
 from model.arch.lfm2 import Lfm2ForCausalLM, fuse_swiglu
 from model.arch.lfm2_moe_config import Lfm2MoeConfig
-from model.native.kernels.layout import PAIR, native_width, pack_panels
 
 
 class Routing(NamedTuple):
@@ -83,30 +81,6 @@ class Router(nn.Module):
         for rank in range(1, self.top_k):
             total += picked[:, rank].float() * weights[:, rank]
         return total.to(outputs.dtype)
-
-
-class NativeRouter(Router):
-    """The router's product in model/native/kernels' bf16 linear (fp32 out), its choice, grouping and sum in
-    cpu_moe.cpp: a few calls where the PyTorch code makes ~25, bit for bit the same for a row alone
-    or in any batch."""
-
-    kernels: ModuleType
-    _panels: torch.Tensor | None = None  # the weight in the linear kernel's layout, packed on first use
-
-    def forward(self, x: torch.Tensor, expert_bias: torch.Tensor | None) -> Routing:
-        if not native_width(x.shape[1]):  # the linear kernel's K steps (every LFM2 width qualifies)
-            return super().forward(x, expert_bias)
-        if self._panels is None:
-            self._panels = pack_panels(self.weight.detach(), PAIR, self.kernels.PANEL)
-        logits = torch.empty(x.shape[0], self.weight.shape[0])
-        self.kernels.linear_bf16(x.contiguous(), self._panels, self.weight.shape[0], logits)
-        weights, positions, tokens, counts = self.kernels.moe_route(
-            logits, expert_bias, self.top_k, self.norm_topk_prob, self.routed_scaling_factor
-        )
-        return Routing(weights, positions, tokens, counts.tolist())
-
-    def combine(self, outputs: torch.Tensor, routing: Routing) -> torch.Tensor:
-        return self.kernels.moe_combine(outputs, routing.positions, routing.weights)
 
 
 class SparseMoe(nn.Module):

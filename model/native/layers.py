@@ -8,7 +8,8 @@ does it once, through model/native/accelerate.py. tests/model/test_layer_ops.py 
 PyTorch code it replaces.
 
 ``NATIVE_SUBCLASS`` is an explicit table of every (reference, native) pair, another
-architecture's too (model/arch/lfm2_moe.py's router): importing a module never changes it.
+architecture's too (model/arch/lfm2_moe.py's router): importing a module never changes it, and
+model/arch/ never imports this package (tests/test_layers.py).
 
 The swap changes each module's ``__class__`` in place (as torch.nn.utils.parametrize does)
 instead of building a new module: the module keeps its parameters, buffers, hooks and caches
@@ -24,8 +25,9 @@ import torch
 from torch import nn
 
 from model.arch.layers import Attention, RMSNorm, Rope, ShortConv, SwiGLU
-from model.arch.lfm2_moe import NativeRouter, Router
+from model.arch.lfm2_moe import Router, Routing
 from model.batch import AttentionGroup, ForwardBatch
+from model.native.kernels.layout import PAIR, native_width, pack_panels
 
 
 class NativeRMSNorm(RMSNorm):
@@ -127,6 +129,30 @@ class NativeAttention(Attention):
             self.head_dim**-0.5,
             group.context_starts,
         )
+
+
+class NativeRouter(Router):
+    """The router's product in model/native/kernels' bf16 linear (fp32 out), its choice, grouping and sum in
+    cpu_moe.cpp: a few calls where the PyTorch code makes ~25, bit for bit the same for a row alone
+    or in any batch."""
+
+    kernels: ModuleType
+    _panels: torch.Tensor | None = None  # the weight in the linear kernel's layout, packed on first use
+
+    def forward(self, x: torch.Tensor, expert_bias: torch.Tensor | None) -> Routing:
+        if not native_width(x.shape[1]):  # the linear kernel's K steps (every LFM2 width qualifies)
+            return super().forward(x, expert_bias)
+        if self._panels is None:
+            self._panels = pack_panels(self.weight.detach(), PAIR, self.kernels.PANEL)
+        logits = torch.empty(x.shape[0], self.weight.shape[0])
+        self.kernels.linear_bf16(x.contiguous(), self._panels, self.weight.shape[0], logits)
+        weights, positions, tokens, counts = self.kernels.moe_route(
+            logits, expert_bias, self.top_k, self.norm_topk_prob, self.routed_scaling_factor
+        )
+        return Routing(weights, positions, tokens, counts.tolist())
+
+    def combine(self, outputs: torch.Tensor, routing: Routing) -> torch.Tensor:
+        return self.kernels.moe_combine(outputs, routing.positions, routing.weights)
 
 
 NATIVE_SUBCLASS: dict[type[nn.Module], type[nn.Module]] = {

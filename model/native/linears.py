@@ -60,7 +60,8 @@ class NativeLinear(KernelLinear):
         return out.view(*x.shape[:-1], self.out_features)
 
     def fill_float(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """``self(x)`` as float32, written into ``out`` [rows, out_features]; see `logits_into`."""
+        """``self(x)`` as float32, written into ``out`` [rows, out_features]; see model/arch/lfm2.py's
+        `logits_into`."""
         if self.bias is not None:
             return out.copy_(self(x))
         return self._multiply(x.contiguous(), self.packed_weight, self.out_features, out)
@@ -159,15 +160,3 @@ def replace_linears(
         else:
             replace_linears(child, make, skip)
     return model
-
-
-def logits_into(head: nn.Module, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-    """``head(x).float()`` for 2-D ``x``, written into ``out``: the engine's logits buffer, reused each step.
-
-    A fresh fp32 logits tensor per step (2 MB at 8 rows) is a fresh mmap under model/memory.py's
-    threshold, so writing it page-faulted every step (measured in docs/ARCHITECTURE.md). The native layers
-    (``fill_float``) store fp32 straight from their sums, with the values ``head(x)`` rounds
-    to; any other head computes in its dtype and copies.
-    """
-    fill = getattr(head, "fill_float", None)
-    return fill(x, out) if fill is not None else out.copy_(head(x))

@@ -36,7 +36,7 @@ class QuantizedLinear(KernelLinear):
         return out.view(*x.shape[:-1], self.out_features)
 
     def fill_float(self, x: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
-        """``self(x)`` as float32, written into ``out``; see model/native/linears.py's `logits_into`."""
+        """``self(x)`` as float32, written into ``out``; see model/arch/lfm2.py's `logits_into`."""
         if self.kernels is None or self.bias is not None:
             return out.copy_(self(x))
         return self.native_matmul(x.contiguous(), out)

@@ -14,6 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.arch.lfm2 import logits_into
 from model.arch.registry import load_config
 from model.batch import SequenceChunk, build_forward_batch
 from model.cache import HybridCache
@@ -26,7 +27,6 @@ from model.native.linears import (
     NativeLinear,
     PackedLinear,
     exact_narrowing,
-    logits_into,
     onednn_bf16_supported,
     onednn_float32_preferred,
 )

@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from model.arch.lfm2_config import ATTENTION, CONV
-from model.arch.lfm2_moe import NativeRouter, Router, SparseMoe
+from model.arch.lfm2_moe import Router, SparseMoe
 from model.arch.lfm2_moe_config import Lfm2MoeConfig
 from model.arch.registry import architecture, config_from_dict, load_config
 from model.checkpoint.loader import load_model
 from model.checkpoint.weights import load_state_dict
 from model.errors import CheckpointError
+from model.native.layers import NativeRouter
 from model.quant.apply import QUANTIZED_LINEARS
 from model.tiny.lfm2_moe import TINY_MOE_CONFIGS
 
