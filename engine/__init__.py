@@ -28,11 +28,11 @@ if TYPE_CHECKING:
     )
     from engine.metrics import RequestMetrics
     from engine.output import RequestOutput
-    from engine.progress import Progress
     from engine.sampling_params import SamplingParams, SamplingParamsError
     from engine.snapshot import EngineSnapshot, RequestSnapshot
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
     from model.checkpoint.hub import DEFAULT_MODEL, download_checkpoint, is_repo_id, resolve_checkpoint
+    from model.checkpoint.progress import Progress
     from model.errors import ChatTemplateError, CheckpointError, ModelNotAvailableError
     from model.text.model_cards import SAMPLING_OFF, FamilySampling, checkpoint_sampling
     from model.tiny.lfm2 import write_tiny_checkpoint
@@ -48,7 +48,6 @@ _MODULES = {
     "EngineWorker": "engine.worker",
     "RequestError": "engine.errors",
     "ModelSource": "engine.launch",
-    "Progress": "engine.progress",
     "default_cache_dir": "engine.launch",
     "demo_checkpoint": "engine.launch",
     "engine_kwargs": "engine.launch",
@@ -60,12 +59,13 @@ _MODULES = {
     "SamplingParamsError": "engine.sampling_params",
     "StreamHandle": "engine.worker",
     "TokenEvent": "engine.worker",
-    # model/'s, for the app (all torch-free but write_tiny_checkpoint)
+    # model/'s, for the app and the launcher (all torch-free but write_tiny_checkpoint)
     "ChatTemplateError": "model.errors",
     "CheckpointError": "model.errors",
     "DEFAULT_MODEL": "model.checkpoint.hub",
     "FamilySampling": "model.text.model_cards",
     "ModelNotAvailableError": "model.errors",
+    "Progress": "model.checkpoint.progress",
     "SAMPLING_OFF": "model.text.model_cards",
     "checkpoint_sampling": "model.text.model_cards",
     "download_checkpoint": "model.checkpoint.hub",

@@ -1,11 +1,19 @@
-"""Putting an Engine together: the checkpoint loaded in stages a UI can show, then the parts wired.
+"""The one load path: from a model source to the engine's parts, every stage reported to a UI.
 
-    load_checkpoint   locate (local dir or Hub) -> CPU kernels (built once) -> weights (quantized, or
-                      read from the quantized-weights cache) -> tokenizer
-    build_parts       resolve the config (dtype, cache size, context) -> block manager -> cache
-                      tensors -> scheduler, prefill pacer, model runner, output processor
+    locate     a local directory, or a Hub repo id found in the Hub cache or downloaded
+               (engine/launch.py: a launch runs it before importing torch; here it then finds a directory)
+    config     config.json read once (model/arch/registry.py)
+    kernels    the CPU kernels built (once per machine), before the config is resolved: "auto"
+               asks whether bf16 runs fast on this CPU
+    resolve    the config resolved once (engine/config.py): dtype, cache size, context
+    weights    read, packed or quantized (model/checkpoint/loader.py, given the config read above)
+    tokenizer  the checkpoint's, stopping on the config's eos ids too
+    draft      the draft model, if the config names one: the one place one is loaded
+    parts      block manager, cache tensors, scheduler, prefill pacer, model runner, output processor
 
-The step loop (engine/engine.py) only uses what this returns.
+`load_parts` runs them all (Engine.from_pretrained); `parts_for_model` starts from a model its
+caller loaded (Engine(model, tokenizer, config)): the config is resolved once against that model,
+and the same last two stages follow. The step loop (engine/engine.py) only uses what they return.
 """
 
 from __future__ import annotations
@@ -19,71 +27,106 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.draft_model import ModelDrafter
 from engine.drafting import MAX_DRAFT_TOKENS
+from engine.launch import locate_checkpoint
 from engine.output import OutputProcessor
 from engine.pacing import PrefillPacer
-from engine.progress import Progress
 from engine.runner import ModelRunner
 from engine.scheduler import Scheduler
 from model.arch.lfm2 import Lfm2ForCausalLM
+from model.arch.lfm2_config import Lfm2Config
 from model.arch.registry import load_config
 from model.cache import HybridCache
-from model.checkpoint.hub import resolve_checkpoint
 from model.checkpoint.loader import load_model
+from model.checkpoint.progress import Progress
 from model.errors import CheckpointError
 from model.native import kernels as native_kernels
 from model.text.tokenizer import Tokenizer
 
 
-def load_checkpoint(
+def load_parts(
     name_or_path: str | Path, config: EngineConfig, progress: Progress | None = None
-) -> tuple[Lfm2ForCausalLM, Tokenizer, EngineConfig, Lfm2ForCausalLM | None]:
-    """The model, its tokenizer, the config resolved for them, and the draft model (or None).
+) -> EngineParts:
+    """Every stage, from a local directory or Hub repo id to the parts (see the module's docstring).
 
-    `progress(stage, fraction)` reports the stages to a UI; without it the Hub download shows
-    its own progress bars.
+    `progress(stage, fraction)` reports the stages to a UI; without it a Hub download shows
+    huggingface_hub's own bars in the terminal.
     """
-    report = progress or (lambda stage, fraction: None)
-    report("locating checkpoint", None)
-    path = resolve_checkpoint(str(name_or_path), progress=progress is None)
+    report = progress or _silent
+    path = locate_checkpoint(str(name_or_path), progress)
     model_config = load_config(path)
     if config.device == "cpu" and native_kernels.runnable_isas():
-        # built here, before "auto" asks whether bf16 runs fast on this CPU (float32 takes them too)
         report("building CPU kernels (first launch only: about a minute)", None)
         native_kernels.load()
     resolved = config.resolve(model_config)
     if resolved.num_threads is not None:
         torch.set_num_threads(resolved.num_threads)
-    model = load_model(path, resolved.dtype, resolved.device, progress=report, quantize=resolved.quantize)
+    model = load_model(
+        path,
+        resolved.dtype,
+        resolved.device,
+        progress=report,
+        quantize=resolved.quantize,
+        config=model_config,
+    )
     tokenizer = Tokenizer.from_pretrained(path, extra_stop_ids=model_config.eos_token_id)
-    draft = None
-    if config.draft_model is not None:
-        draft = _load_draft_model(config.draft_model, tokenizer, resolved, report)
+    return _finish(model, tokenizer, resolved, None, report)
+
+
+def parts_for_model(
+    model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig, draft: Lfm2ForCausalLM | None = None
+) -> EngineParts:
+    """The parts around a model its caller loaded, the config resolved once against it.
+
+    Without `draft`, a config naming a draft model loads it here."""
+    resolved = config.resolve(model.config, model_dtype=model.dtype)
+    if model.dtype != resolved.torch_dtype:
+        # Casting a loaded model would break its packed and quantized layers: load it right instead.
+        raise ValueError(
+            f"the model was loaded as {model.dtype} but the engine is set to {resolved.dtype}; "
+            "load it with that dtype, or leave EngineConfig.dtype as auto"
+        )
+    return _finish(model, tokenizer, resolved, draft, _silent)
+
+
+def _finish(
+    model: Lfm2ForCausalLM,
+    tokenizer: Tokenizer,
+    config: EngineConfig,
+    draft: Lfm2ForCausalLM | None,
+    report: Progress,
+) -> EngineParts:
+    """Both paths' last stages: the draft model (unless given), then the parts."""
+    if draft is None and config.draft_model is not None:
+        draft = _load_draft_model(config.draft_model, tokenizer, config, report)
     report("allocating cache", None)
-    return model, tokenizer, resolved, draft
+    return build_parts(model, tokenizer, config, draft)
+
+
+def _silent(stage: str, fraction: float | None) -> None:
+    """A Progress that shows nothing."""
 
 
 def _load_draft_model(
     name_or_path: str, tokenizer: Tokenizer, config: EngineConfig, report: Progress
 ) -> Lfm2ForCausalLM:
     """The draft model, in the target's dtype and quantization; its tokenizer must be the target's."""
-    report("locating the draft model", None)
-    path = resolve_checkpoint(name_or_path, progress=False)
+
+    def draft_report(stage: str, fraction: float | None) -> None:
+        report(f"draft model: {stage}", fraction)
+
+    path = locate_checkpoint(name_or_path, draft_report)
     if not tokenizer.same_vocabulary(Tokenizer.from_pretrained(path)):
         raise CheckpointError(
             f"the draft model {name_or_path} has another tokenizer than the model: "
             "its drafts would be other tokens (use one of the same family)"
         )
-    return load_model(
-        path,
-        config.dtype,
-        config.device,
-        progress=lambda stage, fraction: report(f"draft model: {stage}", fraction),
-        quantize=config.quantize,
-    )
+    return load_model(path, config.dtype, config.device, progress=draft_report, quantize=config.quantize)
 
 
 @dataclass(slots=True)
 class EngineParts:
+    model_config: Lfm2Config
+    tokenizer: Tokenizer
     config: EngineConfig  # resolved: dtype, num_kv_blocks, num_sliding_blocks and max_model_len decided
     block_manager: BlockManager
     scheduler: Scheduler
@@ -94,20 +137,10 @@ class EngineParts:
 
 
 def build_parts(
-    model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig, draft: Lfm2ForCausalLM | None = None
+    model: Lfm2ForCausalLM, tokenizer: Tokenizer, config: EngineConfig, draft: Lfm2ForCausalLM | None
 ) -> EngineParts:
-    """Size the cache for `model` (and `draft`'s, a draft model's) and wire the parts around it.
-
-    Without `draft`, a config naming a draft model loads it here."""
-    config = config.resolve(model.config, model_dtype=model.dtype)
-    if model.dtype != config.torch_dtype:
-        # Casting a loaded model would break its packed and quantized layers: load it right instead.
-        raise ValueError(
-            f"the model was loaded as {model.dtype} but the engine is set to {config.dtype}; "
-            "load it with that dtype, or leave EngineConfig.dtype as auto"
-        )
-    if draft is None and config.draft_model is not None:
-        draft = _load_draft_model(config.draft_model, tokenizer, config, lambda stage, fraction: None)
+    """Size the cache for `model` (and `draft`'s, a draft model's) and wire the parts around it;
+    `config` is resolved already."""
     manager = BlockManager(
         config.num_kv_blocks,
         config.block_size,
@@ -129,6 +162,8 @@ def build_parts(
     wants_kernels = native_kernels.wanted_for(config.torch_dtype, config.device)
     proposer = None if draft is None else _drafter(draft, model.config.vocab_size, config)  # None: n-grams
     return EngineParts(
+        model_config=model.config,
+        tokenizer=tokenizer,
         config=config,
         block_manager=manager,
         scheduler=Scheduler(manager, config.max_num_seqs, config.max_num_batched_tokens, config.max_drafts),

@@ -1,9 +1,9 @@
 """The values a user picks for the engine, torch-free so the command line can offer them."""
 
+from model.checkpoint import DTYPES as ENGINE_DTYPES  # what "auto" resolves to
 from model.quant import QUANTIZATIONS
 
-DTYPES = ("auto", "float32", "bfloat16")  # fp16 on CPU is emulated and slow: not offered
-ENGINE_DTYPES = DTYPES[1:]  # what "auto" resolves to
+DTYPES = ("auto", *ENGINE_DTYPES)
 SPECULATIVE = ("ngram", "off")  # n-gram (prompt-lookup) drafts verified in the batch, or none
 DEFAULT_SPECULATIVE = "ngram"
 

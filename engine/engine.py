@@ -17,12 +17,11 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from engine.build import build_parts, load_checkpoint
+from engine.build import EngineParts, load_parts, parts_for_model
 from engine.config import EngineConfig
 from engine.errors import RequestError
 from engine.metrics import EngineMetrics, RequestMetrics, StepStats
 from engine.output import RequestOutput
-from engine.progress import Progress
 from engine.prompts import Prompt, prompt_token_ids
 from engine.request import Request, RequestStatus
 from engine.sampler import make_generator
@@ -30,6 +29,7 @@ from engine.sampling_params import SamplingParams
 from engine.snapshot import EngineSnapshot, take_snapshot
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_config import Lfm2Config
+from model.checkpoint.progress import Progress
 from model.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -46,10 +46,13 @@ class Engine:
         draft_model: Lfm2ForCausalLM | None = None,
     ):
         """``draft_model``: a smaller model with ``tokenizer``'s vocabulary that drafts for speculative
-        decoding instead of the n-grams (``EngineConfig.draft_model`` names the one from_pretrained loads)."""
-        parts = build_parts(model, tokenizer, config or EngineConfig(), draft_model)
-        self.model_config: Lfm2Config = model.config
-        self.tokenizer = tokenizer
+        decoding instead of the n-grams (``EngineConfig.draft_model`` names one for the engine to load)."""
+        self._start(parts_for_model(model, tokenizer, config or EngineConfig(), draft_model))
+
+    def _start(self, parts: EngineParts) -> None:
+        """Run on the parts the load path built (engine/build.py), with no requests yet."""
+        self.model_config: Lfm2Config = parts.model_config
+        self.tokenizer = parts.tokenizer
         self.config = parts.config
         self.max_model_len: int = parts.config.max_model_len
         self.block_manager = parts.block_manager
@@ -73,7 +76,9 @@ class Engine:
 
         `progress(stage, fraction)` reports the stages to a UI (engine/build.py names them).
         """
-        return cls(*load_checkpoint(name_or_path, config or EngineConfig(), progress))
+        engine = cls.__new__(cls)  # __init__ would resolve the config against the model a second time
+        engine._start(load_parts(name_or_path, config or EngineConfig(), progress))
+        return engine
 
     # ------------------------------------------------------------------ requests
     def add_request(

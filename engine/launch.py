@@ -1,9 +1,11 @@
 """Which checkpoint a launch runs, and getting an engine on it: shared by the app and `serve`.
 
 Torch-free to import: torch and the model code load inside `load_engine`, which the app runs on
-its loader thread (the loading screen is drawn first) and `serve` before it listens. The Hub
-download comes first (huggingface_hub needs no torch), so a model that cannot be had is reported
-without waiting for torch, and a first download reports its bytes.
+its loader thread (the loading screen is drawn first) and `serve` before it listens. The load
+path's first stage, `locate_checkpoint`, lives here and runs first (huggingface_hub needs no
+torch), so a model that cannot be had is reported without waiting for torch, and a first
+download reports its bytes; the rest of the path is engine/build.py's, through
+`Engine.from_pretrained`.
 """
 
 from __future__ import annotations
@@ -16,8 +18,8 @@ from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
-from engine.progress import Progress
 from model.checkpoint.hub import DEFAULT_MODEL, resolve_checkpoint
+from model.checkpoint.progress import Progress
 from model.text.model_cards import FamilySampling, checkpoint_sampling
 
 if TYPE_CHECKING:
@@ -86,13 +88,23 @@ def demo_checkpoint(cache_dir: Path) -> Path:
     return final
 
 
-def locate_checkpoint(source: ModelSource, progress: Progress) -> Path:
-    """The checkpoint directory of `source`, downloading it with its bytes reported."""
+def locate_checkpoint(name_or_path: str, progress: Progress | None, revision: str | None = None) -> Path:
+    """The load path's first stage (engine/build.py): the checkpoint directory of a local path or Hub
+    repo id (at `revision`), found in the Hub cache or downloaded.
+
+    A lookup reports to `progress`, a download its bytes; without `progress`, huggingface_hub's own
+    bars show in the terminal. A directory is no lookup: nothing to report (so the load path finds
+    the one a launch located without a second stage). Torch-free, so that a launch can run it
+    before importing torch.
+    """
+    if progress is None or Path(name_or_path).expanduser().is_dir():
+        return resolve_checkpoint(name_or_path, revision=revision)
     progress("locating checkpoint", None)
+    label = ModelSource(name_or_path, revision).label
     return resolve_checkpoint(
-        source.model,
-        revision=source.revision,
-        on_transfer=lambda transfer: progress(f"downloading {source.label}: {transfer}", transfer.fraction),
+        name_or_path,
+        revision=revision,
+        on_transfer=lambda transfer: progress(f"downloading {label}: {transfer}", transfer.fraction),
     )
 
 
@@ -103,7 +115,7 @@ def load_engine(
 
     `config` may be the keyword arguments of an EngineConfig: building one imports torch.
     """
-    checkpoint = None if source.demo else locate_checkpoint(source, progress)
+    checkpoint = None if source.demo else locate_checkpoint(source.model, progress, source.revision)
     progress("importing PyTorch", None)
     from engine.config import EngineConfig
     from engine.engine import Engine

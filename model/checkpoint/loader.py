@@ -14,8 +14,10 @@ from torch import nn
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_config import Lfm2Config
 from model.arch.registry import architecture, load_config
+from model.checkpoint import DTYPES
 from model.checkpoint import quantized_cache as quantized
 from model.checkpoint.file_embedding import FILE_READS_SUPPORTED, FileEmbedding
+from model.checkpoint.progress import FractionDone, Progress
 from model.checkpoint.weights import (
     EMBEDDING,
     CheckpointTensors,
@@ -34,16 +36,14 @@ from model.native.linears import cpu_linear, replace_linears
 from model.quant import QUANTIZATIONS
 from model.quant.apply import quantize_linears
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
-    """Map a user-facing dtype name to torch, with a clear error for anything else."""
+    """Map a user-facing dtype name (one of ``DTYPES``) to torch, with a clear error for anything else."""
     if isinstance(name, torch.dtype):
         return name
     if name not in DTYPES:
         raise ValueError(f"dtype {name!r} is not supported; use one of {', '.join(DTYPES)}")
-    return DTYPES[name]
+    return getattr(torch, name)
 
 
 TensorSource = Callable[[list[str]], dict[str, torch.Tensor]]  # checkpoint names -> their tensors
@@ -55,7 +55,7 @@ def build_model(
     dtype: torch.dtype,
     device: torch.device | str = "cpu",
     convert: Callable[[nn.Module], object] | None = None,
-    progress: Callable[[float], None] | None = None,
+    progress: FractionDone | None = None,
 ) -> Lfm2ForCausalLM:
     """The module of ``config``'s architecture holding a checkpoint's tensors, built a layer at a time.
 
@@ -98,9 +98,6 @@ def build_model(
     return model.to(device).eval()
 
 
-Progress = Callable[[str, "float | None"], None]
-
-
 def load_model(
     checkpoint_dir: str | Path,
     dtype: str | torch.dtype = "float32",
@@ -108,8 +105,12 @@ def load_model(
     progress: Progress | None = None,
     quantize: str = "none",
     quantized_cache: Path | None = None,
+    config: Lfm2Config | None = None,
 ) -> Lfm2ForCausalLM:
     """Read config.json and the safetensors weights of a local LFM2 checkpoint.
+
+    ``config``: the checkpoint's config.json as model/arch/registry.py's ``load_config`` read it,
+    where the caller has read it already (engine/build.py's load path reads it once).
 
     bf16 on CPU: linears use the native kernels (model/native/kernels, built on first use) or, where
     those cannot be built, oneDNN-packed weights (model/native/linears.py). ``quantize`` "int8"
@@ -126,7 +127,7 @@ def load_model(
         raise ValueError(f"quantize {quantize!r} is not supported; use one of {', '.join(QUANTIZATIONS)}")
     report = progress or (lambda stage, fraction: None)
     checkpoint_dir = Path(checkpoint_dir)
-    config = with_checkpoint_head(load_config(checkpoint_dir), checkpoint_tensors(checkpoint_dir))
+    config = with_checkpoint_head(config or load_config(checkpoint_dir), checkpoint_tensors(checkpoint_dir))
     torch_dtype = parse_dtype(dtype)
     on_cpu = torch.device(device).type == "cpu"
     wants_kernels = native_kernels.wanted_for(torch_dtype, device)

@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import zlib
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -41,6 +40,7 @@ from torch import nn
 
 from model.checkpoint.atomic_write import remove_abandoned, replacing
 from model.checkpoint.digest import checkpoint_digest
+from model.checkpoint.progress import FractionDone
 from model.checkpoint.weights import file_tensors, read_tensor
 from model.errors import CheckpointError
 from model.native.kernels import layout
@@ -52,7 +52,6 @@ CACHE_ENV = "LFM_CHAT_QUANTIZED_CACHE"
 FORMAT_VERSION = "1"  # of the file itself: its metadata fields and checksum
 _CHECKSUM, _LAYERS = "crc32", "layers"
 
-Progress = Callable[[float], None]
 _KEY_WORDS = {  # CacheKey's fields as a log line names them
     "checkpoint": "checkpoint contents",
     "isa": "instruction set",
@@ -132,7 +131,7 @@ class CachedModel:
     layers: dict[str, dict[str, Any]]
 
 
-def read(path: Path, key: CacheKey, progress: Progress | None = None) -> CachedModel | None:
+def read(path: Path, key: CacheKey, progress: FractionDone | None = None) -> CachedModel | None:
     """What is cached for ``key`` at ``path``, or None: no file, or a bad one (deleted, logged)."""
     if not path.is_file():
         return None
@@ -143,7 +142,7 @@ def read(path: Path, key: CacheKey, progress: Progress | None = None) -> CachedM
         return None
 
 
-def _read_checked(path: Path, key: CacheKey, progress: Progress | None) -> CachedModel:
+def _read_checked(path: Path, key: CacheKey, progress: FractionDone | None) -> CachedModel:
     locations, metadata = file_tensors(path)  # sizes checked against the file: a cut-short one fails here
     stored = {name: value for name, value in metadata.items() if name not in (_LAYERS, _CHECKSUM)}
     if stored != key.metadata():
