@@ -36,7 +36,7 @@ class OursBackend:
         self, checkpoint: Path, dtype: str, quantize: str = "none", sampling: str = "greedy"
     ) -> None:
         config = load_config(checkpoint)
-        self.model = load_model(checkpoint, dtype, quantize=quantize)
+        self.model = load_model(checkpoint, dtype, quantize=quantize, config=config)
         self.tokenizer = Tokenizer.from_pretrained(checkpoint, extra_stop_ids=config.eos_token_id)
         self.dtype = dtype
         self.quantize = quantize

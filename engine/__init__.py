@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from engine.choices import DEFAULT_SPECULATIVE, DTYPES, QUANTIZATIONS, SPECULATIVE
     from engine.config import EngineConfig
     from engine.engine import Engine
-    from engine.errors import RequestError
+    from engine.errors import PromptTooLong, RequestError
     from engine.launch import (
         ModelSource,
         default_cache_dir,
@@ -46,6 +46,7 @@ _MODULES = {
     "EngineConfig": "engine.config",
     "EngineSnapshot": "engine.snapshot",
     "EngineWorker": "engine.worker",
+    "PromptTooLong": "engine.errors",
     "RequestError": "engine.errors",
     "ModelSource": "engine.launch",
     "default_cache_dir": "engine.launch",

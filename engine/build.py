@@ -125,8 +125,6 @@ def _load_draft_model(
 
 @dataclass(slots=True)
 class EngineParts:
-    model_config: Lfm2Config
-    tokenizer: Tokenizer
     config: EngineConfig  # resolved: dtype, num_kv_blocks, num_sliding_blocks and max_model_len decided
     block_manager: BlockManager
     scheduler: Scheduler
@@ -134,6 +132,8 @@ class EngineParts:
     runner: ModelRunner
     outputs: OutputProcessor
     kernel_fallback: str | None  # why the model runs on PyTorch's slower kernels (None: it doesn't)
+    model_config: Lfm2Config
+    tokenizer: Tokenizer
 
 
 def build_parts(
@@ -162,8 +162,6 @@ def build_parts(
     wants_kernels = native_kernels.wanted_for(config.torch_dtype, config.device)
     proposer = None if draft is None else _drafter(draft, model.config.vocab_size, config)  # None: n-grams
     return EngineParts(
-        model_config=model.config,
-        tokenizer=tokenizer,
         config=config,
         block_manager=manager,
         scheduler=Scheduler(manager, config.max_num_seqs, config.max_num_batched_tokens, config.max_drafts),
@@ -171,6 +169,8 @@ def build_parts(
         runner=ModelRunner(model, cache, config.device, proposer),
         outputs=OutputProcessor(tokenizer),
         kernel_fallback=native_kernels.unavailable_reason() if wants_kernels else None,
+        model_config=model.config,
+        tokenizer=tokenizer,
     )
 
 

@@ -80,6 +80,12 @@ class Engine:
         engine._start(load_parts(name_or_path, config or EngineConfig(), progress))
         return engine
 
+    def check_prompt(self, prompt: Prompt) -> list[int]:
+        """The prompt's token ids if this engine can take it, else the RequestError add_request would
+        raise (PromptTooLong where the context cannot hold it): for a caller that answers before it
+        submits, as `serve` does. It reads only what never changes, so any thread may call it."""
+        return prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.max_model_len)
+
     # ------------------------------------------------------------------ requests
     def add_request(
         self,

@@ -19,12 +19,12 @@ from typing import TYPE_CHECKING, Any
 import platformdirs
 
 from model.checkpoint.hub import DEFAULT_MODEL, resolve_checkpoint
-from model.checkpoint.progress import Progress
 from model.text.model_cards import FamilySampling, checkpoint_sampling
 
 if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.engine import Engine
+    from model.checkpoint.progress import Progress
 
 
 def default_cache_dir() -> Path:

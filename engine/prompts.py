@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from engine.errors import RequestError
+from engine.errors import PromptTooLong, RequestError
 from model.text.tokenizer import Tokenizer
 
 Prompt = str | Sequence[int]
 
 
 def prompt_token_ids(prompt: Prompt, tokenizer: Tokenizer, vocab_size: int, max_model_len: int) -> list[int]:
-    """Token ids of `prompt` (text or ids); RequestError if the model cannot take them.
+    """Token ids of `prompt` (text or ids); RequestError if the model cannot take them (PromptTooLong
+    if they do not fit the context).
 
     Text is range-checked too: a tokenizer may know more ids than the model's embedding has
     rows, and such an id would fail every request batched with this one.
@@ -23,7 +24,7 @@ def prompt_token_ids(prompt: Prompt, tokenizer: Tokenizer, vocab_size: int, max_
     if not ids:
         raise RequestError("prompt is empty")
     if len(ids) + 1 > max_model_len:
-        raise RequestError(
+        raise PromptTooLong(
             f"prompt is {len(ids)} tokens but the context holds {max_model_len} "
             f"(prompt plus at least one generated token)"
         )

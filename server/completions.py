@@ -17,7 +17,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engine import Engine, TokenEvent
+from engine import Engine, PromptTooLong, RequestError, TokenEvent
 from server.bridge import EngineBridge, Overloaded, RequestStream
 from server.config import ServerConfig
 from server.errors import ApiError, bad_request, error_body
@@ -111,21 +111,14 @@ def _encode(service: Service, text: str, param: str) -> list[int]:
 
 
 def _check_prompt(engine: Engine, ids: list[int], param: str) -> None:
-    """The engine's prompt rules, checked before a response starts: a stream never begins with an error."""
-    vocab = engine.model_config.vocab_size
-    if not ids:
-        raise bad_request("the prompt is empty", param)
-    bad = next((t for t in ids if not 0 <= t < vocab), None)
-    if bad is not None:
-        raise bad_request(f"token id {bad} is outside the vocabulary [0, {vocab})", param)
-    if len(ids) + 1 > engine.max_model_len:
-        raise ApiError(
-            400,
-            f"this model's context is {engine.max_model_len} tokens and the prompt has {len(ids)} "
-            "(at least one token must be generated)",
-            param,
-            "context_length_exceeded",
-        )
+    """The engine's prompt rules (Engine.check_prompt), checked before a response starts: a stream
+    never begins with an error."""
+    try:
+        engine.check_prompt(ids)
+    except PromptTooLong as exc:
+        raise ApiError(400, str(exc), param, "context_length_exceeded") from None
+    except RequestError as exc:
+        raise bad_request(str(exc), param) from None
 
 
 async def _generate(

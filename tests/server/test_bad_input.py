@@ -198,3 +198,11 @@ def test_an_error_quoting_a_huge_value_stays_one_short_line(server: str) -> None
     body = {"messages": HELLO, "stop": ["y" * 1_000_000]}
     error = assert_error(httpx.post(f"{server}{CHAT}", json=body), 400, "stop")
     assert len(error["message"]) <= 1000
+
+
+def test_token_ids_that_leave_no_room_in_the_context_get_openais_code(server: str, reference) -> None:
+    """The engine's rule (Engine.check_prompt), answered before a response starts, as OpenAI answers it."""
+    ids = [20] * reference.max_model_len  # no room for one generated token
+    reply = httpx.post(f"{server}/v1/completions", json={"prompt": ids, "max_tokens": 1})
+    assert assert_error(reply, 400, "prompt")["code"] == "context_length_exceeded"
+    assert_still_serving(server)
