@@ -1,7 +1,7 @@
 """The one load path: from a model source to the engine's parts, every stage reported to a UI.
 
-    locate     a local directory, or a Hub repo id found in the Hub cache or downloaded
-               (engine/launch.py: a launch runs it before importing torch; here it then finds a directory)
+    locate     a Hub repo id found in the Hub cache or downloaded (engine/launch.py; a launch runs it
+               before importing torch and passes the directory on); a local directory needs none
     config     config.json read once (model/arch/registry.py)
     kernels    the CPU kernels built (once per machine), before the config is resolved: "auto"
                asks whether bf16 runs fast on this CPU
@@ -52,7 +52,9 @@ def load_parts(
     huggingface_hub's own bars in the terminal.
     """
     report = progress or _silent
-    path = locate_checkpoint(str(name_or_path), progress)
+    path = Path(name_or_path).expanduser()
+    if not path.is_dir():  # a directory is located (as a launch's is, before it imports torch)
+        path = locate_checkpoint(str(name_or_path), progress)
     model_config = load_config(path)
     if config.device == "cpu" and native_kernels.runnable_isas():
         report("building CPU kernels (first launch only: about a minute)", None)

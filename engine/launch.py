@@ -92,12 +92,10 @@ def locate_checkpoint(name_or_path: str, progress: Progress | None, revision: st
     """The load path's first stage (engine/build.py): the checkpoint directory of a local path or Hub
     repo id (at `revision`), found in the Hub cache or downloaded.
 
-    A lookup reports to `progress`, a download its bytes; without `progress`, huggingface_hub's own
-    bars show in the terminal. A directory is no lookup: nothing to report (so the load path finds
-    the one a launch located without a second stage). Torch-free, so that a launch can run it
-    before importing torch.
+    A download reports its bytes to `progress`; without one, huggingface_hub's own bars show in the
+    terminal. Torch-free, so that a launch can run it before importing torch.
     """
-    if progress is None or Path(name_or_path).expanduser().is_dir():
+    if progress is None:
         return resolve_checkpoint(name_or_path, revision=revision)
     progress("locating checkpoint", None)
     label = ModelSource(name_or_path, revision).label

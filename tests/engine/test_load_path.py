@@ -87,6 +87,12 @@ def test_a_launch_reads_and_resolves_once_and_reports_each_stage_in_order(
     assert counts.resolves == 1
     assert dict(counts.config_reads) == {tiny_ckpt.resolve(): 1, draft_ckpt.resolve(): 1}
     kernels = [s for s in stages if s.startswith("building CPU kernels")]
-    # local directories: no lookup to report (a Hub id's starts with "locating checkpoint")
-    expected = ["importing PyTorch", *kernels, "loading weights", "draft model: loading weights"]
-    assert stages == [*expected, "allocating cache"]
+    assert stages == [
+        "locating checkpoint",  # once: Engine.from_pretrained takes the directory the launch located
+        "importing PyTorch",
+        *kernels,
+        "loading weights",
+        "draft model: locating checkpoint",
+        "draft model: loading weights",
+        "allocating cache",
+    ]
