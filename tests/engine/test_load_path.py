@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from engine import Engine, EngineConfig, ModelSource, SamplingParams, load_engine
-from engine.config import EngineConfig as ConfigClass
 from model.checkpoint.loader import load_model
 from model.text.tokenizer import Tokenizer
 from tests.engine.test_draft_model import DRAFT_PRESET
@@ -27,7 +26,7 @@ class Counts:
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.resolves = 0
         self.config_reads: Counter[Path] = Counter()
-        resolve, open_file = ConfigClass.resolve, Path.open
+        resolve, open_file = EngineConfig.resolve, Path.open
 
         def counting_resolve(config: EngineConfig, *args, **kwargs) -> EngineConfig:
             self.resolves += 1
@@ -38,7 +37,7 @@ class Counts:
                 self.config_reads[path.parent.resolve()] += 1
             return open_file(path, *args, **kwargs)
 
-        monkeypatch.setattr(ConfigClass, "resolve", counting_resolve)
+        monkeypatch.setattr(EngineConfig, "resolve", counting_resolve)
         monkeypatch.setattr(Path, "open", counting_open)
 
 
