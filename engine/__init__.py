@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from model.checkpoint.progress import Progress
     from model.errors import ChatTemplateError, CheckpointError, ModelNotAvailableError
     from model.text.model_cards import SAMPLING_OFF, FamilySampling, checkpoint_sampling
+    from model.text.tool_calls import IndexedCall, ToolCall, ToolCallStream, new_call_id
     from model.tiny.lfm2 import write_tiny_checkpoint
 
 _MODULES = {
@@ -60,7 +61,7 @@ _MODULES = {
     "SamplingParamsError": "engine.sampling_params",
     "StreamHandle": "engine.worker",
     "TokenEvent": "engine.worker",
-    # model/'s, for the app and the launcher (all torch-free but write_tiny_checkpoint)
+    # model/'s, for the app, the launcher and the server (all torch-free but write_tiny_checkpoint)
     "ChatTemplateError": "model.errors",
     "CheckpointError": "model.errors",
     "DEFAULT_MODEL": "model.checkpoint.hub",
@@ -69,6 +70,10 @@ _MODULES = {
     "Progress": "model.checkpoint.progress",
     "SAMPLING_OFF": "model.text.model_cards",
     "checkpoint_sampling": "model.text.model_cards",
+    "IndexedCall": "model.text.tool_calls",
+    "ToolCall": "model.text.tool_calls",
+    "ToolCallStream": "model.text.tool_calls",
+    "new_call_id": "model.text.tool_calls",
     "download_checkpoint": "model.checkpoint.hub",
     "is_repo_id": "model.checkpoint.hub",
     "resolve_checkpoint": "model.checkpoint.hub",

@@ -1,14 +1,16 @@
 """POST /v1/chat/completions and /v1/completions: parse, render the prompt, submit, stream or collect.
 
-The two endpoints differ only in how the prompt is made (the checkpoint's chat template, or the
-text as given) and in the response shapes; the rest is shared. Whichever way the client leaves
+The two endpoints differ only in how the prompt is made (the checkpoint's chat template, with the
+request's tools, or the text as given) and in the response shapes; the rest is shared. A chat
+reply to a request with tools goes through server/tools.py's ToolReply, which turns the model's
+call blocks into `tool_calls`. Whichever way the client leaves
 (closing a stream, or hanging up while a non-streamed reply is generated), the request is
 cancelled: the engine aborts it before its next step and frees its blocks.
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,8 +23,9 @@ from engine import Engine, PromptTooLong, RequestError, TokenEvent
 from server.bridge import EngineBridge, Overloaded, RequestStream
 from server.config import ServerConfig
 from server.errors import ApiError, bad_request, error_body
-from server.protocol import Generation, parse_chat, parse_completion, parse_json
+from server.protocol import ChatRequest, Generation, parse_chat, parse_completion, parse_json
 from server.responses import SSE_DONE, Shapes, sse
+from server.tools import ToolReply
 
 CLIENT_CLOSED = 499  # nginx's status for a request whose client left first: logged, never received
 
@@ -58,7 +61,8 @@ def prompt_byte_bound(engine: Engine) -> int:
 async def chat_completions(request: Request) -> Response:
     service: Service = request.app.state.service
     chat = parse_chat(await read_json(request, service.config.max_body_bytes), service.config.limits)
-    text = await run_in_threadpool(_render_chat, service.engine, chat.messages)
+    tools = chat.tools.tools if chat.tools is not None else None
+    text = await run_in_threadpool(_render_chat, service.engine, chat.messages, tools)
     ids = await run_in_threadpool(_encode, service, text, "messages")
     return await _generate(request, service, chat, ids, chat=True)
 
@@ -89,10 +93,10 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
     return parse_json(bytes(body))
 
 
-def _render_chat(engine: Engine, messages: list[dict[str, str]]) -> str:
+def _render_chat(engine: Engine, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
     """The conversation as the checkpoint's template renders it (runs in a thread: templates are code)."""
     try:
-        return engine.tokenizer.render_chat(messages)
+        return engine.tokenizer.render_chat(messages, tools=tools)
     except ValueError as exc:  # model.errors.ChatTemplateError: the template's own message
         raise bad_request(f"the chat template refused the messages: {exc}", "messages") from None
 
@@ -135,12 +139,16 @@ async def _generate(
     except Overloaded:
         message = "the server is overloaded: too many requests are waiting; retry shortly"
         raise ApiError(503, message, headers={"Retry-After": "1"}) from None
+    events = await _unless_refused(stream, job.structure_param)
     shapes = Shapes(config.model_name, chat, include_usage=job.stream and job.include_usage)
+    tools = job.tools if isinstance(job, ChatRequest) else None
+    reply = ToolReply(tools) if tools is not None and tools.parses_calls else None
     if job.stream:
         headers = {"Cache-Control": "no-cache"}
-        return StreamingResponse(_events(stream, shapes), media_type="text/event-stream", headers=headers)
+        body = _events(stream, events, shapes, reply)
+        return StreamingResponse(body, media_type="text/event-stream", headers=headers)
     try:
-        collected = await _collect_unless_disconnected(request, stream)
+        collected = await _collect_unless_disconnected(request, events)
     finally:
         stream.cancel()
     if collected is None:
@@ -148,22 +156,57 @@ async def _generate(
     text, last = collected
     if last.finish_reason == "error":
         raise ApiError(500, f"generation failed: {last.error}")
-    return JSONResponse(shapes.completion(text, last.finish_reason, last.metrics))
+    if reply is None:
+        return JSONResponse(shapes.completion(text, last.finish_reason, last.metrics))
+    reply.feed(text)
+    reply.finish()
+    content, calls = reply.message()
+    return JSONResponse(
+        shapes.completion(content, reply.finish_reason(last.finish_reason), last.metrics, calls)
+    )
 
 
-async def _events(stream: RequestStream, shapes: Shapes) -> AsyncIterator[bytes]:
+async def _unless_refused(stream: RequestStream, structure_param: str | None) -> AsyncIterable[TokenEvent]:
+    """The request's events; a 400 naming the field instead if the engine refused its structure.
+
+    The engine compiles a structure when the request enters it, so a constrained request waits for
+    its first event before a response starts: a stream never begins with an error it could have been."""
+    if structure_param is None:
+        return stream
+    first = await anext(aiter(stream))
+    if first.finished and first.finish_reason == "error" and "structure" in (first.error or ""):
+        raise bad_request(f"{structure_param}: {first.error}", structure_param)
+
+    async def replay() -> AsyncIterator[TokenEvent]:
+        yield first
+        async for event in stream:
+            yield event
+
+    return replay()
+
+
+async def _events(
+    stream: RequestStream, events: AsyncIterable[TokenEvent], shapes: Shapes, reply: ToolReply | None
+) -> AsyncIterator[bytes]:
     """The SSE stream. Starlette cancels it when the client disconnects; `finally` then aborts the request."""
     try:
         if shapes.chat:
             yield sse(shapes.chunk("", role=True))
-        async for event in stream:
+        async for event in events:
             if event.finish_reason == "error":
                 yield sse(error_body(500, f"generation failed: {event.error}"))
                 break
-            if event.text:
+            if reply is None and event.text:
                 yield sse(shapes.chunk(event.text))
+            for delta in reply.feed(event.text) if reply is not None else []:
+                yield sse(shapes.delta_chunk(delta))
             if event.finished:
-                yield sse(shapes.chunk("", event.finish_reason))
+                reason = event.finish_reason
+                if reply is not None:
+                    for delta in reply.finish():
+                        yield sse(shapes.delta_chunk(delta))
+                    reason = reply.finish_reason(reason)
+                yield sse(shapes.chunk("", reason))
                 if shapes.include_usage:
                     yield sse(shapes.usage_chunk(event.metrics))
         yield SSE_DONE
@@ -172,7 +215,7 @@ async def _events(stream: RequestStream, shapes: Shapes) -> AsyncIterator[bytes]
 
 
 async def _collect_unless_disconnected(
-    request: Request, stream: RequestStream
+    request: Request, stream: AsyncIterable[TokenEvent]
 ) -> tuple[str, TokenEvent] | None:
     """The whole reply and its final event; None if the client hung up first."""
     collected = None

@@ -2,8 +2,9 @@
 
 Everything a client can get wrong is an ApiError (400) naming the field, raised here before the
 engine sees the request. Unknown fields are ignored, as vLLM ignores them; fields that would
-change the answer in a way this server cannot honour (n > 1, logprobs, tools...) are refused
-rather than silently dropped. A JSON null counts as "not given" (several clients send them).
+change the answer in a way this server cannot honour (n > 1, logprobs...) are refused rather
+than silently dropped. A JSON null counts as "not given" (several clients send them). Tools are
+server/tools.py's, response_format and vLLM's structured outputs server/structured_outputs.py's.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from typing import Any
 
 from engine import SamplingParams, SamplingParamsError
 from server.errors import bad_request
+from server.structured_outputs import requested_structure, structure
+from server.tools import ToolPlan, message_fields, tool_plan
 
 # OpenAI's and vLLM's names for what SamplingParams calls the same (max_tokens is handled apart).
 SAMPLING_FIELDS = (
@@ -42,12 +45,10 @@ _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "logprobs": _off,
     "top_logprobs": _off,
     "logit_bias": _off,
-    "tools": _off,
     "functions": _off,
     "echo": _off,
     "suffix": _off,
     "best_of": lambda v: v is None or v == 1,
-    "response_format": lambda v: v is None or (isinstance(v, dict) and v.get("type") == "text"),
 }
 
 
@@ -67,11 +68,13 @@ class Generation:
     params: SamplingParams
     stream: bool
     include_usage: bool
+    structure_param: str | None  # the field whose structure constrains the output, if any
 
 
 @dataclass(slots=True)
 class ChatRequest(Generation):
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
+    tools: ToolPlan | None = None
 
 
 @dataclass(slots=True)
@@ -94,12 +97,24 @@ def parse_json(raw: bytes) -> dict[str, Any]:
 def parse_chat(body: Mapping[str, Any], limits: Limits) -> ChatRequest:
     messages = _messages(body.get("messages"))
     max_tokens = _given(body, "max_completion_tokens", _given(body, "max_tokens"))
-    return ChatRequest(messages=messages, **_generation(body, limits, max_tokens))
+    tools = tool_plan(body)
+    constrained = requested_structure(body, chat=True)
+    constraint = tools.constraint() if tools is not None else None
+    if constraint is not None:
+        if constrained is not None:
+            message = f"tool_choice {tools.choice!r} and {constrained[1]} both constrain the output"  # type: ignore[union-attr]
+            raise bad_request(message, "tool_choice")
+        constrained = structure("json_schema", constraint, "tools"), "tools"
+    generation = _generation(body, limits, max_tokens, constrained)
+    return ChatRequest(messages=messages, tools=tools, **generation)
 
 
 def parse_completion(body: Mapping[str, Any], limits: Limits) -> CompletionRequest:
     prompt = _prompt(body.get("prompt"))
-    return CompletionRequest(prompt=prompt, **_generation(body, limits, _given(body, "max_tokens")))
+    constrained = requested_structure(body, chat=False)
+    return CompletionRequest(
+        prompt=prompt, **_generation(body, limits, _given(body, "max_tokens"), constrained)
+    )
 
 
 def _given(body: Mapping[str, Any], name: str, default: Any = None) -> Any:
@@ -107,7 +122,9 @@ def _given(body: Mapping[str, Any], name: str, default: Any = None) -> Any:
     return default if value is None else value
 
 
-def _generation(body: Mapping[str, Any], limits: Limits, max_tokens: Any) -> dict[str, Any]:
+def _generation(
+    body: Mapping[str, Any], limits: Limits, max_tokens: Any, constrained: tuple[Any, str] | None
+) -> dict[str, Any]:
     for name, is_default in _UNSUPPORTED.items():
         if not is_default(body.get(name)):
             raise bad_request(f"{name} is not supported by lfm-chat serve", name)
@@ -125,19 +142,22 @@ def _generation(body: Mapping[str, Any], limits: Limits, max_tokens: Any) -> dic
         raise bad_request('stream_options must be an object like {"include_usage": true}', "stream_options")
     return {
         "model": model,
-        "params": _sampling(body, limits, max_tokens),
+        "params": _sampling(body, limits, max_tokens, constrained[0] if constrained else None),
         "stream": stream,
         "include_usage": bool(include_usage),
+        "structure_param": constrained[1] if constrained else None,
     }
 
 
-def _sampling(body: Mapping[str, Any], limits: Limits, max_tokens: Any) -> SamplingParams:
+def _sampling(body: Mapping[str, Any], limits: Limits, max_tokens: Any, structure: Any) -> SamplingParams:
     if max_tokens is None:
         max_tokens = limits.max_tokens
     elif isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > limits.max_tokens:
         raise bad_request(f"max_tokens must be at most {limits.max_tokens} on this server", "max_tokens")
     stop = _given(body, "stop", [])
     given = {name: body[name] for name in SAMPLING_FIELDS if body.get(name) is not None}
+    if structure is not None:
+        given["structure"] = structure
     try:
         return SamplingParams(
             **{**limits.sampling, **given},
@@ -149,8 +169,8 @@ def _sampling(body: Mapping[str, Any], limits: Limits, max_tokens: Any) -> Sampl
         raise bad_request(str(exc).replace("SamplingParams.", ""), name[1] if name else None) from None
 
 
-def _messages(value: Any) -> list[dict[str, str]]:
-    """Role and text of each message; the chat template renders them as the engine's tokenizer does."""
+def _messages(value: Any) -> list[dict[str, Any]]:
+    """Role, text and tool fields of each message; the chat template renders them as transformers does."""
     if not isinstance(value, list) or not value:
         raise bad_request("messages must be a non-empty list of {role, content} objects", "messages")
     messages = []
@@ -162,7 +182,8 @@ def _messages(value: Any) -> list[dict[str, str]]:
         if role not in ROLES:
             raise bad_request(f"{where}.role must be one of {', '.join(ROLES)}, not {role!r}", "messages")
         content = _text(message.get("content"), where)
-        messages.append({"role": "system" if role == "developer" else role, "content": content})
+        fields = message_fields(message, role, where)
+        messages.append({"role": "system" if role == "developer" else role, "content": content, **fields})
     return messages
 
 

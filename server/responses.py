@@ -52,10 +52,19 @@ class Shapes:
             "choices": choices,
         }
 
-    def completion(self, text: str, finish_reason: str | None, metrics: RequestMetrics) -> dict[str, Any]:
-        """The non-streamed reply."""
+    def completion(
+        self,
+        text: str | None,
+        finish_reason: str | None,
+        metrics: RequestMetrics,
+        tool_calls: list[dict[str, Any]] | None = None,
+    ) -> dict[str, Any]:
+        """The non-streamed reply; a chat's message carries the calls the model made, if any."""
         if self.chat:
-            choice = {"index": 0, "message": {"role": "assistant", "content": text}}
+            message: dict[str, Any] = {"role": "assistant", "content": text}
+            if tool_calls:
+                message["tool_calls"] = tool_calls
+            choice = {"index": 0, "message": message}
             kind = "chat.completion"
         else:
             choice, kind = {"index": 0, "text": text}, "text_completion"
@@ -65,12 +74,17 @@ class Shapes:
     def chunk(self, text: str, finish_reason: str | None = None, role: bool = False) -> dict[str, Any]:
         """A stream chunk: a text delta; the last one has the finish reason, a chat's first the role."""
         if self.chat:
-            delta: dict[str, str] = {"role": "assistant"} if role else {}
+            delta: dict[str, Any] = {"role": "assistant"} if role else {}
             if text or role:
                 delta["content"] = text
-            choice: dict[str, Any] = {"index": 0, "delta": delta}
-        else:
-            choice = {"index": 0, "text": text}
+            return self.delta_chunk(delta, finish_reason)
+        return self._choice_chunk({"index": 0, "text": text}, finish_reason)
+
+    def delta_chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        """A chat stream chunk with any delta: content, or tool_calls (server/tools.py's)."""
+        return self._choice_chunk({"index": 0, "delta": delta}, finish_reason)
+
+    def _choice_chunk(self, choice: dict[str, Any], finish_reason: str | None) -> dict[str, Any]:
         choice.update(finish_reason=finish_reason, logprobs=None)
         payload = self._envelope("chat.completion.chunk" if self.chat else "text_completion", [choice])
         if self.include_usage:

@@ -366,7 +366,8 @@ class ToolCallStream:
 
     ``feed`` and ``finish`` return a list of events: a ``str`` is content to show, an
     ``IndexedCall`` a whole call. Content before a block and after it streams as it comes, less
-    the markers; whitespace around a block is dropped. After a block, text that starts with '['
+    the markers; whitespace around a block is dropped, and content on both sides of it is joined
+    by a newline (as vLLM joins them). After a block, text that starts with '['
     is held until it proves to be the echoed body (an orphan end marker follows: dropped) or not
     (the reply ends, or a new block starts: then it is content). A block none of whose items
     reads as a call is content too. ``in_block=True`` starts inside a block: a reply whose calls
@@ -379,6 +380,7 @@ class ToolCallStream:
         self._after_block = False  # just past a block: leading whitespace and an echo are dropped
         self._echo: str | None = None  # text after a block that began with '[', held
         self._gap = ""  # whitespace before the open block: dropped if it holds calls, else content
+        self._shown = False  # some content was given out (text after a block then starts a new line)
         self.calls: list[ToolCall] = []
 
     def feed(self, delta: str) -> list[str | IndexedCall]:
@@ -399,7 +401,9 @@ class ToolCallStream:
                 pending = self._in_echo(pending, final, events)
             else:
                 pending = self._in_content(pending, final, events)
-        return [event for event in events if event != ""]
+        events = [event for event in events if event != ""]
+        self._shown = self._shown or any(isinstance(event, str) for event in events)
+        return events
 
     def _hold(self, text: str, markers: tuple[str, ...], keep_space: bool) -> str:
         """``text`` less a tail held back for the next delta (a marker's beginning, trailing space)."""
@@ -419,6 +423,8 @@ class ToolCallStream:
             if text.startswith("[") and self.calls:
                 self._echo = ""
                 return text
+            if self._shown or any(isinstance(event, str) and event for event in events):
+                events.append("\n")
         start = text.find(TOOL_CALL_START)
         if start >= 0:
             before = text[:start].rstrip()

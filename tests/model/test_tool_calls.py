@@ -93,6 +93,7 @@ TABLE: dict[str, tuple[str, str | None, Calls]] = {
         [("get_weather", {"city": "Paris"})],
     ),
     "echo then prose": (f"{S}[now()]{E} [now()]{E} Noon.", "Noon.", [("now", {})]),
+    "text on both sides": (f"Hm {S}[now()]{E}  Done.", "Hm\nDone.", [("now", {})]),
     "one bad call among good ones": (
         f'{S}[a(x=1), b(1, 2), c(y=eval("x")), d(z="ok")]{E}',
         None,
@@ -123,7 +124,7 @@ TABLE: dict[str, tuple[str, str | None, Calls]] = {
     "unreadable block is content": (f"A {S}not a call{E} B", "A not a call B", []),
     "cut off inside a string": (f'Try {S}[f(x="unterminated', 'Try [f(x="unterminated', []),
     "stray end marker": (f"Hello{E} world", "Hello world", []),
-    "a second block": (f"{S}[a()]{E} and {S}[b()]{E}", "and", [("a", {}), ("b", {})]),
+    "a second block": (f"{S}[a()]{E} and {S}[b()]{E} end", "and\nend", [("a", {}), ("b", {})]),
     "infinite number": (f"{S}[f(x=1e999), g(y=1)]{E}", None, [("g", {"y": 1})]),
     "thinking before the call": (
         f"<think>user wants weather</think>{S}[w(c=1)]{E}",
@@ -174,7 +175,7 @@ def test_markers_split_across_deltas_never_show() -> None:
     stream = ToolCallStream()
     events = [e for piece in pieces for e in stream.feed(piece)] + stream.finish()
     content = "".join(e for e in events if isinstance(e, str))
-    assert content == "Hibye" or content == "Hi" + "bye"
+    assert content == "Hi\nbye"
     assert "<|" not in content
 
 
