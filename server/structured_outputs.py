@@ -22,6 +22,9 @@ from jsonschema.validators import validator_for
 
 from server.errors import bad_request
 
+# A schema's JSON, checked before its metaschema validation (which takes time in proportion, on the
+# event loop); the engine's Structure has its own, equal cap for every kind.
+MAX_SCHEMA_CHARS = 2**17
 # vLLM's structured_outputs keys (and their guided_* spellings) -> the Structure kind they ask for.
 _VLLM_KINDS = {"json": "json_schema", "regex": "regex", "choice": "choice", "grammar": "grammar"}
 
@@ -107,6 +110,11 @@ def _schema(value: Any, param: str) -> dict[str, Any]:
             raise bad_request(f"{param} is not JSON", param) from None
     if not isinstance(value, dict):
         raise bad_request(f"{param} must be a JSON schema object", param)
+    size = len(json.dumps(value, ensure_ascii=False))
+    if size > MAX_SCHEMA_CHARS:
+        raise bad_request(
+            f"{param} is {size} characters of JSON; at most {MAX_SCHEMA_CHARS} are allowed", param
+        )
     try:
         validator_for(value).check_schema(value)
     except SchemaError as exc:

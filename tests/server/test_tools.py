@@ -161,6 +161,16 @@ def _tool(name: str, **extra: Any) -> dict[str, Any]:
             "response_format",
             "not a valid JSON schema",
         ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"enum": ["x" * 99] * 2000}},
+                }
+            },
+            "response_format",
+            "at most",
+        ),
         ({"structured_outputs": {"json": "{not json"}}, "structured_outputs.json", "not JSON"),
         ({"structured_outputs": [1]}, "structured_outputs", "object"),
         (
