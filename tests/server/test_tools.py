@@ -14,10 +14,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
+import jsonschema
 import openai
 import pytest
 
 from engine import Engine, EngineConfig
+from server.tools import ToolReply, tool_plan
 from tests.app.scripted import write_scripted_checkpoint
 from tests.server.conftest import ENGINE, MODEL
 from tests.server.test_bad_input import assert_error
@@ -207,3 +209,40 @@ def test_the_tools_reach_the_template(scripted_server: str) -> None:
         f"{scripted_server}{CHAT}", json={"messages": ASK, "max_tokens": 1, "tools": [WEATHER]}
     ).json()
     assert tooled["usage"]["prompt_tokens"] > plain["usage"]["prompt_tokens"] + 10
+
+
+NOW = {"type": "function", "function": {"name": "clock.now"}}
+
+
+def test_what_required_constrains_to_parses_as_the_calls() -> None:
+    """The constraint's JSON (any text the grammar allows) is what ToolReply reads back as calls."""
+    plan = tool_plan({"tools": [WEATHER, NOW], "tool_choice": "required"})
+    assert plan is not None and plan.constraint() is not None
+    output = [{"name": "weather", "parameters": {"city": "Oslo"}}, {"name": "clock.now", "parameters": {}}]
+    jsonschema.validate(output, plan.constraint())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate([{"name": "rm", "parameters": {}}], plan.constraint())
+    reply = ToolReply(plan)
+    text = json.dumps(output)
+    deltas = [d for i in range(0, len(text), 4) for d in reply.feed(text[i : i + 4])] + reply.finish()
+    assert all("content" not in d for d in deltas)
+    assert reply.message()[0] is None and reply.finish_reason("stop") == "tool_calls"
+    assert [(c.name, c.argument_values) for c in reply.calls] == [
+        (o["name"], o["parameters"]) for o in output
+    ]
+    single = tool_plan({"tools": [WEATHER], "tool_choice": "required", "parallel_tool_calls": False})
+    assert single is not None and (single.constraint() or {})["maxItems"] == 1
+
+
+def test_a_named_function_streams_its_arguments_as_they_come() -> None:
+    plan = tool_plan(
+        {"tools": [WEATHER, NOW], "tool_choice": {"type": "function", "function": {"name": "weather"}}}
+    )
+    assert plan is not None and plan.constraint() == WEATHER["function"]["parameters"]
+    reply = ToolReply(plan)
+    deltas = reply.feed('{"city":') + reply.feed(' "Oslo"}') + reply.finish()
+    head, *rest = [d["tool_calls"][0] for d in deltas]
+    assert head["function"] == {"name": "weather", "arguments": ""} and head["id"].startswith("call_")
+    assert "".join(part["function"]["arguments"] for part in rest) == '{"city": "Oslo"}'
+    content, calls = reply.message()
+    assert content is None and calls[0]["id"] == head["id"] and reply.finish_reason("stop") == "stop"
