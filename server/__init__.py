@@ -3,6 +3,8 @@
     app.py          the Starlette app: routes, the worker's lifetime, the API key, errors as JSON
     completions.py  the two generation endpoints: parse, render the prompt, stream or collect, cancel
     protocol.py     request bodies -> messages / prompt + SamplingParams, every mistake a 400
+    tools.py        tools and tool_choice, tool turns, the reply's calls (message.tool_calls)
+    structured_outputs.py  response_format and vLLM's structured_outputs -> the engine's Structure
     responses.py    OpenAI's response and stream-chunk shapes
     bridge.py       worker thread -> event loop (a queue per request), admission (503 when full)
     metrics.py      /metrics text: vLLM's names from engine snapshots and token events
