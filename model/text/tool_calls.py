@@ -461,12 +461,13 @@ class ToolCallStream:
 
     def _in_echo(self, text: str, final: bool, events: list[str | IndexedCall]) -> str | None:
         echo = (self._echo or "") + text
-        end = echo.find(TOOL_CALL_END, max(0, len(self._echo or "") - len(TOOL_CALL_END)))
-        if end >= 0:  # the echoed body and its orphan end marker: dropped
+        seen = max(0, len(echo) - len(text) - len(TOOL_CALL_START))  # markers end in the new text
+        end, start = echo.find(TOOL_CALL_END, seen), echo.find(TOOL_CALL_START, seen)
+        if end >= 0 and not 0 <= start < end:  # the echoed body and its orphan end marker: dropped
             self._echo = None
             self._after_block = True
             return echo[end + len(TOOL_CALL_END) :]
-        if final or TOOL_CALL_START in text:  # not an echo after all: content
+        if final or start >= 0:  # not an echo after all (the reply ends, a new block starts): content
             self._echo = None
             return echo
         self._echo = echo

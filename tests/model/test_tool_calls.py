@@ -230,3 +230,9 @@ def test_any_call_list_round_trips_through_render_and_parse(calls: Calls, style:
     assert [(c.name, c.argument_values) for c in reply.tool_calls] == expected
     assert reply.content == (before.strip() or None)
     assert _stream(text, 2) == (before.strip() or None, expected)
+
+
+def test_an_echo_is_told_from_a_new_block_whatever_the_deltas() -> None:
+    text = f"{S}[a()]{E}[a()]{S}[b()]{E}"
+    for size in range(1, len(text) + 1):
+        assert _stream(text, size) == ("[a()]", [("a", {}), ("b", {})])
