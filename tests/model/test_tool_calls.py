@@ -236,3 +236,36 @@ def test_an_echo_is_told_from_a_new_block_whatever_the_deltas() -> None:
     text = f"{S}[a()]{E}[a()]{S}[b()]{E}"
     for size in range(1, len(text) + 1):
         assert _stream(text, size) == ("[a()]", [("a", {}), ("b", {})])
+
+
+_PIECES = [
+    S,
+    E,
+    "[",
+    "]",
+    "(",
+    ")",
+    "f",
+    "g.h",
+    "x=1",
+    'y="a b"',
+    ",",
+    " ",
+    "\n",
+    '"',
+    "{",
+    "}",
+    '"name": "n"',
+    ":",
+]
+
+
+@settings(max_examples=300, deadline=None)
+@given(pieces=st.lists(st.sampled_from(_PIECES), max_size=25), size=st.integers(1, 8))
+def test_any_text_streamed_in_any_pieces_reads_as_the_whole(pieces: list[str], size: int) -> None:
+    """Whatever the model writes, a stream and a whole reply agree, and no marker reaches the content."""
+    text = "".join(pieces)
+    whole = parse_tool_calls(text)
+    content, calls = _stream(text, size)
+    assert content == whole.content and "<|" not in (content or "")
+    assert calls == [(c.name, c.argument_values) for c in whole.tool_calls]
