@@ -70,6 +70,7 @@ def _valid_calls(calls: list[tuple[str, str]]) -> None:
         jsonschema.validate(json.loads(arguments), SCHEMAS[name])
 
 
+@pytest.mark.slow  # a random model decodes up to 200 constrained tokens
 @pytest.mark.parametrize("seed", [0, 1])
 def test_required_gives_valid_calls_of_the_offered_tools(client: openai.OpenAI, seed: int) -> None:
     reply = client.chat.completions.create(
@@ -80,6 +81,7 @@ def test_required_gives_valid_calls_of_the_offered_tools(client: openai.OpenAI, 
     _valid_calls([(c.function.name, c.function.arguments) for c in choice.message.tool_calls or []])
 
 
+@pytest.mark.slow  # a random model decodes up to 200 constrained tokens
 def test_required_streams_valid_calls(client: openai.OpenAI) -> None:
     stream = client.chat.completions.create(
         model=MODEL,
@@ -102,6 +104,7 @@ def test_required_streams_valid_calls(client: openai.OpenAI) -> None:
     _valid_calls([(name, arguments) for name, arguments in calls.values()])
 
 
+@pytest.mark.slow  # a random model decodes up to 200 constrained tokens
 def test_a_named_function_gives_its_arguments(client: openai.OpenAI) -> None:
     choice = {"type": "function", "function": {"name": "get_weather"}}
     reply = client.chat.completions.create(
@@ -117,12 +120,14 @@ class Verdict(BaseModel):
     kind: Literal["cat", "dog"]
 
 
+@pytest.mark.slow  # a random model decodes up to 200 constrained tokens
 def test_response_format_from_a_pydantic_model_parses(client: openai.OpenAI) -> None:
     parse = getattr(client.chat.completions, "parse", None) or client.beta.chat.completions.parse
     reply = parse(model=MODEL, messages=ASK, response_format=Verdict, max_tokens=100)
     assert isinstance(reply.choices[0].message.parsed, Verdict)
 
 
+@pytest.mark.slow  # a random model decodes up to 200 constrained tokens
 def test_vllm_choice_on_completions(client: openai.OpenAI) -> None:
     text = client.completions.create(
         model=MODEL,
