@@ -30,6 +30,7 @@ import dataclasses
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from typing import cast
 
 import torch
 
@@ -84,6 +85,7 @@ class AttentionGroup:
         building one every step cost a decode step several small tensor ops for nothing.
         """
         if self.padded and self.mask is None:
+            assert self.context_lens is not None, "padded rows are single-query rows, which carry lengths"
             keys = torch.arange(self.kv_blocks.shape[1] * block_size, device=self.kv_blocks.device)[None, :]
             mask = keys < self.context_lens[:, None]
             if self.context_starts is not None:
@@ -222,7 +224,8 @@ def build_forward_batch(
     layout = _AttentionLayout(block_size, row_query_limit, device)
     pools = [layout.plan(chunks, [c.block_table for c in chunks], None)]
     if sliding_window is not None:
-        pools.append(layout.plan(chunks, [c.sliding_table for c in chunks], sliding_window))
+        # with a window, every chunk carries a sliding table
+        pools.append(layout.plan(chunks, [cast(list[int], c.sliding_table) for c in chunks], sliding_window))
     conv_src = [c.conv_src_row for c in chunks]
     step_lists = [ids, positions, logits_rows, conv_src, window, write_index, write_rows]
     tensors = _index_tensors(step_lists + [values for pool in pools for values in pool.lists()], device)

@@ -13,6 +13,8 @@ in model/native/kernels' fused loops (bf16 on CPU), and model/native/stack.py's 
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -263,4 +265,4 @@ class DecoderStack(nn.ModuleList):
         pending = None
         for layer in self:
             pending = layer(hidden, pending, batch, ropes, cache)
-        return pending
+        return cast(torch.Tensor, pending)  # a model has at least one layer

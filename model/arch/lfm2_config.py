@@ -9,10 +9,11 @@ into one normalised dataclass so the rest of the code never looks at raw JSON.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import MISSING, asdict, dataclass, field
 from dataclasses import fields as dataclass_fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeGuard, cast
 
 from model.errors import CheckpointError
 
@@ -45,7 +46,7 @@ _NULLABLE_IDS = ("pad_token_id", "bos_token_id")
 _NULLABLE = {"block_ffn_dim_multiplier", *_NULLABLE_IDS}  # None is a valid value of these
 
 
-def _is_int(value: object) -> bool:
+def _is_int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
@@ -147,8 +148,9 @@ class Lfm2Config:
     eos_token_id: list[int] = field(default_factory=lambda: [2])
     model_type: str = "lfm2"
     # None: hidden_size / num_attention_heads; transformers' attention reads config.json's head_dim
-    # where it has one, so the projections are then heads x head_dim wide
-    head_dim: int | None = None
+    # where it has one, so the projections are then heads x head_dim wide. Typed int: __post_init__
+    # replaces None, so every reader of a built config gets an int.
+    head_dim: int = None  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
         if not self.layer_types and _int_problem("num_hidden_layers", self.num_hidden_layers) is None:
@@ -354,7 +356,9 @@ class Lfm2Config:
     def default(cls, name: str) -> Any:
         """This class's default for field ``name`` (a subclass's where it sets its own)."""
         (found,) = (f for f in dataclass_fields(cls) if f.name == name)
-        return found.default_factory() if found.default is MISSING else found.default
+        if found.default is MISSING:  # then it has a factory: every field has one or the other
+            return cast(Callable[[], Any], found.default_factory)()
+        return found.default
 
     def to_dict(self) -> dict[str, Any]:
         """A config.json dict that both this loader and transformers' Lfm2Config read back."""
@@ -408,6 +412,7 @@ def _layer_types_from_indices(n_layers: object, attention_indices: object) -> li
     problem = _int_problem("num_hidden_layers", n_layers)
     if problem is not None:
         raise CheckpointError(f"invalid LFM2 config: {problem}")
+    n_layers = cast(int, n_layers)  # what _int_problem found
     if attention_indices is None:
         return [ATTENTION] * n_layers
     if not isinstance(attention_indices, list) or not all(

@@ -65,7 +65,7 @@ class DownloadMeter:
         """The class to pass as ``snapshot_download(tqdm_class=...)``."""
         meter = self
 
-        class MeteredBar(tqdm):  # type: ignore[misc]
+        class MeteredBar(tqdm):
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 kwargs["file"] = _Discard()
                 super().__init__(*args, **kwargs)

@@ -162,7 +162,8 @@ def load_model(
         use_native_kernels(model, kernels, paged_attention=native_attention(*heads))
     head_shares_table = getattr(model.lm_head, "weight", None) is model.model.embed_tokens.weight
     if from_file and not head_shares_table:
-        model.model.embed_tokens = FileEmbedding(table, torch_dtype)
+        # a stand-in for the Embedding module; from_file means the table was found
+        model.model.embed_tokens = FileEmbedding(table, torch_dtype)  # type: ignore[arg-type,assignment]
     return model
 
 

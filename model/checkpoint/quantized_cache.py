@@ -31,7 +31,7 @@ import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, cast
 
 import platformdirs
 import torch
@@ -45,6 +45,7 @@ from model.checkpoint.weights import file_tensors, read_tensor
 from model.errors import CheckpointError
 from model.native.kernels import layout
 from model.quant.apply import QUANTIZED_LINEARS
+from model.quant.linear import QuantizedLinear
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +112,8 @@ class CacheKey:
 def _code_digest(scheme: str) -> str:
     """The source files of the scheme's class and its model/ base classes, and of the panel layout."""
     classes = [c for c in inspect.getmro(QUANTIZED_LINEARS[scheme]) if c.__module__.startswith("model.")]
-    files = sorted({inspect.getsourcefile(c) for c in classes} | {inspect.getsourcefile(layout)})
+    sources = {inspect.getsourcefile(c) for c in classes} | {inspect.getsourcefile(layout)}
+    files = sorted(cast(set[str], sources))  # model/'s own modules: each has its source file
     digest = hashlib.sha256()
     for name in files:
         digest.update(Path(name).read_bytes())
@@ -181,7 +183,7 @@ def write(path: Path, key: CacheKey, model: nn.Module, scheme: str, skip: tuple[
 
 
 def _snapshot(
-    model: nn.Module, layer_class: type, skip: tuple[str, ...]
+    model: nn.Module, layer_class: type[QuantizedLinear], skip: tuple[str, ...]
 ) -> tuple[dict[str, torch.Tensor], dict[str, dict[str, Any]]]:
     """The tensors to save (contiguous, none sharing memory: safetensors refuses shared ones) and
     each quantized layer's record."""
@@ -264,7 +266,10 @@ def _take(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tens
 
 
 def _rebuilt(
-    layer_class: type, record: dict[str, Any], kernels: ModuleType | None, tensors: dict[str, torch.Tensor]
+    layer_class: type[QuantizedLinear],
+    record: dict[str, Any],
+    kernels: ModuleType | None,
+    tensors: dict[str, torch.Tensor],
 ) -> nn.Module:
     """The layer ``layer_class(linear, kernels)`` made, from its record and tensors, without quantizing."""
     if record["kernels"] and kernels is None:
@@ -298,5 +303,6 @@ def checksum(tensors: dict[str, torch.Tensor], layers: str) -> str:
     for name in sorted(tensors):
         tensor = tensors[name]
         crc = zlib.crc32(f"{name}:{tensor.dtype}:{tuple(tensor.shape)}".encode(), crc)
-        crc = zlib.crc32(tensor.contiguous().view(-1).view(torch.uint8).numpy(), crc)
+        data = tensor.contiguous().view(-1).view(torch.uint8).numpy()
+        crc = zlib.crc32(data, crc)  # type: ignore[arg-type]  # a buffer (numpy's stubs say so on 3.12+)
     return f"{crc:08x}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import io
 import itertools
 import json
 import math
@@ -162,7 +163,7 @@ def locate_tensor(checkpoint_dir: Path, name: str) -> TensorLocation | None:
     return checkpoint_tensors(checkpoint_dir).get(name)
 
 
-def read_tensor(file: BinaryIO, location: TensorLocation, name: str) -> torch.Tensor:
+def read_tensor(file: io.BufferedIOBase, location: TensorLocation, name: str) -> torch.Tensor:
     """Read one tensor's bytes straight into a fresh (anonymous) tensor of its checked size."""
     tensor = torch.empty(location.shape, dtype=location.dtype)
     if location.nbytes:
@@ -332,7 +333,8 @@ def save_random_weights(
         save_state_dict(dict(tensors), checkpoint_dir)
         return
     checkpoint_dir.mkdir(parents=True, exist_ok=True)
-    weight_map, total = {}, 0
+    weight_map: dict[str, str] = {}
+    total = 0
     for number, names in enumerate(shards, 1):
         shard = dict(itertools.islice(tensors, len(names)))
         file = f"model-{number:05d}-of-{len(shards):05d}.safetensors"

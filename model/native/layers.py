@@ -176,7 +176,7 @@ def use_native_layers(model: nn.Module, kernels: ModuleType, attention: bool = T
         if isinstance(model, reference):
             if reference is not Attention or attention:
                 model.__class__ = native
-                model.kernels = kernels
+                model.kernels = kernels  # type: ignore[assignment]  # a plain attribute, not a submodule
             return model
     for child in model.children():
         use_native_layers(child, kernels, attention)

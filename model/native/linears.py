@@ -37,6 +37,9 @@ from model.native.kernels.layout import PAIR, native_width, pack_panels
 class NativeLinear(KernelLinear):
     """A bf16 linear layer computed by model/native/kernels' ``linear_bf16``."""
 
+    kernels: ModuleType
+    packed_weight: torch.Tensor
+
     def __init__(self, linear: nn.Linear, kernels: ModuleType) -> None:
         super().__init__()
         if not native_width(linear.in_features):

@@ -19,14 +19,14 @@ beside them, take it.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeGuard, cast
 
 import torch
 from torch import nn
 
-from model.arch.layers import DecoderLayer, DecoderStack, Ropes
+from model.arch.layers import Attention, DecoderLayer, DecoderStack, Ropes, ShortConv
 from model.arch.lfm2_config import ATTENTION
-from model.batch import ForwardBatch
+from model.batch import AttentionGroup, ForwardBatch
 from model.cache import HybridCache
 from model.native.kernel_linear import KernelLinear
 from model.native.layers import NativeAttention, NativeRMSNorm, NativeShortConv, NativeSwiGLU
@@ -42,7 +42,7 @@ class NativeDecoderStack(DecoderStack):
     ) -> torch.Tensor:
         if not single_query_step(batch):
             return super().forward(hidden, batch, ropes, cache)
-        group = batch.single_query_group()
+        group = cast(AttentionGroup, batch.single_query_group())  # single_query_step found it
         rope = ropes[ATTENTION]
         return self.native.run(
             hidden,
@@ -69,7 +69,7 @@ def use_native_stack(stack: DecoderStack) -> DecoderStack:
     layers (after model/native/layers.py's swap); else leave it as it is."""
     built = [_decode_layer(layer) for layer in stack]
     if built and all(layer is not None for layer in built):
-        native = stack[0].operator_norm.kernels.DecodeStack(built)
+        native = cast(NativeRMSNorm, stack[0].operator_norm).kernels.DecodeStack(built)
         stack.__class__ = NativeDecoderStack
         stack.native = native
     return stack
@@ -78,7 +78,7 @@ def use_native_stack(stack: DecoderStack) -> DecoderStack:
 def use_python_stack(stack: DecoderStack) -> DecoderStack:
     """Undo `use_native_stack`: every step runs the layers' Python loop again."""
     if isinstance(stack, NativeDecoderStack):
-        stack.__class__ = DecoderStack
+        stack.__class__ = DecoderStack  # type: ignore[assignment]  # back to the base: the point
         del stack.native
     return stack
 
@@ -93,11 +93,12 @@ def _linear(module: nn.Module) -> Any | None:
     return module.linear_ref() if isinstance(module, KernelLinear) else None
 
 
-def _runs_decoder_layer_steps(layer: nn.Module) -> bool:
+def _runs_decoder_layer_steps(layer: nn.Module) -> TypeGuard[DecoderLayer]:
     """The layer computes exactly DecoderLayer's steps: LFM2's, or a subclass that only builds other
     parts (an MoE layer; its sparse feed-forward is refused below), not LFM3's extra norms."""
-    steps = type(layer).forward, type(layer).mix
-    return isinstance(layer, DecoderLayer) and steps == (DecoderLayer.forward, DecoderLayer.mix)
+    if not isinstance(layer, DecoderLayer):
+        return False
+    return (type(layer).forward, type(layer).mix) == (DecoderLayer.forward, DecoderLayer.mix)
 
 
 def _decode_layer(layer: nn.Module) -> Any | None:
@@ -106,19 +107,19 @@ def _decode_layer(layer: nn.Module) -> Any | None:
     norms, ffn = (layer.operator_norm, layer.ffn_norm), layer.feed_forward
     if any(type(norm) is not NativeRMSNorm for norm in norms) or type(ffn) is not NativeSwiGLU:
         return None
-    mixer = layer.self_attn if layer.is_attention else layer.conv
-    linears = [_linear(mixer.qkv_proj if layer.is_attention else mixer.in_proj), _linear(mixer.out_proj)]
-    linears += [_linear(ffn.w13), _linear(ffn.w2)]
+    mixer: Attention | ShortConv = layer.self_attn if layer.is_attention else layer.conv
+    mix_in_proj = mixer.qkv_proj if isinstance(mixer, Attention) else mixer.in_proj
+    linears = [_linear(mix_in_proj), _linear(mixer.out_proj), _linear(ffn.w13), _linear(ffn.w2)]
     if any(linear is None for linear in linears) or layer.operator_norm.eps != layer.ffn_norm.eps:
         return None
     mix_in, mix_out, w13, w2 = linears
-    kernels = layer.operator_norm.kernels
+    kernels = cast(NativeRMSNorm, layer.operator_norm).kernels  # its type was checked above
     weights = (layer.operator_norm.weight, layer.ffn_norm.weight, layer.operator_norm.eps)
     if type(mixer) is NativeAttention:
         # one eps for both head norms, as NativeAttention passes it
-        qk = (mixer.q_layernorm.weight, mixer.k_layernorm.weight, mixer.q_layernorm.eps)
-        qk += (mixer.num_heads, mixer.head_dim**-0.5)
-        return kernels.attention_layer(*weights, mix_in, *qk, mix_out, w13, w2)
+        head_norms = (mixer.q_layernorm.weight, mixer.k_layernorm.weight, mixer.q_layernorm.eps)
+        heads = (mixer.num_heads, mixer.head_dim**-0.5)
+        return kernels.attention_layer(*weights, mix_in, *head_norms, *heads, mix_out, w13, w2)
     if type(mixer) is NativeShortConv:
         return kernels.conv_layer(*weights, mix_in, mixer.taps(), mixer.conv.bias, mix_out, w13, w2)
     return None

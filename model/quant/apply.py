@@ -11,11 +11,12 @@ from model.native.linears import replace_linears
 from model.quant import SCHEMES
 from model.quant.int4 import Int4Linear
 from model.quant.int8 import Int8Linear, W8A8Linear
+from model.quant.linear import QuantizedLinear
 
 # Each scheme's layer is built as ``make(linear, kernels)``. Its whole state must be its registered
 # buffers, its bias and plain attributes (numbers, strings; ``kernels``): model/checkpoint/quantized_cache.py
 # saves exactly that, and a later launch rebuilds the layer from it without calling the constructor.
-QUANTIZED_LINEARS: dict[str, Callable[..., nn.Module]] = dict(
+QUANTIZED_LINEARS: dict[str, type[QuantizedLinear]] = dict(
     zip(SCHEMES, (Int8Linear, W8A8Linear, Int4Linear), strict=True)
 )
 

@@ -158,6 +158,12 @@ class Int4Linear(QuantizedLinear):
     """
 
     native_kind = "int4"
+    packed_int4: torch.Tensor
+    packed_codes: torch.Tensor
+    packed_steps: torch.Tensor
+    weight_int4: torch.Tensor
+    codes: torch.Tensor
+    steps: torch.Tensor
 
     _CHUNK_VALUES = 1 << 22  # PyTorch path: fp32 temporaries of 16 MB at most (outputs at a time)
 

@@ -66,6 +66,10 @@ class _Int8Rows(QuantizedLinear):
     """
 
     group = PAIR
+    scales: torch.Tensor
+    packed_int8: torch.Tensor
+    padded_scales: torch.Tensor
+    weight_int8: torch.Tensor
 
     def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
         super().__init__(linear, kernels if native_width(linear.in_features) else None)
@@ -74,8 +78,8 @@ class _Int8Rows(QuantizedLinear):
         if self.kernels is None:
             self.register_buffer("weight_int8", quantized)
         else:
-            self.register_buffer("packed_int8", pack_panels(quantized, self.group, kernels.PANEL))
-            self.register_buffer("padded_scales", pad_outputs(self.scales.float(), kernels.PANEL))
+            self.register_buffer("packed_int8", pack_panels(quantized, self.group, self.kernels.PANEL))
+            self.register_buffer("padded_scales", pad_outputs(self.scales.float(), self.kernels.PANEL))
 
 
 class Int8Linear(_Int8Rows):
@@ -98,6 +102,7 @@ class W8A8Linear(_Int8Rows):
 
     group = QUAD
     native_kind = "w8a8"
+    padded_row_sums: torch.Tensor
 
     def __init__(self, linear: nn.Linear, kernels: ModuleType | None = None) -> None:
         super().__init__(linear, kernels)

@@ -77,7 +77,7 @@ def _size(value: Any, limit: int, seen: dict[int, int], depth: int) -> int:
 
 def _parts(value: Any) -> Iterable[Any] | None:
     if isinstance(value, Namespace):
-        value = value._Namespace__attrs  # type: ignore[attr-defined]
+        value = value._Namespace__attrs
     if isinstance(value, Mapping):
         return (part for pair in value.items() for part in pair)
     if isinstance(value, list | tuple | set | frozenset):

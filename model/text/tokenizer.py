@@ -89,7 +89,7 @@ def _read_chat_templates(root: Path, tokenizer_config: Mapping[str, Any]) -> dic
         return {}
     if isinstance(template, str):
         return {"default": _compile(template, origin)}
-    named = template if isinstance(template, list) else [None]
+    named: list[Any] = template if isinstance(template, list) else [None]
     if not all(isinstance(t, Mapping) and isinstance(t.get("template"), str) for t in named):
         raise CheckpointError(f"{origin} is not a template (a string, or a list of name and template)")
     return {str(t.get("name")): _compile(t["template"], f"{origin} named {t.get('name')!r}") for t in named}
