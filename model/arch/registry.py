@@ -38,7 +38,7 @@ ARCHITECTURES: dict[str, Architecture] = {
 
 def architecture(model_type: object) -> Architecture:
     """The entry for ``model_type``, or a CheckpointError naming what lfm-chat runs."""
-    if model_type in ARCHITECTURES:
+    if isinstance(model_type, str) and model_type in ARCHITECTURES:  # config.json may hold a list here
         return ARCHITECTURES[model_type]
     supported = ", ".join(f"{a.label} ('{name}')" for name, a in ARCHITECTURES.items())
     raise CheckpointError(

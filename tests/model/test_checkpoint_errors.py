@@ -37,12 +37,14 @@ def test_directory_without_config(tmp_path):
     assert "config.json" in load_error(tmp_path)
 
 
-def test_other_model_type(checkpoint):
+@pytest.mark.parametrize("model_type", ["llama", ["lfm2"]])
+def test_other_model_type(checkpoint, model_type):
+    """Another architecture, or not a name at all (a list cannot even be looked up)."""
     config = json.loads((checkpoint / "config.json").read_text())
-    config["model_type"] = "llama"
+    config["model_type"] = model_type
     (checkpoint / "config.json").write_text(json.dumps(config))
     message = load_error(checkpoint)
-    assert "'llama'" in message and "lfm2" in message
+    assert repr(model_type) in message and "lfm2" in message
 
 
 def test_unparseable_config(checkpoint):
