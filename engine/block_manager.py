@@ -123,7 +123,9 @@ class BlockManager:
             first = self.first_window_block(usable * self.block_size)
             request.sliding_table = [RELEASED] * first
             for index in range(first, usable):
-                block_id = self.sliding.cached(keys[index], self._block_tokens(request, index))
+                # _resumable kept only prefixes whose window blocks are all cached
+                tokens = self._block_tokens(request, index)
+                block_id = self.sliding.cached(keys[index], tokens)  # type: ignore[assignment]
                 self.sliding.reference(block_id)
                 request.sliding_table.append(block_id)
             request.sliding_start = first

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections import OrderedDict, deque
 from dataclasses import dataclass
+from typing import cast
 
 
 @dataclass(slots=True)
@@ -58,7 +59,7 @@ class BlockPool:
         else:
             block_id, _ = self._evictable.popitem(last=False)
             block = self.blocks[block_id]
-            del self._cached[block.hash]
+            del self._cached[cast(int, block.hash)]  # an evictable block is a cached one
             block.hash, block.token_ids = None, ()
         self.blocks[block_id].ref_count = 1
         return block_id

@@ -54,7 +54,7 @@ class Engine:
         self.model_config: Lfm2Config = parts.model_config
         self.tokenizer = parts.tokenizer
         self.config = parts.config
-        self.max_model_len: int = parts.config.max_model_len
+        self.max_model_len: int = parts.config.max_model_len  # type: ignore[assignment]  # resolved
         self.block_manager = parts.block_manager
         self.scheduler = parts.scheduler
         self.pacer = parts.pacer
@@ -191,7 +191,9 @@ class Engine:
         return outputs
 
     def generate(
-        self, prompts: Sequence[Prompt], params: SamplingParams | Sequence[SamplingParams] | None = None
+        self,
+        prompts: Sequence[Prompt],
+        params: SamplingParams | Sequence[SamplingParams | None] | None = None,
     ) -> list[RequestOutput]:
         """Run `prompts` to completion (with anything else queued); final outputs in prompt order."""
         if params is None or isinstance(params, SamplingParams):

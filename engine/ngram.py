@@ -41,9 +41,9 @@ class NgramIndex:
                 self.last_end[tuple(tokens[end - n : end])] = end
         self.indexed = max(self.indexed, len(tokens) - 1)
         for n in range(min(MAX_NGRAM, len(tokens)), MIN_NGRAM - 1, -1):
-            end = self.last_end.get(tuple(tokens[len(tokens) - n :]))
-            if end is not None:
-                return end
+            found = self.last_end.get(tuple(tokens[len(tokens) - n :]))
+            if found is not None:
+                return found
         return None
 
     def draft(self, tokens: list[int], count: int) -> list[int]:

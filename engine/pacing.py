@@ -58,27 +58,29 @@ class PrefillPacer:
                 self.token_cost = step_time / prefill_tokens
             return
         if prefill_tokens == 0:
-            known = None if self._stale(decode_tokens) else self.decode_step_time
+            known = self._decode_time(decode_tokens)
             self.decode_step_time = _ewma(known, step_time, self.weight)
             self.decode_rows = decode_tokens
-        elif not self._stale(decode_tokens):
-            marginal = max(step_time - self.decode_step_time, 0.0) / prefill_tokens
+        elif (decode_time := self._decode_time(decode_tokens)) is not None:
+            marginal = max(step_time - decode_time, 0.0) / prefill_tokens
             self.token_cost = _ewma(self.token_cost, marginal, self.weight)
 
     def cap(self, decoding: int = 1, queued: int = 0) -> int:
         """Prefill tokens allowed in the next step that also decodes (0: measure a decode-only step)."""
-        if self._stale(max(decoding, 1)):
+        decode_time = self._decode_time(max(decoding, 1))
+        if decode_time is None:
             return 0
         if self.token_cost is None:
             return self.initial_cap
         if self.token_cost <= 0:
             return self.ceiling
         slowdown = self.max_slowdown * (1 + max(queued - 1, 0) / max(decoding, 1))
-        allowed = (slowdown - 1) * self.decode_step_time / self.token_cost
+        allowed = (slowdown - 1) * decode_time / self.token_cost
         return int(min(self.ceiling, max(self.floor, allowed)))
 
-    def _stale(self, rows: int) -> bool:
-        """No decode-only time fits a step of `rows` decoding streams."""
+    def _decode_time(self, rows: int) -> float | None:
+        """The decode-only step time measured, if it fits a step of `rows` decoding streams."""
         if self.decode_step_time is None:
-            return True
-        return not self.decode_rows / STALE_RATIO <= rows <= self.decode_rows * STALE_RATIO
+            return None
+        fits = self.decode_rows / STALE_RATIO <= rows <= self.decode_rows * STALE_RATIO
+        return self.decode_step_time if fits else None

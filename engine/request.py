@@ -111,6 +111,14 @@ class Request:
             return "decode" if self.num_output_tokens and self.num_uncomputed_tokens <= 1 else "prefill"
         return "finished" if self.is_finished else self.status.value
 
+    @property
+    def running_slot(self) -> int:
+        """``conv_slot`` where it must be held: a scheduled request is running, and the block manager
+        gave it a slot when it was admitted."""
+        if self.conv_slot is None:
+            raise RuntimeError(f"request {self.request_id} holds no conv slot: it is not running")
+        return self.conv_slot
+
     # ------------------------------------------------------------------ generation
     def append_token(self, token_id: int, now: float) -> None:
         """Record a sampled token; a stop token or the length limit finishes the request.

@@ -81,7 +81,7 @@ class ModelRunner:
             rows = logits[first : first + 1 + len(chunk.drafts)]
             tokens = accept(rows, chunk.drafts, sampling_row(chunk.request), self.sampler.kernels)
             if len(tokens) <= len(chunk.drafts):  # a draft was rejected: roll the conv state back
-                self.cache.copy_conv_row(chunk.draft_rows[len(tokens) - 1], chunk.request.conv_slot)
+                self.cache.copy_conv_row(chunk.draft_rows[len(tokens) - 1], chunk.request.running_slot)
             emitted.append(tokens)
         return emitted
 
@@ -99,7 +99,7 @@ class ModelRunner:
             start_pos=chunk.start,
             block_table=request.block_table,
             conv_src_row=chunk.conv_src_row,
-            conv_dst_row=request.conv_slot,
+            conv_dst_row=request.running_slot,
             snapshots=chunk.snapshots + list(enumerate(chunk.draft_rows)),
             want_logits=chunk.want_logits,
             sliding_table=request.sliding_table,

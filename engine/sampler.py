@@ -17,6 +17,7 @@ import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import ModuleType
+from typing import TypeGuard
 
 import torch
 
@@ -47,7 +48,7 @@ def greedy_tokens(logits: torch.Tensor, kernels: ModuleType | None = None) -> to
     return best_block * ARGMAX_BLOCK + inside
 
 
-def _kernels_take(kernels: ModuleType | None, logits: torch.Tensor) -> bool:
+def _kernels_take(kernels: ModuleType | None, logits: torch.Tensor) -> TypeGuard[ModuleType]:
     """The native sampling kernels read float32 logits on the CPU."""
     return kernels is not None and logits.dtype == torch.float32 and logits.device.type == "cpu"
 
@@ -100,7 +101,8 @@ def _history_ids(rows: Sequence[SamplingRow]) -> tuple[torch.Tensor, list[int]]:
     Prompts are included only for rows with a repetition penalty, the one penalty that reads
     them. Ids go through array.array: torch.tensor on a long Python list is several times slower.
     """
-    flat, spans = array.array("q"), []
+    flat = array.array("q")
+    spans: list[int] = []
     for row in rows:
         prompt = row.prompt_ids if row.params.repetition_penalty != 1.0 else ()
         output = row.output_ids if row.params.has_penalties else ()

@@ -272,7 +272,7 @@ class Scheduler:
             snapshots=snapshots,
             want_logits=start + num_tokens - len(drafts) == request.num_tokens,
             drafts=drafts,
-            draft_rows=[conv_rows.draft_row(request.conv_slot, k) for k in range(len(drafts))],
+            draft_rows=[conv_rows.draft_row(request.running_slot, k) for k in range(len(drafts))],
         )
 
     # ------------------------------------------------------------------ after the step
@@ -286,7 +286,7 @@ class Scheduler:
             request = chunk.request
             kept = (accepted or {}).get(request, 0)
             request.num_computed_tokens += chunk.num_tokens - len(chunk.drafts) + kept
-            request.conv_src_row = request.conv_slot
+            request.conv_src_row = request.running_slot
             if chunk.drafts:
                 request.drafting.record(len(chunk.drafts), kept, request.num_output_tokens)
                 self.block_manager.trim(request)
