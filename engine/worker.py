@@ -62,7 +62,7 @@ class TokenEvent:
         )
 
 
-EventCallback = Callable[[TokenEvent], None]
+EventCallback = Callable[[TokenEvent], object]  # what it returns is ignored
 
 
 class StreamHandle:

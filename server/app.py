@@ -77,7 +77,7 @@ def create_app(engine: Engine, config: ServerConfig) -> Starlette:
         Route("/metrics", prometheus, methods=["GET"]),
     ]
     handlers = {ApiError: _api_error, HTTPException: _http_error, Exception: _internal_error}
-    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)  # type: ignore[arg-type]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
     app.state.service = service
     if config.api_key is not None:
         app.add_middleware(RequireApiKey, key=config.api_key)
