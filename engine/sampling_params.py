@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TypeGuard
 
 # Below this temperature logits / T overflows float32 long before the distribution differs
 # from argmax in any way that matters, so such requests are treated as greedy (as vLLM does).
@@ -27,22 +26,22 @@ class SamplingParamsError(ValueError):
     """A SamplingParams field is out of range; the message names the field and the allowed range."""
 
 
-def _is_int(value: object) -> TypeGuard[int]:
+def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
-def _is_real(value: object) -> TypeGuard[int | float]:
+def _is_real(value: object) -> bool:
     """An int or a float that is not NaN (no float conversion: int(1e400) would overflow it)."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         return False
     return isinstance(value, int) or not math.isnan(value)
 
 
-def _is_text(value: object) -> TypeGuard[str]:
+def _is_text(value: object) -> bool:
     return isinstance(value, str) and value != ""
 
 
-def _is_list_of(value: object, item_ok: Callable[[object], bool]) -> TypeGuard[list | tuple]:
+def _is_list_of(value: object, item_ok: Callable[[object], bool]) -> bool:
     return isinstance(value, list | tuple) and all(item_ok(item) for item in value)
 
 
