@@ -26,6 +26,7 @@ if TYPE_CHECKING:
         engine_kwargs,
         load_engine,
     )
+    from engine.logprobs import TokenLogprob
     from engine.metrics import RequestMetrics
     from engine.output import RequestOutput
     from engine.sampling_params import SamplingParams, SamplingParamsError
@@ -60,6 +61,7 @@ _MODULES = {
     "SamplingParams": "engine.sampling_params",
     "SamplingParamsError": "engine.sampling_params",
     "StreamHandle": "engine.worker",
+    "TokenLogprob": "engine.logprobs",
     "TokenEvent": "engine.worker",
     # model/'s, for the app, the launcher and the server (all torch-free but write_tiny_checkpoint)
     "ChatTemplateError": "model.errors",

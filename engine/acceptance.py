@@ -17,6 +17,7 @@ Uniforms come from the request's own generator, so a seeded request stays reprod
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from types import ModuleType
 
@@ -31,10 +32,7 @@ def position_rows(row: SamplingRow, drafts: Sequence[int]) -> list[SamplingRow]:
     if not row.params.has_penalties:
         return [row] * (len(drafts) + 1)
     output = list(row.output_ids)
-    return [
-        SamplingRow(row.params, row.generator, row.prompt_ids, output + list(drafts[:i]))
-        for i in range(len(drafts) + 1)
-    ]
+    return [dataclasses.replace(row, output_ids=output + list(drafts[:i])) for i in range(len(drafts) + 1)]
 
 
 def accept(

@@ -35,6 +35,8 @@ Otherwise the match backs off to the longest prefix whose window is there.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from engine.block_pool import Block, BlockPool
 from engine.conv_rows import ZERO_ROW, ConvRows
 from engine.request import Request
@@ -46,6 +48,15 @@ RELEASED = -1  # a sliding-window table entry whose block was released (or never
 def chain_hash(previous: int | None, token_ids: tuple[int, ...]) -> int:
     """Key of a full block: its tokens and (through `previous`) everything before it."""
     return hash((_ROOT_HASH if previous is None else previous, token_ids))
+
+
+@dataclass(frozen=True, slots=True)
+class BranchCopies:
+    """What a forked branch needs copied in the cache tensors: (source, destination) of each."""
+
+    conv_row: tuple[int, int]  # the request's running slot -> the branch's
+    block: tuple[int, int] | None = None  # its partly filled last KV block (None: it ends on a boundary)
+    sliding_block: tuple[int, int] | None = None  # the same in the sliding-window layers' pool
 
 
 class BlockManager:
@@ -156,6 +167,34 @@ class BlockManager:
             self.pool.release(request.block_table.pop())
             if self.sliding is not None:
                 self.sliding.release(request.sliding_table.pop())
+
+    def fork(self, request: Request, branch: Request) -> BranchCopies | None:
+        """Give ``branch`` (holding nothing) the cache state of ``request``'s computed tokens: its full
+        blocks shared by reference, a fresh block and a slot for what the caller copies (the partly
+        filled last block, the conv state). None, and no change, if no slot or block is free."""
+        assert not branch.block_table and branch.conv_slot is None, "fork into a branch that holds blocks"
+        full, partial = divmod(request.num_computed_tokens, self.block_size)
+        if self.conv_rows.num_free_slots == 0 or (partial and self._free_everywhere() == 0):
+            return None
+        for index in range(full):
+            self.pool.reference(request.block_table[index])
+            branch.block_table.append(request.block_table[index])
+            if self.sliding is not None:
+                if request.sliding_table[index] != RELEASED:
+                    self.sliding.reference(request.sliding_table[index])
+                branch.sliding_table.append(request.sliding_table[index])
+        branch.block_hashes = request.block_hashes[:full]
+        branch.sliding_start = request.sliding_start
+        block = sliding_block = None
+        if partial:  # the last block is inside any window, so never released
+            block = (request.block_table[full], self.pool.take())
+            branch.block_table.append(block[1])
+            if self.sliding is not None:
+                sliding_block = (request.sliding_table[full], self.sliding.take())
+                branch.sliding_table.append(sliding_block[1])
+        self.acquire_slot(branch)
+        branch.conv_src_row = branch.conv_slot
+        return BranchCopies((request.conv_slot, branch.conv_slot), block, sliding_block)
 
     def acquire_slot(self, request: Request) -> None:
         assert request.conv_slot is None

@@ -36,6 +36,10 @@ class ConvRows:
         """Running slots nobody holds (a copy, for tests and checks)."""
         return list(self._free_slots)
 
+    @property
+    def num_free_slots(self) -> int:
+        return len(self._free_slots)
+
     def acquire_slot(self) -> int:
         return self._free_slots.pop()
 

@@ -17,15 +17,18 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from engine.block_manager import BranchCopies
+from engine.branches import MAX_N, branch_id, branch_seed
 from engine.build import EngineParts, load_parts, parts_for_model
 from engine.config import EngineConfig
 from engine.errors import RequestError
+from engine.logit_bias import LogitBias
 from engine.metrics import EngineMetrics, RequestMetrics, StepStats
 from engine.output import RequestOutput
 from engine.prompts import Prompt, prompt_token_ids
 from engine.request import Request, RequestStatus
 from engine.sampler import make_generator
-from engine.sampling_params import SamplingParams
+from engine.sampling_params import SamplingParams, SamplingParamsError
 from engine.snapshot import EngineSnapshot, take_snapshot
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_config import Lfm2Config
@@ -93,36 +96,81 @@ class Engine:
         params: SamplingParams | None = None,
         request_id: str | None = None,
         tag: object = None,
+        n: int = 1,
     ) -> str:
-        """Queue a request; bad input raises RequestError / SamplingParamsError and changes nothing."""
+        """Queue a request; bad input raises RequestError / SamplingParamsError and changes nothing.
+
+        ``n`` > 1 samples the prompt n times (engine/branches.py): the prompt is computed once and n
+        branches continue from its cache state, each drawing from its own generator (seeded
+        params.seed, seed + 1, ... when a seed is given). Branch i's outputs carry index i and the
+        request id ``branch_id(request_id, i)`` (the id itself for branch 0); each aborts alone.
+        """
         if params is not None and not isinstance(params, SamplingParams):
             raise RequestError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= MAX_N:
+            raise RequestError(f"n must be an int in [1, {MAX_N}], got {n!r}")
         # A private, re-validated copy: a caller mutating its object later cannot reach the request.
         params = SamplingParams() if params is None else dataclasses.replace(params)
         ids = prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.max_model_len)
+        self._check_logit_bias(params)
         arrival = next(self._arrivals)
         request_id = f"req-{arrival}" if request_id is None else request_id
-        if request_id in self._requests:
-            raise RequestError(f"request id {request_id!r} is already in use")
+        taken = [i for i in map(branch_id, [request_id] * n, range(n)) if i in self._requests]
+        if taken:
+            raise RequestError(f"request id {taken[0]!r} is already in use")
+        bias = LogitBias.of(params.logit_bias, self.config.device)
+        requests = [self._new_request(request_id, ids, params, tag, bias, arrival)]
+        for index in range(1, n):
+            seed = branch_seed(params.seed, index)
+            branch_params = params if seed is None else dataclasses.replace(params, seed=seed)
+            branch = self._new_request(request_id, ids, branch_params, tag, bias, next(self._arrivals), index)
+            requests.append(branch)
+        requests[0].branches = requests[1:]
+        for request in requests:
+            self.outputs.add(request)
+            self._requests[request.request_id] = request
+        self.scheduler.add(requests[0])
+        return request_id
+
+    def stop_token_ids(self, params: SamplingParams) -> frozenset[int]:
+        """The tokens that end a request with ``params``: its own, and unless it ignores EOS the model's."""
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= self.tokenizer.stop_token_ids
+        return frozenset(stop_ids)
+
+    def _check_logit_bias(self, params: SamplingParams) -> None:
+        vocab = self.model_config.vocab_size
+        bad = next((token for token in params.logit_bias if token >= vocab), None)
+        if bad is not None:
+            raise SamplingParamsError(
+                f"SamplingParams.logit_bias has token id {bad}, outside the vocabulary [0, {vocab})"
+            )
+
+    def _new_request(
+        self,
+        request_id: str,
+        ids: list[int],
+        params: SamplingParams,
+        tag: object,
+        bias: LogitBias | None,
+        arrival: int,
+        index: int = 0,
+    ) -> Request:
         seed = params.seed if params.seed is not None else self._seeds.getrandbits(63)
-        request = Request(
-            request_id=request_id,
+        return Request(
+            request_id=branch_id(request_id, index),
             prompt_token_ids=ids,
             params=params,
             arrival=arrival,
             max_tokens=min(params.max_tokens, self.max_model_len - len(ids)),
-            stop_token_ids=frozenset(stop_ids),
+            stop_token_ids=self.stop_token_ids(params),
             generator=make_generator(seed, self.config.device),
             metrics=RequestMetrics(arrival_time=time.monotonic(), prompt_tokens=len(ids)),
             tag=tag,
+            logit_bias=bias,
+            index=index,
         )
-        self.outputs.add(request)
-        self._requests[request_id] = request
-        self.scheduler.add(request)
-        return request_id
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now and free its blocks; returns its final output (None if unknown/finished)."""
@@ -165,6 +213,10 @@ class Engine:
             kept = {chunk.request: len(tokens) - 1 for chunk, tokens in verified if chunk.drafts}
             accepted = sum(kept.values())
             self.scheduler.update(scheduled, kept)
+            for request in [request for request in sampled if request.branches]:
+                forked = self._fork(request, now)
+                generated += len(forked)
+                sampled += forked
             for request in sampled:
                 if request.is_finished:
                     self._retire(request, request.status)
@@ -221,19 +273,64 @@ class Engine:
         request.metrics.cached_prompt_tokens = cached
         self.metrics.record_admission(request.num_prompt_tokens, cached)
 
-    def _append(self, request: Request, tokens: list[int], now: float) -> int:
-        """Record a chunk's emitted tokens in order, none past a stop or the length limit; how many."""
-        for count, token in enumerate(tokens, 1):
-            self.outputs.append(request, token, now)
+    def _append(self, request: Request, tokens: list[int], now: float, rows_of: Request | None = None) -> int:
+        """Record a chunk's emitted tokens in order, none past a stop or the length limit; how many.
+
+        Their logprobs, for a request that asks, come from the rows ``rows_of`` sampled from in the
+        latest step: the request's own, or for a branch's first token, those of its prompt's request.
+        """
+        top = request.params.logprobs
+        logprobs = [None] * len(tokens)
+        if top is not None:
+            logprobs = self.runner.token_logprobs(rows_of or request, tokens, top)
+        for count, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True), 1):
+            self.outputs.append(request, token, now, logprob)
             if request.is_finished:
                 return count
         return len(tokens)
+
+    def _fork(self, request: Request, now: float) -> list[Request]:
+        """Start the branches waiting for ``request``'s prompt, which the step just computed: each
+        takes its cache state (engine/branches.py) and samples its first token from the same logits.
+        A branch that finds no free slot or block waits in the queue instead, like a new request
+        (the prefix cache then serves it the prompt's full blocks)."""
+        started = []
+        for branch in [branch for branch in request.branches if not branch.is_finished]:
+            copies = self.block_manager.fork(request, branch)
+            if copies is None:
+                self.scheduler.add(branch)
+                continue
+            self._copy_cache(copies)
+            branch.num_computed_tokens = request.num_computed_tokens
+            branch.metrics.first_scheduled_time = request.metrics.first_scheduled_time
+            branch.metrics.cached_prompt_tokens = branch.num_prompt_tokens  # none of it was computed again
+            self.scheduler.add_running(branch)
+            started.append(branch)
+        request.branches = []
+        if started:
+            tokens = self.runner.sample_branches(request, started)
+            for branch, token in zip(started, tokens, strict=True):
+                self._append(branch, [token], now, rows_of=request)
+        return started
+
+    def _copy_cache(self, copies: BranchCopies) -> None:
+        cache = self.runner.cache
+        cache.copy_conv_row(*copies.conv_row)
+        if copies.block is not None:
+            cache.copy_block(*copies.block)
+        if copies.sliding_block is not None:
+            cache.copy_sliding_block(*copies.sliding_block)
 
     def _retire(self, request: Request, status: RequestStatus) -> None:
         self.scheduler.finish(request, status)
         self.runner.release(request.request_id)
         self._requests.pop(request.request_id, None)
         request.metrics.finished_time = time.monotonic()
+        heirs = [branch for branch in request.branches if not branch.is_finished]
+        request.branches = []
+        if heirs:  # it ended before computing the prompt its branches wait for: the next one will
+            heirs[0].branches = heirs[1:]
+            self.scheduler.add(heirs[0])
 
     def _fail(self, request: Request, error: str) -> RequestOutput:
         if not request.is_finished:

@@ -132,6 +132,8 @@ class EngineMetrics:
         self.steps = 0
         self.prompt_tokens = 0
         self.cached_prompt_tokens = 0
+        # prompt tokens computed (a recompute after preemption again; prefix hits and forks never)
+        self.prefill_tokens = 0
         self.preemptions = 0
         # speculative decoding since start (vLLM's spec_decode_num_*_total)
         self.spec_drafts = 0
@@ -143,6 +145,7 @@ class EngineMetrics:
     def record_step(self, stats: StepStats, now: float) -> None:
         self.steps += 1
         self.last_step = stats
+        self.prefill_tokens += stats.prefill_tokens
         self.spec_drafts += stats.drafts
         self.spec_draft_tokens += stats.draft_tokens
         self.spec_accepted_tokens += stats.accepted_tokens

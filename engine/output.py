@@ -14,8 +14,9 @@ vLLM v1's output processor: the scheduler and block manager never see it.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from engine.logprobs import TokenLogprob
 from engine.metrics import RequestMetrics
 from engine.request import Request, RequestStatus
 from model.text.tokenizer import IncrementalDetokenizer, Tokenizer
@@ -36,11 +37,17 @@ class RequestOutput:
     finish_reason: str | None
     error: str | None
     metrics: RequestMetrics
+    index: int = 0  # which of the n samples of its prompt (Engine.add_request's n)
+    # one per token of token_ids when SamplingParams.logprobs asked for them, else None
+    logprobs: list[TokenLogprob] | None = None
+    new_logprobs: list[TokenLogprob] = field(default_factory=list)  # those of new_token_ids
 
     @classmethod
-    def rejected(cls, request_id: str, tag: object, error: str, metrics: RequestMetrics) -> RequestOutput:
+    def rejected(
+        cls, request_id: str, tag: object, error: str, metrics: RequestMetrics, index: int = 0
+    ) -> RequestOutput:
         """The final output of a request that never entered the engine (bad input)."""
-        return cls(request_id, tag, [], [], "", [], "", True, "error", error, metrics)
+        return cls(request_id, tag, [], [], "", [], "", True, "error", error, metrics, index)
 
 
 @dataclass(slots=True)
@@ -52,6 +59,7 @@ class _Text:
     text: str = ""
     reported_tokens: int = 0
     reported_chars: int = 0
+    logprobs: list[TokenLogprob] | None = None  # one per output token, when asked for
 
     def add(self, delta: str) -> bool:
         """Append text; True if a stop string now occurs, in which case the text ends before it."""
@@ -87,16 +95,22 @@ class OutputProcessor:
 
     def add(self, request: Request) -> None:
         detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids)
-        self._texts[request] = _Text(detokenizer, request.params.stop)
+        logprobs = None if request.params.logprobs is None else []
+        self._texts[request] = _Text(detokenizer, request.params.stop, logprobs=logprobs)
 
-    def append(self, request: Request, token_id: int, now: float) -> None:
-        """Record a sampled token and settle whether it ended the request.
+    def append(
+        self, request: Request, token_id: int, now: float, logprob: TokenLogprob | None = None
+    ) -> None:
+        """Record a sampled token (with its logprob, for a request that asks) and settle whether it
+        ended the request.
 
         A stop token ends it without becoming text; a stop string ends it with the text cut just
         before the string; at the end, the detokenizer gives up a half character it held.
         """
         request.append_token(token_id, now)
         text = self._texts[request]
+        if text.logprobs is not None and logprob is not None:
+            text.logprobs.append(logprob)
         hit = token_id not in request.stop_token_ids and text.add(text.detokenizer.add(token_id))
         if not hit and request.is_finished:
             hit = text.add(text.detokenizer.flush())
@@ -110,6 +124,8 @@ class OutputProcessor:
         visible = text.visible_len(request.is_finished)
         new_text = text.text[text.reported_chars : visible]
         new_ids = request.token_ids[first_new:]
+        logprobs = text.logprobs
+        new_logprobs = logprobs[text.reported_tokens :] if logprobs is not None else []
         text.reported_tokens += len(new_ids)
         text.reported_chars = visible
         return RequestOutput(
@@ -124,4 +140,7 @@ class OutputProcessor:
             finish_reason=request.status.finish_reason,
             error=request.error,
             metrics=request.metrics.copy(),
+            index=request.index,
+            logprobs=list(logprobs) if logprobs is not None else None,
+            new_logprobs=new_logprobs,
         )

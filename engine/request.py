@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 from engine.conv_rows import ZERO_ROW
 from engine.drafting import DraftState
+from engine.logit_bias import LogitBias
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
 
@@ -74,6 +75,10 @@ class Request:
     drafting: DraftState = field(default_factory=DraftState)  # how much it may draft (engine/drafting.py)
     # drafts proposed for its next decode step to verify (the runner's); the scheduler trims them
     spec_token_ids: list[int] = field(default_factory=list)
+    logit_bias: LogitBias | None = None  # params.logit_bias as tensors, built once
+    index: int = 0  # which of the n samples of its prompt this is (Engine.add_request's n)
+    # the other samples of its prompt, waiting for it to compute the prompt they share (engine/branches.py)
+    branches: list[Request] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

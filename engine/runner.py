@@ -18,6 +18,10 @@ appended, counted and handed out: the proposer (the request's own n-grams, engin
 draft model, engine/draft_model.py) writes each decoding request's `spec_token_ids`, which
 `schedule` trims and the forward verifies. Every model forward, the draft model's included,
 happens here, never inside the scheduler.
+
+Until the next run, the step's raw logits stay readable: the engine asks for the logprobs of what
+a request emitted (engine/logprobs.py) and for the first tokens of the branches forked from a
+request whose prompt just ended (Engine.add_request's n), all drawn from the same rows.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import torch
 
 from engine.acceptance import accept
 from engine.drafting import Proposer
+from engine.logprobs import TokenLogprob, token_logprobs
 from engine.ngram import NgramProposer
 from engine.request import Request
 from engine.sampler import Sampler, sampling_row
@@ -54,6 +59,8 @@ class ModelRunner:
         self.proposer: Proposer = proposer or NgramProposer()
         # float32 logits, reused every step and grown to the most sampling rows seen
         self._logits = torch.empty(0, model.config.vocab_size, device=self.device)
+        self._last_logits = self._logits  # the latest run's logits rows ...
+        self._first_row: dict[Request, int] = {}  # ... and each sampling request's first row in them
 
     def run(self, chunks: list[ScheduledChunk]) -> list[list[int]]:
         """Compute every chunk; return the tokens each chunk with want_logits emits, in order: one
@@ -62,6 +69,9 @@ class ModelRunner:
         batch = self.model.build_batch(sequences, self.cache.block_size, self.device)
         logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
         sampling = [chunk for chunk in chunks if chunk.want_logits]
+        first_rows = itertools.accumulate((1 + len(chunk.drafts) for chunk in sampling), initial=0)
+        self._last_logits = logits
+        self._first_row = {chunk.request: row for chunk, row in zip(sampling, first_rows, strict=False)}
         if not any(chunk.drafts for chunk in sampling):
             rows = [sampling_row(chunk.request) for chunk in sampling]
             return [[token] for token in self.sampler.sample(logits, rows)]
@@ -69,7 +79,7 @@ class ModelRunner:
 
     def _verify(self, logits: torch.Tensor, sampling: list[ScheduledChunk]) -> list[list[int]]:
         """Plain rows sampled together; each verify chunk's 1 + d rows through acceptance."""
-        first_rows = list(itertools.accumulate((1 + len(chunk.drafts) for chunk in sampling), initial=0))[:-1]
+        first_rows = [self._first_row[chunk.request] for chunk in sampling]
         plain = [(chunk, row) for chunk, row in zip(sampling, first_rows, strict=True) if not chunk.drafts]
         params = [sampling_row(chunk.request) for chunk, _ in plain]
         plain_tokens = iter(self.sampler.sample(logits[[row for _, row in plain]], params) if plain else [])
@@ -84,6 +94,17 @@ class ModelRunner:
                 self.cache.copy_conv_row(chunk.draft_rows[len(tokens) - 1], chunk.request.running_slot)
             emitted.append(tokens)
         return emitted
+
+    def token_logprobs(self, request: Request, tokens: list[int], top: int) -> list[TokenLogprob]:
+        """Logprobs of the tokens ``request`` emitted in the latest run, token i from its row i."""
+        first = self._first_row[request]
+        return token_logprobs(self._last_logits[first : first + len(tokens)], tokens, top)
+
+    def sample_branches(self, request: Request, branches: list[Request]) -> list[int]:
+        """The first token of each branch, drawn (by its own generator) from the row where
+        ``request``, whose prompt the branches share, sampled its first token in the latest run."""
+        rows = [self._first_row[request]] * len(branches)
+        return self.sampler.sample(self._last_logits[rows], [sampling_row(branch) for branch in branches])
 
     def _logits_buffer(self, rows: int) -> torch.Tensor:
         if self._logits.shape[0] < rows:

@@ -2,7 +2,7 @@
 
 Pipeline (as in Hugging Face / vLLM)::
 
-    penalties -> greedy? argmax
+    logit_bias -> penalties -> greedy? argmax
               -> temperature -> top-k -> top-p -> min-p -> inverse CDF at the row's own uniform draw
 
 Batch invariance is built in, not hoped for: every step is elementwise, a per-row kernel
@@ -21,6 +21,7 @@ from typing import TypeGuard
 
 import torch
 
+from engine.logit_bias import LogitBias, apply_logit_bias
 from engine.request import Request
 from engine.sampling_params import SamplingParams
 
@@ -72,13 +73,19 @@ class SamplingRow:
     generator: torch.Generator
     prompt_ids: Sequence[int] = ()
     output_ids: Sequence[int] = ()
+    logit_bias: LogitBias | None = None
 
 
 def sampling_row(request: Request) -> SamplingRow:
     """The request's row for the sampler; its token history is copied only where penalties read it."""
     if not request.params.has_penalties:
-        return SamplingRow(request.params, request.generator)
-    return SamplingRow(request.params, request.generator, request.prompt_token_ids, request.output_token_ids)
+        return SamplingRow(request.params, request.generator, logit_bias=request.logit_bias)
+    history = (request.prompt_token_ids, request.output_token_ids)
+    return SamplingRow(request.params, request.generator, *history, request.logit_bias)
+
+
+def _biased(logits: torch.Tensor, rows: Sequence[SamplingRow]) -> torch.Tensor:
+    return apply_logit_bias(logits, [row.logit_bias for row in rows])
 
 
 def _column(values: Sequence[float], like: torch.Tensor) -> torch.Tensor:
@@ -255,9 +262,11 @@ def native_sample(kernels: ModuleType, logits: torch.Tensor, rows: Sequence[Samp
 def processed_logits(
     logits: torch.Tensor, rows: Sequence[SamplingRow], kernels: ModuleType | None
 ) -> torch.Tensor:
-    """Each row as the draw sees it: penalties, then for sampled rows temperature, top-k, top-p and
-    min-p (-inf where excluded); greedy rows after the penalties only. By the kernels' ``process_rows``
-    where they take the logits. ``rows`` share one request's params (speculative verify positions)."""
+    """Each row as the draw sees it: logit_bias and penalties, then for sampled rows temperature,
+    top-k, top-p and min-p (-inf where excluded); greedy rows after the penalties only. By the
+    kernels' ``process_rows`` where they take the logits. ``rows`` share one request's params
+    (speculative verify positions)."""
+    logits = _biased(logits, rows)
     if _kernels_take(kernels, logits):
         params, history, spans = _native_inputs(rows, draw=False)
         return kernels.process_rows(logits.contiguous(), params, history, spans)
@@ -279,6 +288,7 @@ class Sampler:
         """Pick one token for each row of float32 `logits` [B, V], row i using `rows[i]`."""
         if logits.dim() != 2 or logits.shape[0] != len(rows):
             raise ValueError(f"logits must be [len(rows)={len(rows)}, vocab], got {tuple(logits.shape)}")
+        logits = _biased(logits, rows)
         plain_greedy = all(row.params.is_greedy and not row.params.has_penalties for row in rows)
         if not plain_greedy and _kernels_take(self.kernels, logits):
             return native_sample(self.kernels, logits, rows)

@@ -20,6 +20,12 @@ _SEED_LIMIT = 2**64  # torch.Generator.manual_seed accepts seeds in [0, 2**64)
 MAX_TEMPERATURE = 100.0
 MIN_REPETITION_PENALTY, MAX_REPETITION_PENALTY = 0.01, 100.0
 MAX_STOP_STRINGS, MAX_STOP_LENGTH = 16, 256
+# OpenAI's and vLLM's bounds: top logprobs per token, and the size of one token's bias.
+MAX_LOGPROBS = 20
+MAX_LOGIT_BIAS = 100.0
+# No vocabulary is larger, so a longer dict is refused before its entries are looked at; the engine
+# checks every id against its own vocabulary (which bounds a valid dict by the vocabulary's size).
+MAX_LOGIT_BIAS_ENTRIES = 2**18
 
 
 class SamplingParamsError(ValueError):
@@ -39,6 +45,17 @@ def _is_real(value: object) -> bool:
 
 def _is_text(value: object) -> bool:
     return isinstance(value, str) and value != ""
+
+
+def _is_logit_bias(value: object) -> bool:
+    return (
+        isinstance(value, dict)
+        and len(value) <= MAX_LOGIT_BIAS_ENTRIES
+        and all(
+            _is_int(k) and k >= 0 and _is_real(v) and -MAX_LOGIT_BIAS <= v <= MAX_LOGIT_BIAS
+            for k, v in value.items()
+        )
+    )
 
 
 def _is_list_of(value: object, item_ok: Callable[[object], bool]) -> bool:
@@ -79,6 +96,17 @@ _RULES: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         f"a list of at most {MAX_STOP_STRINGS} non-empty strings of at most {MAX_STOP_LENGTH} characters",
     ),
     ("ignore_eos", lambda v: isinstance(v, bool), "a bool"),
+    (
+        "logprobs",
+        lambda v: v is None or (_is_int(v) and 0 <= v <= MAX_LOGPROBS),
+        f"None or an int in [0, {MAX_LOGPROBS}] (the top tokens reported beside each sampled one)",
+    ),
+    (
+        "logit_bias",
+        _is_logit_bias,
+        f"a dict of at most {MAX_LOGIT_BIAS_ENTRIES} token ids >= 0 to numbers in "
+        f"[{-MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]",
+    ),
 )
 
 
@@ -89,6 +117,11 @@ class SamplingParams:
     temperature 0 means greedy; top_k 0 or -1 and top_p 1 and min_p 0 switch those filters off;
     repetition_penalty follows Hugging Face (prompt and output tokens), presence/frequency
     penalties follow OpenAI (output tokens only).
+
+    logprobs: report each sampled token's log-probability and that many most likely alternatives
+    (None: none), from the model's raw distribution (docs/ENGINE_API.md). logit_bias: added to
+    those token ids' logits before the penalties, as OpenAI does. Several samples of one prompt
+    are `Engine.add_request(..., n=...)`, not a field here.
     """
 
     temperature: float = 1.0
@@ -103,6 +136,8 @@ class SamplingParams:
     stop_token_ids: list[int] = field(default_factory=list)
     stop: list[str] = field(default_factory=list)
     ignore_eos: bool = False
+    logprobs: int | None = None
+    logit_bias: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         for name, ok, allowed in _RULES:
@@ -111,6 +146,7 @@ class SamplingParams:
                 raise SamplingParamsError(f"SamplingParams.{name} must be {allowed}, got {value!r}")
         self.stop_token_ids = list(self.stop_token_ids)  # tuples accepted; stored as lists
         self.stop = list(self.stop)
+        self.logit_bias = dict(self.logit_bias)
 
     @property
     def is_greedy(self) -> bool:

@@ -137,6 +137,12 @@ class Scheduler:
     def add(self, request: Request) -> None:
         bisect.insort(self.waiting, request, key=_arrival)
 
+    def add_running(self, request: Request) -> None:
+        """Run a request whose tokens are already in the cache (a branch forked from another request's
+        prompt, engine/engine.py): it decodes from the next step, as if it had been admitted."""
+        request.status = RequestStatus.RUNNING
+        bisect.insort(self.running, request, key=_arrival)
+
     def has_unfinished(self) -> bool:
         return bool(self.waiting or self.running)
 

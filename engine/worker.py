@@ -25,7 +25,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from engine.branches import branch_id
 from engine.engine import Engine
+from engine.logprobs import TokenLogprob
 from engine.metrics import RequestMetrics
 from engine.output import RequestOutput
 from engine.prompts import Prompt
@@ -47,6 +49,8 @@ class TokenEvent:
     finish_reason: str | None
     error: str | None
     metrics: RequestMetrics
+    index: int = 0  # which of the request's n samples this event is about
+    logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when the request asked for them
 
     @classmethod
     def of(cls, out: RequestOutput) -> TokenEvent:
@@ -59,6 +63,8 @@ class TokenEvent:
             finish_reason=out.finish_reason,
             error=out.error,
             metrics=out.metrics,
+            index=out.index,
+            logprobs=tuple(out.new_logprobs),
         )
 
 
@@ -66,22 +72,27 @@ EventCallback = Callable[[TokenEvent], object]  # what it returns is ignored
 
 
 class StreamHandle:
-    """The caller's end of one request: its id, its tag and `cancel()`. Events go to `on_event`.
+    """The caller's end of one request: its id, its tag and `cancel()`. Events go to `on_event`;
+    a request of n samples sends each sample's events (``TokenEvent.index``), n of them final.
 
     The callback is the one way events leave the worker: it runs on the worker thread, so the
     caller decides how they cross to its own thread (the app appends to an inbox and wakes its
     pane; an asyncio caller would use `loop.call_soon_threadsafe`). Nothing is kept per event.
     """
 
-    def __init__(self, worker: EngineWorker, request_id: str, tag: object, on_event: EventCallback):
+    def __init__(
+        self, worker: EngineWorker, request_id: str, tag: object, on_event: EventCallback, n: int = 1
+    ) -> None:
         self.request_id = request_id
         self.tag = tag
+        self.n = n
         self._worker = worker
         self._on_event = on_event
 
     def cancel(self) -> None:
-        """Abort the request before the worker's next step; its last event has finish_reason "abort"."""
-        self._worker.cancel(self.request_id)
+        """Abort the request (every sample) before the worker's next step; each unfinished sample's last
+        event has finish_reason "abort"."""
+        self._worker.cancel(self.request_id, self.n)
 
     def _deliver(self, out: RequestOutput) -> None:
         """Called on the worker thread (or on submit's thread for a rejected request)."""
@@ -118,20 +129,23 @@ class EngineWorker:
         tag: object = None,
         *,
         on_event: EventCallback,
+        n: int = 1,
     ) -> StreamHandle:
-        """Queue a request; never blocks, never raises for bad input (that becomes an error event).
+        """Queue a request (``n`` samples of it: `Engine.add_request`); never blocks, never raises for
+        bad input (that becomes an error event for each sample).
 
-        `on_event` runs on the worker thread for every event, the last one `finished`: keep it
-        short (append to an inbox, post a message). After shutdown the request is rejected at
-        once, with its one event on the caller's thread.
+        `on_event` runs on the worker thread for every event, each sample's last one `finished`:
+        keep it short (append to an inbox, post a message). After shutdown the request is rejected
+        at once, with its events on the caller's thread.
         """
-        handle = StreamHandle(self, f"stream-{next(self._ids)}", tag, on_event)
+        handle = StreamHandle(self, f"stream-{next(self._ids)}", tag, on_event, n)
         if not self._post(lambda: self._start(handle, prompt, params)):
             _reject(handle, "the engine worker has shut down")
         return handle
 
-    def cancel(self, request_id: str) -> None:
-        self._post(lambda: self._abort(request_id))
+    def cancel(self, request_id: str, n: int = 1) -> None:
+        """Abort request ``request_id`` and, for a request of ``n`` samples, its other samples."""
+        self._post(lambda: self._abort_samples(request_id, n))
 
     def snapshot(self) -> EngineSnapshot:
         """The snapshot published after the latest step (a reference swap: no lock needed)."""
@@ -182,16 +196,21 @@ class EngineWorker:
 
     def _start(self, handle: StreamHandle, prompt: Prompt, params: SamplingParams | None) -> None:
         try:
-            self.engine.add_request(prompt, params, request_id=handle.request_id, tag=handle.tag)
+            self.engine.add_request(prompt, params, request_id=handle.request_id, tag=handle.tag, n=handle.n)
         except Exception as exc:  # bad input: RequestError, SamplingParamsError, or worse
             _reject(handle, str(exc))
             return
-        self._handles[handle.request_id] = handle
+        for index in range(handle.n):
+            self._handles[branch_id(handle.request_id, index)] = handle
 
     def _abort(self, request_id: str) -> None:
         out = self.engine.abort(request_id)
         if out is not None:
             self._publish([out])
+
+    def _abort_samples(self, request_id: str, n: int) -> None:
+        for index in range(n):
+            self._abort(branch_id(request_id, index))
 
     def _publish(self, outputs: list[RequestOutput]) -> None:
         for out in outputs:
@@ -215,6 +234,9 @@ def _lower_this_thread(nice: int) -> None:
 
 
 def _reject(handle: StreamHandle, error: str) -> None:
+    """Each sample's final event, with ``error``."""
     now = time.monotonic()
     metrics = RequestMetrics(arrival_time=now, prompt_tokens=0, finished_time=now)
-    handle._deliver(RequestOutput.rejected(handle.request_id, handle.tag, error, metrics))
+    for index in range(handle.n):
+        request_id = branch_id(handle.request_id, index)
+        handle._deliver(RequestOutput.rejected(request_id, handle.tag, error, metrics, index))

@@ -57,6 +57,14 @@ class HybridCache:
         for state in self.conv:
             state[dst] = state[src]
 
+    def copy_block(self, src: int, dst: int) -> None:
+        """Every attention layer's KV of block ``src`` into block ``dst``."""
+        _copy_block(self.k + self.v, self.block_size, src, dst)
+
+    def copy_sliding_block(self, src: int, dst: int) -> None:
+        """The same for a block of the sliding-window layers' pool."""
+        _copy_block(self.sliding_k + self.sliding_v, self.block_size, src, dst)
+
     @staticmethod
     def bytes_per_block(config: Lfm2Config, block_size: int, dtype: torch.dtype) -> int:
         """KV of one block over all attention layers plus one conv snapshot row over all conv layers."""
@@ -77,6 +85,11 @@ class HybridCache:
     def nbytes(self) -> int:
         tensors = (*self.k, *self.v, *self.conv, *self.sliding_k, *self.sliding_v)
         return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def _copy_block(tensors: list[torch.Tensor], block_size: int, src: int, dst: int) -> None:
+    for kv in tensors:
+        kv[dst * block_size : (dst + 1) * block_size] = kv[src * block_size : (src + 1) * block_size]
 
 
 def _zeros(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
