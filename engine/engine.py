@@ -112,12 +112,12 @@ class Engine:
         # A private, re-validated copy: a caller mutating its object later cannot reach the request.
         params = SamplingParams() if params is None else dataclasses.replace(params)
         ids = prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.max_model_len)
-        self._check_logit_bias(params)
+        self.check_params(params)
         arrival = next(self._arrivals)
         request_id = f"req-{arrival}" if request_id is None else request_id
-        taken = [i for i in map(branch_id, [request_id] * n, range(n)) if i in self._requests]
-        if taken:
-            raise RequestError(f"request id {taken[0]!r} is already in use")
+        taken = next((i for i in (branch_id(request_id, k) for k in range(n)) if i in self._requests), None)
+        if taken is not None:
+            raise RequestError(f"request id {taken!r} is already in use")
         bias = LogitBias.of(params.logit_bias, self.config.device)
         requests = [self._new_request(request_id, ids, params, tag, bias, arrival)]
         for index in range(1, n):
@@ -139,7 +139,9 @@ class Engine:
             stop_ids |= self.tokenizer.stop_token_ids
         return frozenset(stop_ids)
 
-    def _check_logit_bias(self, params: SamplingParams) -> None:
+    def check_params(self, params: SamplingParams) -> None:
+        """What SamplingParams cannot check alone: its token ids are in this model's vocabulary.
+        Raises SamplingParamsError naming the field (add_request does too)."""
         vocab = self.model_config.vocab_size
         bad = next((token for token in params.logit_bias if token >= vocab), None)
         if bad is not None:

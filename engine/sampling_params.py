@@ -7,6 +7,7 @@ made it instead of a crash (or a silently wrong sample) deep inside a batched en
 from __future__ import annotations
 
 import math
+import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -30,6 +31,12 @@ MAX_LOGIT_BIAS_ENTRIES = 2**18
 
 class SamplingParamsError(ValueError):
     """A SamplingParams field is out of range; the message names the field and the allowed range."""
+
+
+def _shown(value: object) -> str:
+    """A value for an error message: its repr, abbreviated when long (a dict of every token id)."""
+    text = repr(value)
+    return text if len(text) <= 200 else reprlib.repr(value)
 
 
 def _is_int(value: object) -> bool:
@@ -143,7 +150,7 @@ class SamplingParams:
         for name, ok, allowed in _RULES:
             value = getattr(self, name)
             if not ok(value):
-                raise SamplingParamsError(f"SamplingParams.{name} must be {allowed}, got {value!r}")
+                raise SamplingParamsError(f"SamplingParams.{name} must be {allowed}, got {_shown(value)}")
         self.stop_token_ids = list(self.stop_token_ids)  # tuples accepted; stored as lists
         self.stop = list(self.stop)
         self.logit_bias = dict(self.logit_bias)

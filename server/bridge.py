@@ -5,9 +5,10 @@
     async for ev in stream     <-- queue <-- call_soon_threadsafe(on_event)
     stream.cancel()            --> handle.cancel: aborted before the next step, blocks freed
 
-The bridge counts requests from submit to their final event (which arrives even when nobody
-reads the stream any more: a cancelled request still ends with an "abort" event), and refuses
-new ones past `capacity` so a crowd gets 503s instead of an unbounded queue.
+The bridge counts requests (each of a request's n choices) from submit to their final event
+(which arrives even when nobody reads the stream any more: a cancelled request still ends with an
+"abort" event), and refuses new ones past `capacity` so a crowd gets 503s instead of an unbounded
+queue.
 """
 
 from __future__ import annotations
@@ -24,17 +25,20 @@ class Overloaded(Exception):
 
 
 class RequestStream:
-    """One request's events on the event loop; iterating ends after the final one."""
+    """One request's events on the event loop (those of its n choices, interleaved); iterating ends
+    after the final one of the last choice."""
 
-    def __init__(self, queue: asyncio.Queue[TokenEvent]) -> None:
+    def __init__(self, queue: asyncio.Queue[TokenEvent], n: int = 1) -> None:
         self._queue = queue
         self.handle: StreamHandle | None = None
         self.finished = False
+        self._running = n  # choices whose final event has not arrived
 
     async def __aiter__(self) -> AsyncIterator[TokenEvent]:
         while not self.finished:
             event = await self._queue.get()
-            self.finished = event.finished
+            self._running -= event.finished
+            self.finished = self._running == 0
             yield event
 
     def cancel(self) -> None:
@@ -53,13 +57,13 @@ class EngineBridge:
         self.metrics = metrics
         self.in_flight = 0
 
-    def submit(self, prompt_ids: list[int], params: SamplingParams) -> RequestStream:
-        """Queue a request; Overloaded when the engine is full. Call on the event loop."""
-        if self.in_flight >= self.capacity:
+    def submit(self, prompt_ids: list[int], params: SamplingParams, n: int = 1) -> RequestStream:
+        """Queue a request of ``n`` choices; Overloaded when the engine is full. Call on the event loop."""
+        if self.in_flight + n > self.capacity:
             raise Overloaded
         loop = asyncio.get_running_loop()
         queue: asyncio.Queue[TokenEvent] = asyncio.Queue()
-        stream = RequestStream(queue)
+        stream = RequestStream(queue, n)
 
         def deliver(event: TokenEvent) -> None:  # on the loop, for every event of the request
             self.metrics.observe(event)
@@ -67,8 +71,8 @@ class EngineBridge:
                 self.in_flight -= 1
             queue.put_nowait(event)
 
-        self.in_flight += 1
+        self.in_flight += n
         stream.handle = self.worker.submit(
-            prompt_ids, params, on_event=lambda event: loop.call_soon_threadsafe(deliver, event)
+            prompt_ids, params, on_event=lambda event: loop.call_soon_threadsafe(deliver, event), n=n
         )
         return stream

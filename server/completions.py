@@ -19,13 +19,14 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engine import Engine, PromptTooLong, RequestError, TokenEvent
+from engine import Engine, PromptTooLong, RequestError, SamplingParamsError, TokenEvent
 from server.bridge import EngineBridge, Overloaded, RequestStream
+from server.choices import Choices
 from server.config import ServerConfig
 from server.errors import ApiError, bad_request, error_body
-from server.protocol import ChatRequest, Generation, parse_chat, parse_completion, parse_json
+from server.logprobs import LogprobShapes
+from server.protocol import ChatRequest, Generation, parse_chat, parse_completion, parse_json, sampling_error
 from server.responses import SSE_DONE, Shapes, sse
-from server.tools import ToolReply
 
 CLIENT_CLOSED = 499  # nginx's status for a request whose client left first: logged, never received
 
@@ -38,9 +39,12 @@ class Service:
     config: ServerConfig
     bridge: EngineBridge | None = None
     max_prompt_bytes: int = field(init=False)
+    logprob_shapes: LogprobShapes = field(init=False)
 
     def __post_init__(self) -> None:
         self.max_prompt_bytes = prompt_byte_bound(self.engine)
+        decode = self.engine.tokenizer.decode
+        self.logprob_shapes = LogprobShapes(lambda token: decode([token], skip_special_tokens=False))
 
 
 def prompt_byte_bound(engine: Engine) -> int:
@@ -133,37 +137,35 @@ async def _generate(
         message = f"the model `{job.model}` does not exist; this server has `{config.model_name}`"
         raise ApiError(404, message, "model", "model_not_found")
     _check_prompt(service.engine, ids, "messages" if chat else "prompt")
+    try:
+        service.engine.check_params(job.params)
+    except SamplingParamsError as exc:
+        raise sampling_error(exc) from None
     assert service.bridge is not None, "the app's lifespan starts the bridge"
     try:
-        stream = service.bridge.submit(ids, job.params)
+        stream = service.bridge.submit(ids, job.params, job.n)
     except Overloaded:
         message = "the server is overloaded: too many requests are waiting; retry shortly"
         raise ApiError(503, message, headers={"Retry-After": "1"}) from None
     events = await _unless_refused(stream, job.structure_param)
     shapes = Shapes(config.model_name, chat, include_usage=job.stream and job.include_usage)
     tools = job.tools if isinstance(job, ChatRequest) else None
-    reply = ToolReply(tools) if tools is not None and tools.parses_calls else None
+    logprob_shapes = None if job.params.logprobs is None else service.logprob_shapes
+    choices = Choices(job.n, chat, logprob_shapes, service.engine.stop_token_ids(job.params), tools)
     if job.stream:
         headers = {"Cache-Control": "no-cache"}
-        body = _events(stream, events, shapes, reply)
+        body = _events(stream, events, shapes, choices)
         return StreamingResponse(body, media_type="text/event-stream", headers=headers)
     try:
-        collected = await _collect_unless_disconnected(request, events)
+        collected = await _collect_unless_disconnected(request, events, choices)
     finally:
         stream.cancel()
-    if collected is None:
+    if not collected:
         return Response(status_code=CLIENT_CLOSED)
-    text, last = collected
-    if last.finish_reason == "error":
-        raise ApiError(500, f"generation failed: {last.error}")
-    if reply is None:
-        return JSONResponse(shapes.completion(text, last.finish_reason, last.metrics))
-    reply.feed(text)
-    reply.finish()
-    content, calls = reply.message()
-    return JSONResponse(
-        shapes.completion(content, reply.finish_reason(last.finish_reason), last.metrics, calls)
-    )
+    failed = next((event for event in choices.finals.values() if event.finish_reason == "error"), None)
+    if failed is not None:
+        raise ApiError(500, f"generation failed: {failed.error}")
+    return JSONResponse(shapes.completion(choices.choices(), choices.metrics()))
 
 
 async def _unless_refused(stream: RequestStream, structure_param: str | None) -> AsyncIterable[TokenEvent]:
@@ -186,47 +188,51 @@ async def _unless_refused(stream: RequestStream, structure_param: str | None) ->
 
 
 async def _events(
-    stream: RequestStream, events: AsyncIterable[TokenEvent], shapes: Shapes, reply: ToolReply | None
+    stream: RequestStream, events: AsyncIterable[TokenEvent], shapes: Shapes, choices: Choices
 ) -> AsyncIterator[bytes]:
     """The SSE stream. Starlette cancels it when the client disconnects; `finally` then aborts the request."""
     try:
         if shapes.chat:
-            yield sse(shapes.chunk("", role=True))
+            for index in range(choices.n):
+                yield sse(shapes.chunk("", role=True, index=index))
         async for event in events:
             if event.finish_reason == "error":
                 yield sse(error_body(500, f"generation failed: {event.error}"))
                 break
-            if reply is None and event.text:
-                yield sse(shapes.chunk(event.text))
-            for delta in reply.feed(event.text) if reply is not None else []:
-                yield sse(shapes.delta_chunk(delta))
+            index, reply = event.index, choices.replies[event.index]
+            logprobs = choices.logprobs(event)
+            if reply is None and (event.text or (logprobs is not None and event.token_ids)):
+                yield sse(shapes.chunk(event.text, index=index, logprobs=logprobs))
+            if reply is not None:
+                for delta in reply.feed(event.text):
+                    yield sse(shapes.delta_chunk(delta, index=index))
+                if logprobs is not None and event.token_ids:  # the tokens' logprobs, beside the parsed deltas
+                    yield sse(shapes.delta_chunk({}, index=index, logprobs=logprobs))
             if event.finished:
+                choices.finals[index] = event
                 reason = event.finish_reason
                 if reply is not None:
                     for delta in reply.finish():
-                        yield sse(shapes.delta_chunk(delta))
+                        yield sse(shapes.delta_chunk(delta, index=index))
                     reason = reply.finish_reason(reason)
-                yield sse(shapes.chunk("", reason))
-                if shapes.include_usage:
-                    yield sse(shapes.usage_chunk(event.metrics))
+                yield sse(shapes.chunk("", reason, index=index))
+        if shapes.include_usage and len(choices.finals) == choices.n:
+            yield sse(shapes.usage_chunk(choices.metrics()))
         yield SSE_DONE
     finally:
         stream.cancel()
 
 
 async def _collect_unless_disconnected(
-    request: Request, stream: AsyncIterable[TokenEvent]
-) -> tuple[str, TokenEvent] | None:
-    """The whole reply and its final event; None if the client hung up first."""
-    collected = None
+    request: Request, stream: AsyncIterable[TokenEvent], choices: Choices
+) -> bool:
+    """Collect every choice's events into ``choices``; False if the client hung up first."""
+    collected = False
     async with anyio.create_task_group() as group:
         group.start_soon(_cancel_on_disconnect, request, group.cancel_scope)
-        parts, last = [], None
         async for event in stream:
-            parts.append(event.text)
-            last = event
-        assert last is not None, "every request ends with a final event"
-        collected = "".join(parts), last
+            choices.add(event)
+        collected = True
         group.cancel_scope.cancel()
     return collected
 

@@ -2,7 +2,7 @@
 
 Everything a client can get wrong is an ApiError (400) naming the field, raised here before the
 engine sees the request. Unknown fields are ignored, as vLLM ignores them; fields that would
-change the answer in a way this server cannot honour (n > 1, logprobs...) are refused rather
+change the answer in a way this server cannot honour (echo, best_of...) are refused rather
 than silently dropped. A JSON null counts as "not given" (several clients send them). Tools are
 server/tools.py's, response_format and vLLM's structured outputs server/structured_outputs.py's.
 """
@@ -16,7 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine import SamplingParams, SamplingParamsError
-from server.errors import bad_request
+from engine.sampling_params import MAX_LOGIT_BIAS_ENTRIES, MAX_LOGPROBS
+from server.errors import ApiError, bad_request
 from server.structured_outputs import requested_structure, structure
 from server.tools import ToolPlan, message_fields, tool_plan
 
@@ -34,6 +35,9 @@ SAMPLING_FIELDS = (
     "ignore_eos",
 )
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# Choices one request may ask for: each is a running sequence of its own once the prompt is read.
+MAX_N = 16
+_TOKEN_ID = re.compile(r"[0-9]{1,9}")
 
 
 def _off(value: Any) -> bool:
@@ -42,9 +46,6 @@ def _off(value: Any) -> bool:
 
 # Fields that would change the reply in a way the engine cannot: refused unless left at their default.
 _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
-    "logprobs": _off,
-    "top_logprobs": _off,
-    "logit_bias": _off,
     "functions": _off,
     "echo": _off,
     "suffix": _off,
@@ -69,6 +70,7 @@ class Generation:
     stream: bool
     include_usage: bool
     structure_param: str | None  # the field whose structure constrains the output, if any
+    n: int  # choices, all from one read of the prompt
 
 
 @dataclass(slots=True)
@@ -105,16 +107,49 @@ def parse_chat(body: Mapping[str, Any], limits: Limits) -> ChatRequest:
             message = f"tool_choice {tools.choice!r} and {constrained[1]} both constrain the output"  # type: ignore[union-attr]
             raise bad_request(message, "tool_choice")
         constrained = structure("json_schema", constraint, "tools"), "tools"
-    generation = _generation(body, limits, max_tokens, constrained)
+    generation = _generation(body, limits, max_tokens, constrained, _chat_logprobs(body))
     return ChatRequest(messages=messages, tools=tools, **generation)
 
 
 def parse_completion(body: Mapping[str, Any], limits: Limits) -> CompletionRequest:
     prompt = _prompt(body.get("prompt"))
+    logprobs = _given(body, "logprobs")
+    if logprobs is not None and not _is_count(logprobs, MAX_LOGPROBS):
+        raise bad_request(f"logprobs must be an int in [0, {MAX_LOGPROBS}] (null: none)", "logprobs")
     constrained = requested_structure(body, chat=False)
-    return CompletionRequest(
-        prompt=prompt, **_generation(body, limits, _given(body, "max_tokens"), constrained)
-    )
+    generation = _generation(body, limits, _given(body, "max_tokens"), constrained, logprobs)
+    return CompletionRequest(prompt=prompt, **generation)
+
+
+def _is_count(value: Any, most: int, least: int = 0) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and least <= value <= most
+
+
+def _chat_logprobs(body: Mapping[str, Any]) -> int | None:
+    """Chat's `logprobs` (a bool) and `top_logprobs` (0..20) as the engine's top count (None: off)."""
+    wanted, top = _given(body, "logprobs", False), _given(body, "top_logprobs")
+    if not isinstance(wanted, bool):
+        raise bad_request("logprobs must be true or false", "logprobs")
+    if top is not None and not _is_count(top, MAX_LOGPROBS):
+        raise bad_request(f"top_logprobs must be an int in [0, {MAX_LOGPROBS}]", "top_logprobs")
+    if top and not wanted:
+        raise bad_request("top_logprobs needs logprobs set to true", "top_logprobs")
+    return (top or 0) if wanted else None
+
+
+def _logit_bias(value: Any) -> dict[int, float]:
+    """OpenAI's {"token id": bias} with its keys as ints; the values are SamplingParams' to check."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or len(value) > MAX_LOGIT_BIAS_ENTRIES:
+        allowed = f"an object of at most {MAX_LOGIT_BIAS_ENTRIES} token ids to numbers"
+        raise bad_request(f"logit_bias must be {allowed}", "logit_bias")
+    bad = next((key for key in value if not _TOKEN_ID.fullmatch(key)), None)
+    if bad is not None:
+        raise bad_request(
+            f"logit_bias keys must be token ids (decimal digits), not {bad[:40]!r}", "logit_bias"
+        )
+    return {int(key): bias for key, bias in value.items()}
 
 
 def _given(body: Mapping[str, Any], name: str, default: Any = None) -> Any:
@@ -123,13 +158,18 @@ def _given(body: Mapping[str, Any], name: str, default: Any = None) -> Any:
 
 
 def _generation(
-    body: Mapping[str, Any], limits: Limits, max_tokens: Any, constrained: tuple[Any, str] | None
+    body: Mapping[str, Any],
+    limits: Limits,
+    max_tokens: Any,
+    constrained: tuple[Any, str] | None,
+    logprobs: int | None,
 ) -> dict[str, Any]:
     for name, is_default in _UNSUPPORTED.items():
         if not is_default(body.get(name)):
             raise bad_request(f"{name} is not supported by lfm-chat serve", name)
-    if _given(body, "n", 1) != 1:
-        raise bad_request("n must be 1: lfm-chat serve returns one choice per request", "n")
+    n = _given(body, "n", 1)
+    if not _is_count(n, MAX_N, least=1):
+        raise bad_request(f"n must be an int in [1, {MAX_N}] on this server", "n")
     model = body.get("model")
     if model is not None and not isinstance(model, str):
         raise bad_request("model must be a string", "model")
@@ -142,14 +182,17 @@ def _generation(
         raise bad_request('stream_options must be an object like {"include_usage": true}', "stream_options")
     return {
         "model": model,
-        "params": _sampling(body, limits, max_tokens, constrained[0] if constrained else None),
+        "params": _sampling(body, limits, max_tokens, constrained[0] if constrained else None, logprobs),
         "stream": stream,
         "include_usage": bool(include_usage),
         "structure_param": constrained[1] if constrained else None,
+        "n": n,
     }
 
 
-def _sampling(body: Mapping[str, Any], limits: Limits, max_tokens: Any, structure: Any) -> SamplingParams:
+def _sampling(
+    body: Mapping[str, Any], limits: Limits, max_tokens: Any, structure: Any, logprobs: int | None
+) -> SamplingParams:
     if max_tokens is None:
         max_tokens = limits.max_tokens
     elif isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > limits.max_tokens:
@@ -163,10 +206,17 @@ def _sampling(body: Mapping[str, Any], limits: Limits, max_tokens: Any, structur
             **{**limits.sampling, **given},
             max_tokens=max_tokens,
             stop=[stop] if isinstance(stop, str) else stop,
+            logprobs=logprobs,
+            logit_bias=_logit_bias(body.get("logit_bias")),
         )
     except SamplingParamsError as exc:
-        name = re.search(r"SamplingParams\.(\w+)", str(exc))
-        raise bad_request(str(exc).replace("SamplingParams.", ""), name[1] if name else None) from None
+        raise sampling_error(exc) from None
+
+
+def sampling_error(exc: SamplingParamsError) -> ApiError:
+    """The 400 for a SamplingParams field the engine refused, naming the field as the client sent it."""
+    name = re.search(r"SamplingParams\.(\w+)", str(exc))
+    return bad_request(str(exc).replace("SamplingParams.", ""), name[1] if name else None)
 
 
 def _messages(value: Any) -> list[dict[str, Any]]:

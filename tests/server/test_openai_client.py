@@ -71,7 +71,7 @@ def test_completions_and_models(client: openai.OpenAI) -> None:
     ("call", "error"),
     [
         (lambda c: c.chat.completions.create(model="nope", messages=MESSAGES), openai.NotFoundError),
-        (lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES, n=2), openai.BadRequestError),
+        (lambda c: c.chat.completions.create(model=MODEL, messages=MESSAGES, n=17), openai.BadRequestError),
     ],
 )
 def test_errors_arrive_as_the_clients_exceptions(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 from engine import RequestMetrics
-from server.responses import Shapes, sse
+from server.responses import Choice, Shapes, sse
 
 METRICS = RequestMetrics(arrival_time=0.0, prompt_tokens=40, cached_prompt_tokens=32, generated_tokens=5)
 
@@ -20,7 +20,7 @@ def test_an_event_is_one_line_whatever_the_model_wrote() -> None:
 def test_chat_and_text_shapes() -> None:
     chat, text = Shapes("m", chat=True), Shapes("m", chat=False, include_usage=True)
     assert chat.id.startswith("chatcmpl-") and text.id.startswith("cmpl-")
-    reply = chat.completion("hi", "stop", METRICS)
+    reply = chat.completion([Choice(0, "hi", "stop")], [METRICS])
     assert reply["object"] == "chat.completion"
     assert reply["choices"] == [
         {
@@ -46,5 +46,5 @@ def test_chat_and_text_shapes() -> None:
     chunk = text.chunk("x")
     assert chunk["object"] == "text_completion" and chunk["usage"] is None
     assert chunk["choices"][0]["text"] == "x"
-    last = text.usage_chunk(METRICS)
+    last = text.usage_chunk([METRICS])
     assert last["choices"] == [] and last["usage"]["total_tokens"] == 45
