@@ -29,7 +29,12 @@ if TYPE_CHECKING:
     from engine.logprobs import TokenLogprob
     from engine.metrics import RequestMetrics
     from engine.output import RequestOutput
-    from engine.sampling_params import SamplingParams, SamplingParamsError
+    from engine.sampling_params import (
+        MAX_LOGIT_BIAS_ENTRIES,
+        MAX_LOGPROBS,
+        SamplingParams,
+        SamplingParamsError,
+    )
     from engine.snapshot import EngineSnapshot, RequestSnapshot
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
     from model.checkpoint.hub import DEFAULT_MODEL, download_checkpoint, is_repo_id, resolve_checkpoint
@@ -58,6 +63,8 @@ _MODULES = {
     "RequestMetrics": "engine.metrics",
     "RequestOutput": "engine.output",
     "RequestSnapshot": "engine.snapshot",
+    "MAX_LOGIT_BIAS_ENTRIES": "engine.sampling_params",
+    "MAX_LOGPROBS": "engine.sampling_params",
     "SamplingParams": "engine.sampling_params",
     "SamplingParamsError": "engine.sampling_params",
     "StreamHandle": "engine.worker",

@@ -22,12 +22,13 @@ from typing import TYPE_CHECKING
 
 from engine.conv_rows import ZERO_ROW
 from engine.drafting import DraftState
-from engine.logit_bias import LogitBias
 from engine.metrics import RequestMetrics
 from engine.sampling_params import SamplingParams
 
 if TYPE_CHECKING:  # the scheduler shares this state and imports no torch (tests/engine/test_proposals.py)
     import torch
+
+    from engine.logit_bias import LogitBias
 
 
 class RequestStatus(enum.Enum):

@@ -15,8 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import SamplingParams, SamplingParamsError
-from engine.sampling_params import MAX_LOGIT_BIAS_ENTRIES, MAX_LOGPROBS
+from engine import MAX_LOGIT_BIAS_ENTRIES, MAX_LOGPROBS, SamplingParams, SamplingParamsError
 from server.errors import ApiError, bad_request
 from server.structured_outputs import requested_structure, structure
 from server.tools import ToolPlan, message_fields, tool_plan
