@@ -185,7 +185,8 @@ class BlockManager:
                 branch.sliding_table.append(request.sliding_table[index])
         branch.block_hashes = request.block_hashes[:full]
         branch.sliding_start = request.sliding_start
-        block = sliding_block = None
+        block: tuple[int, int] | None = None
+        sliding_block: tuple[int, int] | None = None
         if partial:  # the last block is inside any window, so never released
             block = (request.block_table[full], self.pool.take())
             branch.block_table.append(block[1])
@@ -193,8 +194,8 @@ class BlockManager:
                 sliding_block = (request.sliding_table[full], self.sliding.take())
                 branch.sliding_table.append(sliding_block[1])
         self.acquire_slot(branch)
-        branch.conv_src_row = branch.conv_slot
-        return BranchCopies((request.conv_slot, branch.conv_slot), block, sliding_block)
+        branch.conv_src_row = branch.running_slot
+        return BranchCopies((request.running_slot, branch.running_slot), block, sliding_block)
 
     def acquire_slot(self, request: Request) -> None:
         assert request.conv_slot is None

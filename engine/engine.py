@@ -23,6 +23,7 @@ from engine.build import EngineParts, load_parts, parts_for_model
 from engine.config import EngineConfig
 from engine.errors import RequestError
 from engine.logit_bias import LogitBias
+from engine.logprobs import TokenLogprob
 from engine.metrics import EngineMetrics, RequestMetrics, StepStats
 from engine.output import RequestOutput
 from engine.prompts import Prompt, prompt_token_ids
@@ -282,9 +283,9 @@ class Engine:
         latest step: the request's own, or for a branch's first token, those of its prompt's request.
         """
         top = request.params.logprobs
-        logprobs = [None] * len(tokens)
+        logprobs: list[TokenLogprob | None] = [None] * len(tokens)
         if top is not None:
-            logprobs = self.runner.token_logprobs(rows_of or request, tokens, top)
+            logprobs[:] = self.runner.token_logprobs(rows_of or request, tokens, top)
         for count, (token, logprob) in enumerate(zip(tokens, logprobs, strict=True), 1):
             self.outputs.append(request, token, now, logprob)
             if request.is_finished:

@@ -95,7 +95,7 @@ class OutputProcessor:
 
     def add(self, request: Request) -> None:
         detokenizer = IncrementalDetokenizer(self.tokenizer, request.prompt_token_ids)
-        logprobs = None if request.params.logprobs is None else []
+        logprobs: list[TokenLogprob] | None = None if request.params.logprobs is None else []
         self._texts[request] = _Text(detokenizer, request.params.stop, logprobs=logprobs)
 
     def append(

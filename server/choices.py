@@ -30,9 +30,10 @@ class Choices:
         tools: ToolPlan | None = None,
     ) -> None:
         self.n = n
-        parses = tools is not None and tools.parses_calls
         # each choice's tool-call parser (None: its text is the content)
-        self.replies = [ToolReply(tools) if parses else None for _ in range(n)]
+        self.replies = [
+            ToolReply(tools) if tools is not None and tools.parses_calls else None for _ in range(n)
+        ]
         self._chat = chat
         self._shapes = shapes
         self._stop_ids = stop_ids
