@@ -27,7 +27,6 @@ from engine.block_manager import BlockManager
 from engine.config import EngineConfig
 from engine.draft_model import ModelDrafter
 from engine.drafting import MAX_DRAFT_TOKENS
-from engine.launch import locate_checkpoint
 from engine.output import OutputProcessor
 from engine.pacing import PrefillPacer
 from engine.runner import ModelRunner
@@ -36,6 +35,7 @@ from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_config import Lfm2Config
 from model.arch.registry import load_config
 from model.cache import HybridCache
+from model.checkpoint.hub import locate_checkpoint
 from model.checkpoint.loader import load_model
 from model.checkpoint.progress import Progress
 from model.errors import CheckpointError

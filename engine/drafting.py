@@ -1,10 +1,10 @@
-"""How much each request drafts for speculative decoding, and what a proposer of drafts does.
+"""How much each request drafts for speculative decoding, whichever proposer drafts.
 
-Drafts come from a `Proposer`: prompt lookup over the request's own tokens (engine/ngram.py) or a
-smaller model (engine/draft_model.py). Before each step the engine asks the scheduler how many
-drafts each decoding request may take (`Scheduler.draft_allowances`), the runner's proposer
-fills `Request.spec_token_ids` up to that, and `schedule` trims them to the step's budget and
-blocks. The policy here is the same whichever proposer drafts:
+Drafts come from a `Proposer` (engine/proposer.py): prompt lookup over the request's own tokens
+(engine/ngram.py) or a smaller model (engine/draft_model.py). Before each step the engine asks the
+scheduler how many drafts each decoding request may take (`Scheduler.draft_allowances`), the
+runner's proposer fills `Request.spec_token_ids` up to that, and `schedule` trims them to the
+step's budget and blocks. The policy here is the same whichever proposer drafts:
 
 Draft length: a request starts with FIRST_DRAFT_TOKENS; a draft accepted whole doubles the next
 one (up to MAX_DRAFT_TOKENS: a long quote is copied many tokens a step), a rejected one makes the
@@ -25,10 +25,6 @@ not pay (up to MAX_PAUSE_TOKENS), and back to PAUSE_TOKENS after one that did.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
-
-if TYPE_CHECKING:
-    from engine.request import Request
 
 # drafted tokens per request per step: 1 + 15 rows is the longest chunk the native kernels verify
 # as single-query rows (model/native/accelerate.py's ROW_QUERY_LIMIT), so a verify stays one call
@@ -84,19 +80,3 @@ class DraftState:
         else:
             self.pause = PAUSE_TOKENS
         self.window_steps = self.window_drafted = self.window_accepted = 0
-
-
-class Proposer(Protocol):
-    """Drafts for a request's next step, run beside the forward (in the runner), never in the scheduler.
-
-    A proposal for ``count`` tokens starts with the proposal for fewer: the scheduler trims the
-    drafts to what its next step has room for, and that must leave the drafts a smaller request
-    for drafts would have got."""
-
-    def propose_for(self, request: Request, count: int) -> list[int]:
-        """Up to ``count`` tokens to follow ``request.token_ids``; [] when there are none."""
-        ...
-
-    def release(self, request_id: str) -> None:
-        """Forget a finished request (a no-op for one that never drafted)."""
-        ...

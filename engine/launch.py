@@ -2,8 +2,8 @@
 
 Torch-free to import: torch and the model code load inside `load_engine`, which the app runs on
 its loader thread (the loading screen is drawn first) and `serve` before it listens. The load
-path's first stage, `locate_checkpoint`, lives here and runs first (huggingface_hub needs no
-torch), so a model that cannot be had is reported without waiting for torch, and a first
+path's first stage, `locate_checkpoint` (model/checkpoint/hub.py), runs here first (huggingface_hub
+needs no torch), so a model that cannot be had is reported without waiting for torch, and a first
 download reports its bytes; the rest of the path is engine/build.py's, through
 `Engine.from_pretrained`.
 """
@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
-from model.checkpoint.hub import DEFAULT_MODEL, resolve_checkpoint
+from model.checkpoint.hub import DEFAULT_MODEL, checkpoint_label, locate_checkpoint
 from model.text.model_cards import FamilySampling, checkpoint_sampling
 
 if TYPE_CHECKING:
@@ -47,11 +47,7 @@ class ModelSource:
     @property
     def label(self) -> str:
         """The model as a title names it: a repo id (@revision), or a local directory's name."""
-        if self.demo:
-            return "demo (random weights)"
-        if Path(self.model).expanduser().is_dir():
-            return Path(self.model).name
-        return self.model if self.revision is None else f"{self.model}@{self.revision}"
+        return "demo (random weights)" if self.demo else checkpoint_label(self.model, self.revision)
 
     def sampling_defaults(self, flags: dict[str, float | int]) -> FamilySampling:
         """The model card's sampling for this checkpoint (LFM2 and LFM2.5 differ) with `flags` on top.
@@ -86,24 +82,6 @@ def demo_checkpoint(cache_dir: Path) -> Path:
     except OSError:  # another launch finished first: use theirs
         shutil.rmtree(partial, ignore_errors=True)
     return final
-
-
-def locate_checkpoint(name_or_path: str, progress: Progress | None, revision: str | None = None) -> Path:
-    """The load path's first stage (engine/build.py): the checkpoint directory of a local path or Hub
-    repo id (at `revision`), found in the Hub cache or downloaded.
-
-    A download reports its bytes to `progress`; without one, huggingface_hub's own bars show in the
-    terminal. Torch-free, so that a launch can run it before importing torch.
-    """
-    if progress is None:
-        return resolve_checkpoint(name_or_path, revision=revision)
-    progress("locating checkpoint", None)
-    label = ModelSource(name_or_path, revision).label
-    return resolve_checkpoint(
-        name_or_path,
-        revision=revision,
-        on_transfer=lambda transfer: progress(f"downloading {label}: {transfer}", transfer.fraction),
-    )
 
 
 def load_engine(

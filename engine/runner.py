@@ -32,9 +32,9 @@ from collections.abc import Mapping
 import torch
 
 from engine.acceptance import accept
-from engine.drafting import Proposer
 from engine.logprobs import TokenLogprob, token_logprobs
 from engine.ngram import NgramProposer
+from engine.proposer import Proposer
 from engine.request import Request
 from engine.sampler import Sampler, sampling_row
 from engine.scheduler import ScheduledChunk

@@ -30,6 +30,7 @@ from huggingface_hub.utils import (
 )
 
 from model.checkpoint.hub_progress import DownloadMeter, Transfer
+from model.checkpoint.progress import Progress
 from model.errors import CheckpointError, ModelNotAvailableError
 
 DEFAULT_MODEL = "LiquidAI/LFM2-350M"
@@ -77,6 +78,31 @@ def resolve_checkpoint(
     if cached is not None and _is_complete(cached):
         return cached
     return download_checkpoint(name_or_path, revision, progress=progress, on_transfer=on_transfer)
+
+
+def locate_checkpoint(name_or_path: str, progress: Progress | None, revision: str | None = None) -> Path:
+    """The load path's first stage (engine/build.py): the checkpoint directory of a local path or Hub
+    repo id (at `revision`), found in the Hub cache or downloaded.
+
+    A download reports its bytes to `progress`; without one, huggingface_hub's own bars show in the
+    terminal. Torch-free, so that a launch can run it before importing torch.
+    """
+    if progress is None:
+        return resolve_checkpoint(name_or_path, revision=revision)
+    progress("locating checkpoint", None)
+    label = checkpoint_label(name_or_path, revision)
+    return resolve_checkpoint(
+        name_or_path,
+        revision=revision,
+        on_transfer=lambda transfer: progress(f"downloading {label}: {transfer}", transfer.fraction),
+    )
+
+
+def checkpoint_label(name_or_path: str, revision: str | None = None) -> str:
+    """A checkpoint as a title names it: a repo id (@revision), or a local directory's name."""
+    if Path(name_or_path).expanduser().is_dir():
+        return Path(name_or_path).name
+    return name_or_path if revision is None else f"{name_or_path}@{revision}"
 
 
 def download_checkpoint(
