@@ -96,7 +96,7 @@ async def _until(check: Callable[[], bool], what: str) -> None:
 
 
 def _received(panes: list[ChatPane]) -> int:
-    return sum(len(p.turn.ids) for p in panes if p.turn is not None)
+    return sum(len(p.session.turn.ids) for p in panes if p.session.turn is not None)
 
 
 async def measure(streams: int, keys: int, interval: float, max_tokens: int, data: Path) -> KeyLatency:
@@ -109,8 +109,10 @@ async def measure(streams: int, keys: int, interval: float, max_tokens: int, dat
         assert isinstance(screen, ChatScreen)
         *streaming, typing = screen.panes
         for pane in streaming:
-            await pane.send("Tell me a long story.")
-        await _until(lambda: all(p.turn is not None and p.turn.ids for p in streaming), "every stream")
+            await pane.session.send("Tell me a long story.")
+        await _until(
+            lambda: all(p.session.turn is not None and p.session.turn.ids for p in streaming), "every stream"
+        )
         typing.focus_input()
         await _until(lambda: app.focused is typing.prompt_input, "focus on the typing pane")
         clock = FrameClock(app, lambda: len(typing.prompt_input.text))
@@ -121,11 +123,11 @@ async def measure(streams: int, keys: int, interval: float, max_tokens: int, dat
             lambda: len(sent) == keys and clock.first_showing(keys, sent[-1]) is not None, "the keys"
         )
         streamed = _received(streaming) - before
-        if any(p.turn is None for p in streaming):
+        if any(p.session.turn is None for p in streaming):
             print("bench.key_latency: a stream ended before the typing did; raise --max-tokens")
         latencies = [clock.first_showing(i + 1, at) - at for i, at in enumerate(sent)]  # type: ignore[operator]
         for pane in streaming:
-            await pane.settle()
+            await pane.session.settle()
     return KeyLatency(streams, keys, interval, latencies, streamed)
 
 

@@ -21,13 +21,14 @@ from textual.worker import get_current_worker
 
 from app.backend.base import Backend
 from app.backend.server_metrics import ServerSnapshot
-from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
+from app.conversation import ChatSettings, Conversation
 from app.keys import PANE_KEYS, key, key_named, palette_commands
 from app.layout import plan_layout
 from app.options import MAX_PANES
 from app.pane_context import PaneContext
 from app.persistence import Saver
 from app.screens.history import HistoryScreen
+from app.session import ConversationSaver, SessionContext
 from app.widgets.chat_pane import ChatPane
 from app.widgets.dashboard import Dashboard
 from app.widgets.key_footer import KeyFooter
@@ -42,7 +43,10 @@ RETRY_SECONDS = 5.0
 
 
 class ChatScreen(Screen[None]):
-    """Owns the panes, feeds the dashboard from the backend's snapshots, and saves conversations."""
+    """Owns the panes, feeds the dashboard from the backend's snapshots, and shows what saving says.
+
+    Each pane's session saves its own conversation (app/session/saving.py); the screen tells the
+    saver which sessions are open and retries failed writes."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
         key("ctrl+n", "new_pane", "New", "Open a new pane"),
@@ -77,8 +81,9 @@ class ChatScreen(Screen[None]):
     ) -> None:
         super().__init__()
         self._typed_ahead = typed_ahead
-        self.context = PaneContext(backend, files_dir, self.persist)
         self.saver = saver
+        self.saving = ConversationSaver(saver, self._show_save_problem)
+        self.context = PaneContext(SessionContext(backend, self.saving), files_dir)
         self.defaults = defaults
         self.title_text = title
         self.demo = demo
@@ -86,7 +91,6 @@ class ChatScreen(Screen[None]):
         self._initial = list(conversations)
         self._pane_count = 0
         self.active_pane_id: str | None = None
-        self._open_ids: list[int] | None = None  # what was last written as the open panes
         self.dashboard_wanted = True
         self._confirming: tuple[str, float] | None = None  # (what, until): a second press does it
         self.grid = Grid(id="panes")
@@ -143,8 +147,10 @@ class ChatScreen(Screen[None]):
         return ChatPane(conversation, self.context, id=f"pane-{self._pane_count}")
 
     def _relayout(self) -> None:
-        """Number the panes 1..N in screen order and fit grid, dashboard and guard to the terminal."""
+        """Number the panes 1..N in screen order (the order the saver records them open in) and fit
+        grid, dashboard and guard to the terminal."""
         panes = self.panes
+        self.saving.open = [pane.session for pane in panes]
         for number, pane in enumerate(panes, start=1):
             pane.relabel(str(number))
         width, height = self.app.size
@@ -172,7 +178,7 @@ class ChatScreen(Screen[None]):
         worker = get_current_worker()
         last = None
         while not worker.is_cancelled:
-            snapshot = self.context.backend.snapshot()
+            snapshot = self.context.sessions.backend.snapshot()
             if snapshot is not None and snapshot is not last:
                 self.post_message(self.Snapshotted(snapshot))
                 last = snapshot
@@ -183,37 +189,10 @@ class ChatScreen(Screen[None]):
         panes = {p.id: p for p in self.panes}
         for request in snap.requests:
             if (pane := panes.get(request.tag)) is not None:
-                pane.apply_snapshot(request)
+                pane.session.apply_snapshot(request)
         self.dashboard.show(snap, {pane_id: f"pane {p.label}" for pane_id, p in panes.items()})
 
     # ------------------------------------------------------------------ persistence
-    def persist(self, conversation: Conversation, partial_reply: str = "") -> None:
-        """Save one conversation (with the reply streaming so far, if any) and which ones are open.
-
-        Never raises: a failed save stays pending, is retried every few seconds, and a warning
-        line says so until it succeeds. A conversation with nothing in it is not saved.
-        """
-        if (
-            conversation.messages
-            or conversation.draft
-            or conversation.attachments
-            or conversation.id is not None
-        ):
-            conversation.updated_at = time.time()
-            if partial_reply:
-                saved = replace(
-                    conversation, messages=[*conversation.messages, ChatMessage("assistant", partial_reply)]
-                )
-                self.saver.save(saved)
-                conversation.id = saved.id  # the first successful save may be of the copy
-            else:
-                self.saver.save(conversation)
-        open_ids = [p.conversation.id for p in self.panes if p.conversation.id is not None]
-        if open_ids != self._open_ids:  # a streaming pane saves every second; the open set rarely changes
-            self._open_ids = open_ids
-            self.saver.set_open(open_ids)  # a failure stays pending in the Saver, retried with the rest
-        self._show_save_problem()
-
     def _retry_saves(self) -> None:
         if self.saver.problem is not None:
             self.saver.retry()
@@ -233,27 +212,26 @@ class ChatScreen(Screen[None]):
     async def save_all(self) -> None:
         """On quit: every pane, with any reply still streaming kept as it stands, and its draft."""
         for pane in self.panes:
-            await pane.settle()
+            await pane.session.settle()
 
     # ------------------------------------------------------------------ switching the local model
     async def stop_replies(self) -> None:
         """Before the engine is switched: every reply in flight stops, kept and marked stopped."""
         for pane in self.panes:
-            await pane.stop_for_switch()
+            await pane.session.stop_for_switch()
 
     async def use_backend(self, backend: Backend, demo: bool) -> None:
         """Every pane keeps its conversation on the new model. The ids they kept for the prefix cache
         are the old tokenizer's, so they are dropped, and each context meter is measured again."""
-        self.context.backend = backend
+        self.context.sessions.backend = backend
         self.demo = demo
         self._relayout()  # the demo banner comes or goes
         self.title_text = backend.title
         self.query_one("#title-bar", Static).update(backend.title)
         self.dashboard.set_architecture(backend.architecture)
         for pane in self.panes:
-            pane.conversation.prompt_cache = PromptCache()
             pane.show_model()
-            await pane.measure_context()
+            await pane.session.model_switched()
 
     # ------------------------------------------------------------------ actions
     def on_descendant_focus(self, event: DescendantFocus) -> None:
@@ -281,7 +259,7 @@ class ChatScreen(Screen[None]):
         await self.grid.mount(pane, after=after)
         self._relayout()
         self.set_focus(pane.prompt_input)
-        self.persist(pane.conversation)
+        pane.session.save()
 
     async def on_chat_pane_forked(self, message: ChatPane.Forked) -> None:
         """The fork opens right after its parent (if still open), so the two answers grow side by side."""
@@ -300,11 +278,12 @@ class ChatScreen(Screen[None]):
         if not ready:
             message.pane.prompt_input.give_back(message.text)
             return
-        taken = [pane for pane in ready if await pane.take_message(message.text)]
-        prepared = await asyncio.gather(*(pane.prepare_turn() for pane in taken))
-        for pane, turn in zip(taken, prepared, strict=True):
+        sessions = [pane.session for pane in ready]
+        taken = [session for session in sessions if await session.take_message(message.text)]
+        prepared = await asyncio.gather(*(session.prepare_turn() for session in taken))
+        for session, turn in zip(taken, prepared, strict=True):
             if turn is not None:
-                pane.start_turn(turn)
+                session.start_turn(turn)
 
     async def action_close_pane(self) -> None:
         if len(self.panes) == 1:
@@ -319,10 +298,10 @@ class ChatScreen(Screen[None]):
         ):
             return
         index = self.panes.index(pane)
-        await pane.settle()
+        await pane.session.settle()
         await pane.remove()
         self._relayout()
-        self.persist(pane.conversation)
+        pane.session.save()  # its row is no longer among the open ones
         self.set_focus(self.panes[min(index, len(self.panes) - 1)].prompt_input)
 
     def action_toggle_dashboard(self) -> None:
@@ -353,7 +332,7 @@ class ChatScreen(Screen[None]):
         elif (conversation := self.saver.store.load(conversation_id)) is None:
             return
         elif (empty := self._empty_pane()) is not None:
-            await empty.open_conversation(conversation)
+            await empty.session.open(conversation)
             self.set_focus(empty.prompt_input)
         else:
             await self.action_new_pane(conversation)
@@ -361,15 +340,15 @@ class ChatScreen(Screen[None]):
     def _empty_pane(self) -> ChatPane | None:
         """Where a reopened conversation goes before a new pane is opened: the active pane if it is
         empty, else the first empty one."""
-        return next((p for p in [self.active_pane, *self.panes] if p.empty), None)
+        return next((p for p in [self.active_pane, *self.panes] if p.session.empty), None)
 
     async def _release(self, conversation_id: int) -> None:
         """History is deleting a conversation open in a pane: stop its reply and give the pane a new
         conversation first, so no later save writes the deleted row back."""
         for pane in self.panes:
             if pane.conversation.id == conversation_id:
-                await pane.settle()
-                await pane.open_conversation(Conversation(settings=replace(pane.conversation.settings)))
+                await pane.session.settle()
+                await pane.session.open(Conversation(settings=replace(pane.conversation.settings)))
 
     def _adopt_names(self) -> None:
         """A rename in History of a conversation open in a pane: the pane takes the new name (its next

@@ -105,6 +105,12 @@ async def submit(pilot: Pilot, pane: ChatPane, text: str) -> None:
     await wait_until(pilot, lambda: not pane.prompt_input.text, "the pane to take the message")
 
 
+def streamed(pane: ChatPane) -> str:
+    """The text the pane's turn in flight has received so far ("" when no turn is in flight)."""
+    turn = pane.session.turn
+    return "" if turn is None else turn.text
+
+
 def replied(pane: ChatPane, turns: int = 1) -> bool:
     """The pane is idle with `turns` replies in its conversation."""
     messages = pane.conversation.messages

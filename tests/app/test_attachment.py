@@ -134,7 +134,7 @@ async def test_a_file_that_fits_is_counted_then_sent_with_the_message(
         found = re.search(r"Attached notes.md \(([\d,]+) tokens; ([\d,]+) left in this pane\)", notices(app))
         assert found, notices(app)
         tokens, left = (int(figure.replace(",", "")) for figure in found.groups())
-        assert tokens > 0 and tokens + left == pane.context.backend.max_model_len
+        assert tokens > 0 and tokens + left == pane.session.backend.max_model_len
         assert f"+notes.md {tokens} tok" in str(pane.border_subtitle)
         await submit(pilot, pane, "Summarise")
         await wait_replied(pilot, pane)
@@ -170,7 +170,7 @@ async def test_an_attachment_held_at_quit_is_held_again_after_relaunch(
     third = LfmChatApp(options)
     async with third.run_test(size=(120, 36)) as pilot:
         pane = (await chat_screen(third, pilot)).panes[0]
-        assert pane.attachments.attachments == [] and "+notes.md" not in str(pane.border_subtitle)
+        assert pane.session.attachments.attachments == [] and "+notes.md" not in str(pane.border_subtitle)
 
 
 async def test_a_file_too_big_for_the_context_is_refused_with_the_figures(
@@ -179,7 +179,7 @@ async def test_a_file_too_big_for_the_context_is_refused_with_the_figures(
     app = LfmChatApp(make_options(panes=1))
     async with app.run_test(size=(120, 36)) as pilot:
         pane = (await chat_screen(app, pilot)).panes[0]
-        limit = pane.context.backend.max_model_len
+        limit = pane.session.backend.max_model_len
         notes = _write(tmp_path / "notes.md", b"many words " * limit)
         pane.focus_input()
         pane.prompt_input.text = f"/file {notes}"
@@ -191,7 +191,7 @@ async def test_a_file_too_big_for_the_context_is_refused_with_the_figures(
         assert found, notices(app)
         assert int(found[1].replace(",", "")) > limit and int(found[2].replace(",", "")) == limit
         assert pane.prompt_input.text == f"/file {notes}"  # given back, to fix
-        assert not pane.attachments.held
+        assert not pane.session.attachments.held
 
 
 async def test_binary_and_missing_files_are_refused_by_the_attach_key(
@@ -204,7 +204,7 @@ async def test_binary_and_missing_files_are_refused_by_the_attach_key(
         for path, says in ((binary, "photo.jpg is not UTF-8 text"), (tmp_path / "gone.md", "No such file")):
             await _attach_by_key(pilot, pane, str(path))
             await wait_until(pilot, lambda says=says: says in notices(app), says)
-        assert not pane.attachments.held and pane.conversation.messages == []
+        assert not pane.session.attachments.held and pane.conversation.messages == []
 
 
 async def _attach_by_key(pilot: Pilot, pane: ChatPane, path: str) -> None:
@@ -230,7 +230,7 @@ async def test_a_paste_too_big_for_the_box_is_attached_instead(make_options: Mak
             for start in range(0, len(data), 4096):
                 for event in parser.feed(data[start : start + 4096]):
                     app.post_message(event)
-            await wait_until(pilot, lambda: pane.attachments.held, "the paste attached")
+            await wait_until(pilot, lambda: pane.session.attachments.held, "the paste attached")
             assert "Attached pasted text" in notices(app) and "the server counts its tokens" in notices(app)
             assert pane.prompt_input.text == ""
             await submit(pilot, pane, "What failed?")

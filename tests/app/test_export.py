@@ -12,7 +12,7 @@ from app.export import conversation_markdown
 from app.options import AppOptions
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import FakeServer
-from tests.app.pilot_helpers import chat_screen, submit, wait_until
+from tests.app.pilot_helpers import chat_screen, streamed, submit, wait_until
 
 MakeOptions = Callable[..., AppOptions]
 
@@ -36,7 +36,7 @@ async def test_a_stopped_reply_is_marked_in_the_export(make_options: MakeOptions
             screen = await chat_screen(app, pilot)
             pane = screen.panes[0]
             await submit(pilot, pane, "Go on")
-            await wait_until(pilot, lambda: pane.turn is not None and pane.turn.raw, "a first word")
+            await wait_until(pilot, lambda: streamed(pane), "a first word")
             await pilot.press("escape")
             await wait_until(pilot, lambda: pane.status.state == "stopped", "the reply stopped")
             await pilot.press("ctrl+o")

@@ -9,7 +9,7 @@ from app.conversation import ChatSettings
 from app.screens.history import HistoryScreen
 from app.screens.settings import SettingsScreen
 from app.store import Store
-from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
+from tests.app.pilot_helpers import MakeOptions, chat_screen, streamed, submit, wait_replied, wait_until
 
 
 async def test_quit_and_relaunch_restores_open_conversations(make_options: MakeOptions) -> None:
@@ -25,7 +25,7 @@ async def test_quit_and_relaunch_restores_open_conversations(make_options: MakeO
         await submit(pilot, first, "Hello!")
         await wait_replied(pilot, first)
         await submit(pilot, streaming, "Tell me a story about the sea.")
-        await wait_until(pilot, lambda: streaming.turn is not None and streaming.turn.reply.source, "tokens")
+        await wait_until(pilot, lambda: streamed(streaming), "tokens")
         await pilot.press("ctrl+q")
     assert app.return_code == 0
     saved = [

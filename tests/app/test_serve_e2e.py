@@ -15,7 +15,7 @@ from app.conversation import ChatSettings
 from app.options import AppOptions
 from app.sanitize import strip_control
 from engine import DEFAULT_MODEL, Engine, EngineConfig, RequestOutput
-from tests.app.pilot_helpers import ENGINE, chat_screen, submit, user, wait_replied, wait_until
+from tests.app.pilot_helpers import ENGINE, chat_screen, streamed, submit, user, wait_replied, wait_until
 
 serving = pytest.importorskip("tests.asgi_server").serving  # needs the serve extra
 server_app = pytest.importorskip("server.app")
@@ -69,7 +69,7 @@ async def test_escape_cancels_and_the_server_frees_the_blocks(
         screen = await chat_screen(app, pilot)
         pane = screen.panes[0]
         await submit(pilot, pane, PROMPTS[0])
-        await wait_until(pilot, lambda: pane.turn is not None and pane.turn.reply.source, "first tokens")
+        await wait_until(pilot, lambda: streamed(pane), "first tokens")
         pane.focus_input()
         await pilot.press("escape")
         await wait_replied(pilot, pane)

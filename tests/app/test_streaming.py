@@ -10,6 +10,7 @@ from tests.app.pilot_helpers import (
     MakeOptions,
     Reference,
     chat_screen,
+    streamed,
     submit,
     user,
     wait_replied,
@@ -52,9 +53,7 @@ async def test_escape_stops_only_the_focused_pane(make_options: MakeOptions, ref
         for pane, prompt in zip(panes, PROMPTS, strict=True):
             await submit(pilot, pane, prompt)
         stopped = panes[target]
-        await wait_until(
-            pilot, lambda: stopped.turn is not None and stopped.turn.reply.source, "first visible tokens"
-        )
+        await wait_until(pilot, lambda: streamed(stopped), "first visible tokens")
         stopped.focus_input()
         await pilot.press("escape")
         await wait_replied(pilot, *panes)

@@ -21,7 +21,16 @@ from app.screens.model_picker import ModelPicker
 from app.store import Store
 from engine import DEFAULT_MODEL, Engine, EngineConfig, RequestOutput
 from tests.app.fake_openai import FakeServer
-from tests.app.pilot_helpers import ENGINE, MakeOptions, chat_screen, submit, user, wait_replied, wait_until
+from tests.app.pilot_helpers import (
+    ENGINE,
+    MakeOptions,
+    chat_screen,
+    streamed,
+    submit,
+    user,
+    wait_replied,
+    wait_until,
+)
 from tests.conftest import TinyCheckpointFactory
 
 SETTINGS = ChatSettings(temperature=0.0, max_tokens=400)
@@ -105,8 +114,8 @@ async def test_switching_keeps_every_conversation_and_the_next_reply_comes_from_
         await wait_until(
             pilot, lambda: isinstance(app.screen, ModelPicker) and app.screen.choices, "the list"
         )
-        await second.send(long_prompt)  # streaming while the user picks
-        await wait_until(pilot, lambda: second.turn is not None and second.turn.reply.source, "first text")
+        await second.session.send(long_prompt)  # streaming while the user picks
+        await wait_until(pilot, lambda: streamed(second), "first text")
         picker = app.screen
         assert isinstance(picker, ModelPicker)
         picker.options.highlighted = [c.label for c in picker.choices].index(second_ckpt.name)
@@ -221,16 +230,16 @@ async def test_a_reply_stopped_while_its_frame_draws_stays_stopped(make_options:
         [pane] = (await chat_screen(app, pilot)).panes
         paced(app.backend.engine)
         await submit(pilot, pane, PROMPTS[1])
-        await wait_until(pilot, lambda: pane.turn is not None and pane.turn.reply.source, "first text")
-        reply = pane.turn.reply
+        await wait_until(pilot, lambda: streamed(pane), "first text")
+        reply = pane.session.turn.reply
         draw = reply.update
 
         async def draw_then_switch(text: str) -> None:
             await draw(text)
-            if pane.turn is not None:
-                await pane.stop_for_switch()
+            if pane.session.turn is not None:
+                await pane.session.stop_for_switch()
 
         reply.update = draw_then_switch  # type: ignore[method-assign]
-        await wait_until(pilot, lambda: pane.turn is None, "the stop")
+        await wait_until(pilot, lambda: pane.session.turn is None, "the stop")
         await pilot.pause(0.3)
         assert pane.status.state == "stopped"

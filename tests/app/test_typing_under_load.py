@@ -45,7 +45,11 @@ async def test_every_message_lands_in_its_pane_while_the_others_stream(
             app.post_message(events.Key("enter", "\r"))
             app.post_message(events.Key("tab", "\t"))
             if number == 1:
-                await wait_until(pilot, lambda: first.turn is not None and first.turn.ids, "pane 1 streaming")
+                await wait_until(
+                    pilot,
+                    lambda: first.session.turn is not None and first.session.turn.ids,
+                    "pane 1 streaming",
+                )
         await wait_replied(pilot, *screen.panes)
 
         sent = [[m.content for m in p.conversation.messages if m.role == "user"] for p in screen.panes]
@@ -103,17 +107,19 @@ async def test_keys_reach_the_screen_before_any_stream_redraws_while_five_panes_
         *streaming, typing = screen.panes
         draws: list[float] = []
         for pane in streaming:
-            pane.apply = recorded(pane.apply, draws)  # type: ignore[method-assign]
-            await pane.send("Tell me a long story.")
+            pane.session.apply = recorded(pane.session.apply, draws)  # type: ignore[method-assign]
+            await pane.session.send("Tell me a long story.")
         await wait_until(
-            pilot, lambda: all(p.turn is not None and p.turn.ids for p in streaming), "5 streams"
+            pilot,
+            lambda: all(p.session.turn is not None and p.session.turn.ids for p in streaming),
+            "5 streams",
         )
         typing.focus_input()
         await wait_until(pilot, lambda: app.focused is typing.prompt_input, "focus on pane 6")
         clock = FrameClock(app, lambda: len(typing.prompt_input.text))
         sent = type_from_thread(app, "twenty keys, typed..", 0.03)
         await wait_until(pilot, lambda: len(sent) == 20 and clock.first_showing(20, sent[-1]) is not None)
-        assert all(p.turn is not None for p in streaming), "the replies ended before the typing did"
+        assert all(p.session.turn is not None for p in streaming), "the replies ended before the typing did"
         first, last = clock.first_showing(1, sent[0]), clock.first_showing(20, sent[-1])
         assert first is not None and last is not None
         assert [t for t in draws if first <= t <= last] == []

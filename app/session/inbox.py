@@ -1,4 +1,4 @@
-"""Token events from the backend's thread, handed to the UI in batches.
+"""Token events from the backend's thread, handed to the view in batches.
 
 One UI message per token floods Textual's queues when several panes stream: key presses and
 focus changes then wait behind hundreds of token messages, and the dashboard lags seconds

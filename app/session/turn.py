@@ -8,19 +8,34 @@ from dataclasses import dataclass, field
 
 from app.backend.base import Backend, Prompt, Stream, StreamEvent
 from app.conversation import ChatMessage, Conversation
-from app.widgets.reply import Reply
+from app.sanitize import strip_control
+from app.session.view import ReplyView
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedTurn:
+    """A turn ready to submit: its prompt, its token allowance, and the reply view it streams into."""
+
+    prompt: Prompt
+    max_tokens: int
+    reply: ReplyView
 
 
 @dataclass(slots=True)
 class Turn:
-    """The request in flight: its prompt, what came back, and what of it is on screen."""
+    """The request in flight: its prompt, what came back, and the reply view that shows it."""
 
     handle: Stream
     prompt: Prompt
-    reply: Reply
+    reply: ReplyView
     raw: str = ""
     ids: list[int] = field(default_factory=list)
     saved_at: float = field(default_factory=time.monotonic)  # when the partial reply was last saved
+
+    @property
+    def text(self) -> str:
+        """The reply as it is shown and kept: the text streamed so far, without terminal controls."""
+        return strip_control(self.raw)
 
     def take(self, events: list[StreamEvent]) -> list[StreamEvent]:
         """Collect the text and ids of this request's events; those of older requests are dropped."""
@@ -43,8 +58,8 @@ class Turn:
         return (None if tokens is None else tokens + m.generated_tokens), True
 
     def keep(self, conversation: Conversation, backend: Backend, stopped: bool = False) -> None:
-        """Add what was shown to the conversation (`stopped`: cut short by the user); the backend
-        keeps the ids the engine made, so the next turn reuses them instead of re-tokenizing the reply."""
-        if reply := self.reply.source:
+        """Add what came to the conversation (`stopped`: cut short by the user); the backend keeps
+        the ids the engine made, so the next turn reuses them instead of re-tokenizing the reply."""
+        if reply := self.text:
             conversation.messages.append(ChatMessage("assistant", reply, stopped=stopped))
             backend.remember(conversation, self.prompt, reply, self.ids)

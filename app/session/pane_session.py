@@ -1,0 +1,429 @@
+"""One pane's conversation and the request it has in flight, in plain Python (no Textual).
+
+The whole turn lifecycle lives here: a message is taken and saved, its prompt prepared and
+checked against the context, the request submitted to the Backend, its events applied as they
+arrive, and the turn finished (or settled, when the pane goes away) with the reply kept and saved.
+Retries, edits, forks and attachments change the conversation here too. The view
+(app/session/view.py) is told what changed and draws it; a test drives a session with no screen.
+
+Events reach the session by the session itself: the backend's thread puts them in its inbox, which
+wakes the view, which applies them at its next frame. Focus never decides where tokens go.
+
+What is saved when: the user's message before its request is submitted, the reply so far every
+`PARTIAL_SAVE_SECONDS` while it streams, the finished turn, and the draft when the view hands it
+over. A crash therefore loses at most the last seconds of a reply and of a draft.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
+
+from app.attachment import Attachment, AttachmentError, file_command, read_file, with_attachments
+from app.backend.base import Backend, Metrics, Prompt, StreamEvent
+from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
+from app.pane_attachments import PaneAttachments, measure
+from app.sanitize import strip_control
+from app.session.inbox import TokenInbox
+from app.session.saving import ConversationSaver
+from app.session.turn import PreparedTurn, Turn
+from app.session.view import PaneView
+
+if TYPE_CHECKING:
+    from engine import RequestSnapshot
+
+# Snapshot phases as the status line names them.
+PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill", "decode": "decoding"}
+FINISHED_STATES = {"abort": "stopped", "error": "error"}  # any other finish leaves the pane idle
+PARTIAL_SAVE_SECONDS = 1.0
+STILL_REPLYING = "This pane is still replying: Esc stops it."
+
+
+@dataclass(slots=True)
+class SessionContext:
+    """What every session of a screen shares: the backend that generates (one assignment switches
+    it for all panes) and the saver."""
+
+    backend: Backend
+    saving: ConversationSaver
+
+
+class PaneSession:
+    """A conversation with the shared backend; everything here acts on this conversation only."""
+
+    def __init__(self, conversation: Conversation, context: SessionContext, view: PaneView, tag: str) -> None:
+        self.conversation = conversation
+        self.tag = tag  # what the backend's snapshots name this session's requests by
+        self.context = context
+        self.view = view
+        self.attachments = PaneAttachments.holding(conversation.attachments)  # for the next message
+        self.inbox = TokenInbox(view.wake)
+        self.turn: Turn | None = None
+        self.state = "idle"  # what the status line says the request is doing
+        self._starting = False  # the prompt is rendering off the view's thread; not sendable meanwhile
+        self._finishing = False  # a finished reply is being settled on screen; likewise
+        self.context_used: int | None = 0
+        self.context_estimated = False  # context_used is the client's guess (a server counts)
+
+    @property
+    def backend(self) -> Backend:
+        return self.context.backend
+
+    @property
+    def busy(self) -> bool:
+        return self.turn is not None or self._starting or self._finishing
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to lose by showing another conversation here: no messages, nothing typed."""
+        return not self.busy and not self.conversation.messages and not self.view.draft.strip()
+
+    @property
+    def model(self) -> str:
+        """The model this pane's requests ask for."""
+        return (self.backend.per_pane_model and self.conversation.settings.model) or self.backend.model_name
+
+    def sent_texts(self) -> list[str]:
+        """The user's messages, oldest first (the input box recalls them)."""
+        return [strip_control(m.content) for m in self.conversation.messages if m.role == "user"]
+
+    def save(self, partial_reply: str = "") -> None:
+        self.context.saving.save(self.conversation, partial_reply)
+
+    # ------------------------------------------------------------------ opening
+    async def start(self) -> None:
+        """Once the view shows the conversation: the context it fills, and its restored attachments."""
+        await self.measure_context()
+        await self._count_restored_attachments()
+
+    async def open(self, conversation: Conversation) -> None:
+        """Show `conversation` here instead of the current one (which stays saved as it is). What is
+        typed in the box stays unless `conversation` brings a draft of its own."""
+        self.conversation = conversation
+        if conversation.attachments:
+            self.attachments = PaneAttachments.holding(conversation.attachments)
+        self.state = "idle"
+        await self.view.show_conversation(conversation)
+        self._held_changed()
+        await self.start()
+        self.save()
+
+    async def clear(self) -> None:
+        """A new, empty conversation here with the same settings."""
+        if not self.busy:
+            await self.open(Conversation(settings=replace(self.conversation.settings)))
+
+    # ------------------------------------------------------------------ attachments
+    async def attach_file(self, path: str) -> bool:
+        """Read the file off the view's thread (a slow disk must not freeze it) and attach it."""
+        try:
+            attachment = await asyncio.to_thread(read_file, path)
+        except AttachmentError as exc:
+            self.view.notify(str(exc), severity="warning", timeout=10, markup=False)
+            return False
+        return await self.attach(attachment)
+
+    async def attach(self, attachment: Attachment) -> bool:
+        """Count it against the context left and hold it for the next message, or say why not."""
+        backend, held = self.backend, self.attachments.attachments
+        measured = await asyncio.to_thread(measure, backend, self.conversation, held, attachment)
+        limit = backend.max_model_len
+        if (refusal := self.attachments.add(attachment, measured, limit)) is not None:
+            self.view.notify(refusal, severity="warning", timeout=10, markup=False)
+            return False
+        self.view.notify(self.attachments.notice(limit, measured), timeout=10, markup=False)
+        self._held_changed()
+        self.save()
+        return True
+
+    def _held_changed(self) -> None:
+        """The conversation keeps what the pane holds, so a quit or crash keeps it like the draft."""
+        self.conversation.attachments = self.attachments.attachments
+        self.view.changed()
+
+    # ------------------------------------------------------------------ sending
+    async def submit_text(self, text: str) -> None:
+        """What the user entered: a message to send, or `/file PATH` (attach) or `/file` (drop)."""
+        path = file_command(text)
+        if path is None:
+            await self.send(text)
+        elif not path:
+            dropped = self.attachments.take()
+            notice = "Attachments dropped." if dropped else "Nothing is attached."
+            self.view.notify(notice, severity="warning", markup=False)
+            self._held_changed()
+            self.save()
+        elif not await self.attach_file(path):
+            self.view.give_back(text)  # to fix the path
+
+    async def send(self, text: str) -> None:
+        """Add a user message, save it, and start the reply; refused (text given back) while busy."""
+        if await self.take_message(text):
+            await self._start_turn()
+
+    async def take_message(self, text: str) -> bool:
+        """Add a user message (with the attachments held) and save it; False (text given back) while busy."""
+        if self.busy:  # a second Enter got in before the first turn started
+            self.view.give_back(text)
+            self.view.notify(STILL_REPLYING, severity="warning", markup=False)
+            return False
+        text = with_attachments(text, self.attachments.take())
+        self._held_changed()
+        self.conversation.messages.append(ChatMessage("user", text))
+        self.conversation.draft = self.view.draft
+        self.save()
+        await self.view.add_user(text)
+        self.view.changed()
+        return True
+
+    async def _start_turn(self) -> None:
+        if (prepared := await self.prepare_turn()) is not None:
+            self.start_turn(prepared)
+
+    async def prepare_turn(self) -> PreparedTurn | None:
+        """Everything before the request: the prompt built and checked against the context, and the
+        empty reply that will show it; None (with a notice) if it cannot be sent. The session stays
+        busy until `start_turn`, so no second message slips in meanwhile."""
+        self._starting = True
+        prepared = None
+        try:
+            prepared = await self._prepare()
+        finally:
+            self._starting = prepared is not None
+        return prepared
+
+    async def _prepare(self) -> PreparedTurn | None:
+        prompt = await self._build_prompt()
+        if prompt is None:
+            return None
+        settings, limit, used = self.conversation.settings, self.backend.max_model_len, prompt.tokens
+        room = settings.max_tokens if limit is None or used is None else limit - used
+        if room < 1:
+            await self._refuse_last(
+                f"This message would not fit: the conversation needs {used} tokens and the "
+                f"model's context is {limit}. Shorten it, or clear the pane ({self.view.key_name('clear')})."
+            )
+            return None
+        return PreparedTurn(prompt, min(settings.max_tokens, room), await self.view.open_reply())
+
+    def start_turn(self, prepared: PreparedTurn) -> None:
+        """Submit a prepared turn. Not async: a broadcast submits all its panes' turns without
+        yielding, so they reach the engine together and run in one batch."""
+        self._starting = False
+        settings = self.conversation.settings
+        handle = self.backend.submit(prepared.prompt, settings, prepared.max_tokens, self.tag, self.inbox.put)
+        self.turn = Turn(handle, prepared.prompt, prepared.reply)
+        self.context_used, self.context_estimated = prepared.prompt.count
+        self._show("queued")
+        self.view.changed()
+
+    async def _build_prompt(self) -> Prompt | None:
+        """Render and tokenize off the view's thread (a Hub template can be slow or raise); a
+        template error takes the message back and says why."""
+        try:
+            return await asyncio.to_thread(self.backend.prepare, self.conversation)
+        except ValueError as exc:  # the tokenizer's ChatTemplateError: a raising or runaway template
+            await self._refuse_last(f"The model's chat template refused this conversation: {exc}")
+            return None
+
+    async def _refuse_last(self, notice: str) -> None:
+        """Take back the last user message (into the input) and explain why."""
+        self._take_back_last()
+        await self._explain_refusal(notice)
+
+    def _take_back_last(self) -> None:
+        message = self.conversation.messages.pop()
+        self.view.give_back(message.content)
+        self.conversation.draft = self.view.draft
+        self.save()
+        self._show("error")
+
+    async def _explain_refusal(self, notice: str) -> None:
+        await self.view.show_messages(self.conversation.messages)
+        await self.view.add_notice(notice)
+
+    # ------------------------------------------------------------------ streaming
+    async def apply(self, events: list[StreamEvent]) -> None:
+        """Show the events of the current request, drawn once; events of older requests are ignored."""
+        turn = self.turn
+        if turn is None or not (mine := turn.take(events)):
+            return
+        for notice in (e.notice for e in mine if e.notice):
+            await self.view.add_notice(notice, before=turn.reply)
+        await turn.reply.update(turn.raw)
+        if turn is not self.turn:  # settled while it drew (a model switch, a close): its state is set
+            return
+        last = mine[-1]
+        self.context_used, self.context_estimated = turn.context_used(last)
+        if last.finished:
+            await self._finish(turn, last)
+        else:
+            if self.state != "stopping":
+                self._show("decoding", last.metrics)
+            if time.monotonic() - turn.saved_at >= PARTIAL_SAVE_SECONDS:
+                turn.saved_at = time.monotonic()
+                self.save(turn.text)
+        self.view.changed()
+
+    def apply_snapshot(self, request: RequestSnapshot) -> None:
+        """Queue and prefill progress, which token events cannot tell (no tokens yet)."""
+        turn = self.turn
+        if turn is None or request.request_id != turn.handle.request_id or turn.ids:
+            return
+        if self.state != "stopping":
+            phase = PHASE_STATES.get(request.phase, request.phase)
+            self._show(phase, prefill=(request.computed_prompt_tokens, request.prompt_tokens))
+
+    async def _finish(self, turn: Turn, event: StreamEvent) -> None:
+        """The conversation, the state and the save change before the first await, so a quit
+        meanwhile loses nothing; the session stays busy until the view has settled the reply, so a
+        message sent meanwhile cannot land above this reply or have its status overwritten."""
+        self.turn = None
+        self._finishing = True
+        try:
+            if event.finish_reason == "error" and not turn.text:
+                self._take_back_last()
+                await turn.reply.finish()
+                await self._explain_refusal(f"This request was refused: {event.error}")
+                return
+            turn.keep(self.conversation, self.backend, stopped=event.finish_reason == "abort")
+            self._show(FINISHED_STATES.get(event.finish_reason or "", "idle"), event.metrics)
+            self.save()
+            await turn.reply.finish()
+            if event.finish_reason == "error":  # a connection lost mid-reply: what came is kept
+                await self.view.add_notice(f"The reply above is incomplete: {event.error}")
+            if not turn.text:
+                await turn.reply.remove()
+        finally:
+            self._finishing = False
+
+    def stop(self) -> bool:
+        """Esc: cancel the request in flight (its final event finishes the turn); False if none."""
+        if self.turn is None:
+            return False
+        self.turn.handle.cancel()
+        self._show("stopping")
+        return True
+
+    async def settle(self) -> None:
+        """For a pane going away or a quit: stop the request now, keep what it streamed and the
+        draft, and save. The turn is detached first, so its final (abort) event is ignored."""
+        turn, self.turn = self.turn, None
+        if turn is not None:
+            turn.handle.cancel()
+            await turn.reply.finish()
+            turn.keep(self.conversation, self.backend, stopped=True)
+        self.conversation.draft = self.view.draft
+        self.save()
+
+    async def stop_for_switch(self) -> None:
+        """The model is being switched: a reply in flight ends here, kept as far as it got and
+        marked stopped (settle saves it)."""
+        was_busy = self.turn is not None
+        await self.settle()
+        if was_busy:
+            self._show("stopped")
+            await self.view.add_notice("The reply above was stopped to switch the model.")
+
+    def _show(
+        self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
+    ) -> None:
+        self.state = state
+        self.view.show_state(state, metrics, prefill)
+
+    # ------------------------------------------------------------------ retries and forks
+    async def regenerate(self) -> None:
+        """Ask again: the last reply (if the conversation ends with one) goes, a new one streams."""
+        messages = self.conversation.messages
+        if self.busy or not messages:
+            return
+        if messages[-1].role == "assistant":
+            messages.pop()
+        await self.view.show_messages(messages)
+        await self._start_turn()
+
+    async def edit_last(self) -> str | None:
+        """Take the last user message and everything after it out of the conversation; its text
+        (for the input box), or None when there is none or the pane is busy."""
+        messages = self.conversation.messages
+        last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
+        if self.busy or last_user is None:
+            return None
+        text = strip_control(messages[last_user].content)
+        del messages[last_user:]
+        await self.view.show_messages(messages)
+        await self.measure_context()
+        return text
+
+    def fork(self, selected: int | None) -> Conversation | None:
+        """A fork through message `selected`, else the whole chat; None (with a notice) if there is
+        nothing to fork. A fork never ends on a user message: that message becomes the fork's draft,
+        to be sent (or edited) there."""
+        messages = self.conversation.messages
+        end = len(messages) if selected is None else min(selected + 1, len(messages))
+        draft = ""
+        if end and messages[end - 1].role == "user":
+            end, draft = end - 1, messages[end - 1].content
+        if not end and not draft:
+            self.view.notify("Nothing to fork yet: send a message first.", severity="warning", markup=False)
+            return None
+        return self.conversation.fork(end, strip_control(draft))
+
+    # ------------------------------------------------------------------ settings and draft
+    async def use_settings(self, settings: ChatSettings) -> None:
+        """New sampling and system prompt from the form (which does not edit the model: it stays)."""
+        self.conversation.settings = replace(settings, model=self.conversation.settings.model)
+        await self.measure_context()  # also retitles: the preset may now be "custom"
+        self.save()
+
+    def use_model(self, model_id: str) -> None:
+        """On a server: this pane's next requests ask for `model_id`; saved with the conversation."""
+        self.conversation.settings.model = model_id
+        self.save()
+
+    def save_draft(self) -> None:
+        """Typing paused: keep the draft (and the reply streaming so far) if the draft changed."""
+        if (draft := self.view.draft) != self.conversation.draft:
+            self.conversation.draft = draft
+            self.save(self.turn.text if self.turn else "")
+
+    async def model_switched(self) -> None:
+        """The conversation goes on with another local model: the ids it kept for the prefix cache
+        are the old tokenizer's, so they go, and the context it fills is measured again."""
+        self.conversation.prompt_cache = PromptCache()
+        await self.measure_context()
+
+    # ------------------------------------------------------------------ context
+    async def measure_context(self) -> None:
+        """Tokens the conversation fills now (system prompt included), so the meter is right before
+        the next send; None when the template cannot render it."""
+        chat = self.conversation
+        if not chat.messages and not chat.settings.system_prompt:
+            self.context_used, self.context_estimated = 0, False
+        else:
+            try:
+                prompt = await asyncio.to_thread(self.backend.prepare, chat)
+            except ValueError:
+                self.context_used = None
+            else:
+                self.context_used, self.context_estimated = prompt.count
+        self.view.changed()
+
+    async def _count_restored_attachments(self) -> None:
+        """Count attachments restored with a conversation as they were counted when attached, so the
+        border shows their tokens again. Dropped if the held list changes meanwhile."""
+        held = list(self.attachments.held)
+        counted: list[tuple[Attachment, int | None]] = []
+        for attachment, tokens in held:
+            if tokens is None:
+                before = [a for a, _ in counted]
+                measured = await asyncio.to_thread(
+                    measure, self.backend, self.conversation, before, attachment
+                )
+                tokens = None if measured is None else measured.tokens
+            counted.append((attachment, tokens))
+        if self.attachments.held == held and counted != held:
+            self.attachments.held = counted
+            self.view.changed()
