@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING
 from app.attachment import Attachment, AttachmentError, file_command, read_file, with_attachments
 from app.backend.base import Backend, Metrics, Prompt, StreamEvent
 from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
-from app.pane_attachments import PaneAttachments, measure
 from app.sanitize import strip_control
+from app.session.attachments import PaneAttachments
 from app.session.inbox import TokenInbox
 from app.session.saving import ConversationSaver
 from app.session.turn import PreparedTurn, Turn
@@ -96,7 +96,8 @@ class PaneSession:
     async def start(self) -> None:
         """Once the view shows the conversation: the context it fills, and its restored attachments."""
         await self.measure_context()
-        await self._count_restored_attachments()
+        if await self.attachments.count_restored(self.backend, self.conversation):
+            self.view.changed()
 
     async def open(self, conversation: Conversation) -> None:
         """Show `conversation` here instead of the current one (which stays saved as it is). What is
@@ -127,13 +128,11 @@ class PaneSession:
 
     async def attach(self, attachment: Attachment) -> bool:
         """Count it against the context left and hold it for the next message, or say why not."""
-        backend, held = self.backend, self.attachments.attachments
-        measured = await asyncio.to_thread(measure, backend, self.conversation, held, attachment)
-        limit = backend.max_model_len
-        if (refusal := self.attachments.add(attachment, measured, limit)) is not None:
-            self.view.notify(refusal, severity="warning", timeout=10, markup=False)
+        held, said = await self.attachments.offer(self.backend, self.conversation, attachment)
+        if not held:
+            self.view.notify(said, severity="warning", timeout=10, markup=False)
             return False
-        self.view.notify(self.attachments.notice(limit, measured), timeout=10, markup=False)
+        self.view.notify(said, timeout=10, markup=False)
         self._held_changed()
         self.save()
         return True
@@ -410,20 +409,3 @@ class PaneSession:
             else:
                 self.context_used, self.context_estimated = prompt.count
         self.view.changed()
-
-    async def _count_restored_attachments(self) -> None:
-        """Count attachments restored with a conversation as they were counted when attached, so the
-        border shows their tokens again. Dropped if the held list changes meanwhile."""
-        held = list(self.attachments.held)
-        counted: list[tuple[Attachment, int | None]] = []
-        for attachment, tokens in held:
-            if tokens is None:
-                before = [a for a, _ in counted]
-                measured = await asyncio.to_thread(
-                    measure, self.backend, self.conversation, before, attachment
-                )
-                tokens = None if measured is None else measured.tokens
-            counted.append((attachment, tokens))
-        if self.attachments.held == held and counted != held:
-            self.attachments.held = counted
-            self.view.changed()

@@ -86,9 +86,9 @@ async def test_hostile_rows_are_repaired_and_the_good_conversations_restore(
         good = panes[saved[0].id].conversation
         assert good.messages == saved[0].messages and good.settings == saved[0].settings
         assert len(panes[saved[4].id].conversation.messages[1].content) < MESSAGE_LIMIT_CHARS + 200
-        [attachment] = panes[saved[1].id].attachments.attachments  # the damaged entries dropped
+        [attachment] = panes[saved[1].id].session.attachments.attachments  # the damaged entries dropped
         assert "\x1b" not in attachment.name + attachment.text and attachment.text.endswith("kept text")
-        assert panes[saved[2].id].attachments.attachments == []
+        assert panes[saved[2].id].session.attachments.attachments == []
         await pilot.pause(0.5)
         assert "\x1b" not in app.export_screenshot()
         assert all("\x1b" not in str(p.border_title) for p in screen.panes)

@@ -6,6 +6,7 @@ first, and a file that cannot fit is refused with the numbers before anything is
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field, replace
 
 from app.attachment import Attachment, fit_refusal, with_attachments
@@ -58,6 +59,34 @@ class PaneAttachments:
                 return refusal
         self.held.append((attachment, None if measured is None else measured.tokens))
         return None
+
+    async def offer(
+        self, backend: Backend, conversation: Conversation, attachment: Attachment
+    ) -> tuple[bool, str]:
+        """Count `attachment` against what is left of the context (off the calling thread: the
+        template renders the chat twice) and hold it if it fits: (held, the sentence saying so or why not)."""
+        measured = await asyncio.to_thread(measure, backend, conversation, self.attachments, attachment)
+        limit = backend.max_model_len
+        if (refusal := self.add(attachment, measured, limit)) is not None:
+            return False, refusal
+        return True, self.notice(limit, measured)
+
+    async def count_restored(self, backend: Backend, conversation: Conversation) -> bool:
+        """Count attachments restored with a conversation as they were counted when attached, so the
+        border shows their tokens again; True if a count changed. Dropped if the held list changes
+        meanwhile."""
+        held = list(self.held)
+        counted: list[tuple[Attachment, int | None]] = []
+        for attachment, tokens in held:
+            if tokens is None:
+                before = [a for a, _ in counted]
+                measured = await asyncio.to_thread(measure, backend, conversation, before, attachment)
+                tokens = None if measured is None else measured.tokens
+            counted.append((attachment, tokens))
+        if self.held != held or counted == held:
+            return False
+        self.held = counted
+        return True
 
     def notice(self, limit: int | None, used: Measured | None) -> str:
         """What was just attached, with its cost when known."""
