@@ -1,4 +1,4 @@
-"""The main screen: a grid of chat panes on one shared backend, the dashboard, and persistence."""
+"""The main screen: a grid of chat panes on one shared backend, the dashboard, and save warnings."""
 
 from __future__ import annotations
 

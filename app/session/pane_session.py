@@ -90,6 +90,7 @@ class PaneSession:
         return [strip_control(m.content) for m in self.conversation.messages if m.role == "user"]
 
     def save(self, partial_reply: str = "") -> None:
+        """Save the conversation (with the reply streaming so far, if given); never raises."""
         self.context.saving.save(self.conversation, partial_reply)
 
     # ------------------------------------------------------------------ opening

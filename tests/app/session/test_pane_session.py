@@ -323,3 +323,24 @@ async def test_a_restored_conversation_goes_on_from_the_prefix_cache(
         store.close()
     block = ENGINE["block_size"]
     assert view.metrics is not None and view.metrics.cached_prompt_tokens >= len(kept) // block * block > 0
+
+
+async def test_each_session_saves_itself_and_the_open_list_follows_the_screens_sessions(
+    backend: LocalBackend, store: Store
+) -> None:
+    saving = ConversationSaver(Saver(store))
+    context = SessionContext(backend, saving)
+    views = [RecordingView(), RecordingView()]
+    first, second = (PaneSession(Conversation(), context, view, f"pane-{n}") for n, view in enumerate(views))
+    saving.open = [first, second]
+    first.save()
+    assert first.conversation.id is None  # nothing in it: not saved
+    for session, view, draft in zip((first, second), views, ("one", "two"), strict=True):
+        view.draft = draft
+        session.save_draft()
+    assert [c.draft for c in store.open_conversations()] == ["one", "two"]
+
+    saving.open = [second]  # the screen closed the first pane
+    second.save()
+    assert [c.draft for c in store.open_conversations()] == ["two"]
+    assert store.load(first.conversation.id or -1) is not None  # closed, still in history
