@@ -2,9 +2,10 @@
 open conversations follows the panes without the panes being asked.
 
 The screen says which sessions are open (in pane order) whenever the panes change; a save then
-writes that list too when it changed, which is also when a new conversation gets its id from its
-first save. Writes never raise (app/persistence.py's Saver keeps a failed one for a retry);
-`after_save` lets the screen show or clear the Saver's problem at once.
+writes that list too when it changed (none is written before the screen first says), which is
+also when a new conversation gets its id from its first save. Writes never raise
+(app/persistence.py's Saver keeps a failed one for a retry); `after_save` lets the screen show
+or clear the Saver's problem at once.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class ConversationSaver:
 
     def __init__(self, saver: Saver, after_save: Callable[[], None] = lambda: None) -> None:
         self.saver = saver
-        self.open: Sequence[PaneSession] = ()  # the screen's panes, in order
+        self.open: Sequence[PaneSession] | None = None  # the screen's panes in order, once it says
         self._after_save = after_save
         self._open_ids: list[int] | None = None  # what was last written as the open panes
 
@@ -48,8 +49,12 @@ class ConversationSaver:
                 conversation.id = saved.id  # the first successful save may be of the copy
             else:
                 self.saver.save(conversation)
-        open_ids = [s.conversation.id for s in self.open if s.conversation.id is not None]
+        if self.open is not None:
+            self._save_open(self.open)
+        self._after_save()
+
+    def _save_open(self, sessions: Sequence[PaneSession]) -> None:
+        open_ids = [s.conversation.id for s in sessions if s.conversation.id is not None]
         if open_ids != self._open_ids:  # a streaming pane saves every second; the open set rarely changes
             self._open_ids = open_ids
             self.saver.set_open(open_ids)  # a failure stays pending in the Saver, retried with the rest
-        self._after_save()
