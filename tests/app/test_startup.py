@@ -114,9 +114,9 @@ for argv in (["--demo"], ["--model", "LiquidAI/LFM2-350M", "--max-num-seqs", "2"
     LoadingScreen(options), ErrorScreen("reason", what_to_try(options))
 heavy = {"torch", "transformers", "safetensors", "numpy", "tokenizers"}
 loaded = [m for m in sys.modules if m.partition(".")[0] in heavy or m.startswith("model.")]
-torch_free = {"model.checkpoint", "model.checkpoint.hub", "model.checkpoint.hub_progress", "model.checkpoint.progress",
-              "model.text",
-              "model.text.model_cards", "model.quant", "model.errors"}
+torch_free = {"model.checkpoint", "model.checkpoint.hub", "model.checkpoint.hub_progress",
+              "model.checkpoint.progress", "model.text", "model.text.model_cards", "model.quant",
+              "model.errors"}
 assert set(loaded) <= torch_free, sorted(loaded)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
