@@ -11,6 +11,8 @@ import reprlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from engine.structured.spec import Structure
+
 # Below this temperature logits / T overflows float32 long before the distribution differs
 # from argmax in any way that matters, so such requests are treated as greedy (as vLLM does).
 GREEDY_TEMPERATURE = 1e-5
@@ -114,6 +116,7 @@ _RULES: tuple[tuple[str, Callable[[object], bool], str], ...] = (
         f"a dict of at most {MAX_LOGIT_BIAS_ENTRIES} token ids >= 0 to numbers in "
         f"[{-MAX_LOGIT_BIAS:g}, {MAX_LOGIT_BIAS:g}]",
     ),
+    ("structure", lambda v: v is None or isinstance(v, Structure), "None or a Structure"),
 )
 
 
@@ -128,7 +131,8 @@ class SamplingParams:
     logprobs: report each sampled token's log-probability and that many most likely alternatives
     (None: none), from the model's raw distribution (docs/ENGINE_API.md). logit_bias: added to
     those token ids' logits before the penalties, as OpenAI does. Several samples of one prompt
-    are `Engine.add_request(..., n=...)`, not a field here.
+    are `Engine.add_request(..., n=...)`, not a field here. A ``structure`` constrains every token
+    to what it still allows; the request then ends ("stop") when the structure is complete.
     """
 
     temperature: float = 1.0
@@ -145,6 +149,7 @@ class SamplingParams:
     ignore_eos: bool = False
     logprobs: int | None = None
     logit_bias: dict[int, float] = field(default_factory=dict)
+    structure: Structure | None = None  # what the output must match (engine/structured/spec.py)
 
     def __post_init__(self) -> None:
         for name, ok, allowed in _RULES:
