@@ -29,14 +29,19 @@ from __future__ import annotations
 import dataclasses
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import torch
 
 from engine.request import Request
 from engine.sampler import SamplingRow, greedy_tokens, processed_logits, sampling_row
+from engine.structured.masks import masked_after
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.batch import SequenceChunk
 from model.cache import HybridCache
+
+if TYPE_CHECKING:
+    from engine.structured.compiler import RequestGrammar
 
 CATCH_UP_TOKENS = 256  # context tokens one request's shadow may read per step before it drafts
 
@@ -92,17 +97,23 @@ class ModelDrafter:
             return []
         row = sampling_row(request)
         penalized = row if row.params.has_penalties else None
-        return self.propose(request.request_id, request.token_ids, count, penalized)
+        return self.propose(request.request_id, request.token_ids, count, penalized, request.grammar)
 
     def propose(
-        self, request_id: str, tokens: list[int], count: int, penalized: SamplingRow | None = None
+        self,
+        request_id: str,
+        tokens: list[int],
+        count: int,
+        penalized: SamplingRow | None = None,
+        grammar: RequestGrammar | None = None,
     ) -> list[int]:
         """Up to ``count`` drafts to follow request ``request_id``'s ``tokens`` (each call's a prefix of
         the next's); [] while its shadow catches up.
 
         Each draft is the draft model's argmax, after ``penalized``'s penalties where given (its
         history then runs on through the drafts): the target's own pick is after them, and the
-        likelier a draft under the target's draw, the likelier it is accepted."""
+        likelier a draft under the target's draw, the likelier it is accepted. For the same reason, a
+        constrained request's ``grammar`` masks each pick (engine/structured/masks.py)."""
         if count <= 0:
             return []
         shadow = self._shadow(request_id, len(tokens) + count - 1)
@@ -121,6 +132,8 @@ class ModelDrafter:
         logits = self._feed(shadow, fed, shadow.synced, shadow.scratch_row, snapshots=snapshots)
         shadow.synced = len(tokens) - 1
         for position in range(len(tokens), len(tokens) + count):
+            if grammar is not None:
+                logits = masked_after(grammar, drafts, logits)
             drafts.append(self._pick(logits, penalized, drafts))
             if position < len(tokens) + count - 1:  # the last draft is not fed: nothing follows it
                 logits = self._feed(shadow, drafts[-1:], position, shadow.scratch_row, src=shadow.scratch_row)

@@ -31,6 +31,7 @@ from engine.request import Request, RequestStatus
 from engine.sampler import make_generator
 from engine.sampling_params import SamplingParams, SamplingParamsError
 from engine.snapshot import EngineSnapshot, take_snapshot
+from engine.structured.compiler import GrammarCompiler
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_config import Lfm2Config
 from model.checkpoint.progress import Progress
@@ -71,6 +72,7 @@ class Engine:
         self._requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
         self._seeds = random.Random(self.config.seed)  # seeds of requests that bring none
+        self.grammars = GrammarCompiler(tokenizer, model.config.vocab_size)  # SamplingParams.structure's
 
     @classmethod
     def from_pretrained(
@@ -99,7 +101,8 @@ class Engine:
         tag: object = None,
         n: int = 1,
     ) -> str:
-        """Queue a request; bad input raises RequestError / SamplingParamsError and changes nothing.
+        """Queue a request; bad input raises RequestError / SamplingParamsError / StructureError (a
+        structure llguidance cannot compile) and changes nothing.
 
         ``n`` > 1 samples the prompt n times (engine/branches.py): the prompt is computed once and n
         branches continue from its cache state, each drawing from its own generator (seeded
@@ -138,11 +141,16 @@ class Engine:
         stop_ids = set(params.stop_token_ids)
         if not params.ignore_eos:
             stop_ids |= self.tokenizer.stop_token_ids
+        if params.structure is not None:  # the token its grammar allows once complete ends it ("stop")
+            stop_ids.add(self.grammars.eos_token_id)
         return frozenset(stop_ids)
 
     def check_params(self, params: SamplingParams) -> None:
-        """What SamplingParams cannot check alone: its token ids are in this model's vocabulary.
-        Raises SamplingParamsError naming the field (add_request does too)."""
+        """What SamplingParams cannot check alone: its token ids are in this model's vocabulary, its
+        structure compiles (and is cached for the request). Raises SamplingParamsError naming the
+        field, or StructureError (add_request does too)."""
+        if params.structure is not None:
+            self.grammars.grammar(params.structure)
         vocab = self.model_config.vocab_size
         bad = next((token for token in params.logit_bias if token >= vocab), None)
         if bad is not None:
@@ -173,6 +181,7 @@ class Engine:
             tag=tag,
             logit_bias=bias,
             index=index,
+            grammar=None if params.structure is None else self.grammars.grammar(params.structure),
         )
 
     def abort(self, request_id: str) -> RequestOutput | None:

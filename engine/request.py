@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # the scheduler shares this state and imports no torch (tests
     import torch
 
     from engine.logit_bias import LogitBias
+    from engine.structured.compiler import RequestGrammar  # llguidance loads with the first structure
 
 
 class RequestStatus(enum.Enum):
@@ -80,6 +81,7 @@ class Request:
     index: int = 0  # which of the n samples of its prompt this is (Engine.add_request's n)
     # the other samples of its prompt, waiting for it to compute the prompt they share (engine/branches.py)
     branches: list[Request] = field(default_factory=list)
+    grammar: RequestGrammar | None = None  # its structure's matcher (engine/structured/), None: unconstrained
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -38,6 +38,7 @@ from engine.proposer import Proposer
 from engine.request import Request
 from engine.sampler import Sampler, sampling_row
 from engine.scheduler import ScheduledChunk
+from engine.structured.masks import GrammarMasks
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.batch import SequenceChunk
 from model.cache import HybridCache
@@ -57,6 +58,7 @@ class ModelRunner:
         self.device = torch.device(device)
         self.sampler = Sampler(model.kernels)
         self.proposer: Proposer = proposer or NgramProposer()
+        self.masks = GrammarMasks()  # constrained rows' token masks (engine/structured/masks.py)
         # float32 logits, reused every step and grown to the most sampling rows seen
         self._logits = torch.empty(0, model.config.vocab_size, device=self.device)
         self._last_logits = self._logits  # the latest run's logits rows ...
@@ -67,15 +69,20 @@ class ModelRunner:
         sampled token, or a verify chunk's accepted drafts and the token after them."""
         sequences = [self._sequence_chunk(chunk) for chunk in chunks]
         batch = self.model.build_batch(sequences, self.cache.block_size, self.device)
-        logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
         sampling = [chunk for chunk in chunks if chunk.want_logits]
+        masks = self.masks.start(sampling)  # computed while the forward runs
+        logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
+        self.masks.apply(masks, logits)
         first_rows = itertools.accumulate((1 + len(chunk.drafts) for chunk in sampling), initial=0)
         self._last_logits = logits
         self._first_row = {chunk.request: row for chunk, row in zip(sampling, first_rows, strict=False)}
         if not any(chunk.drafts for chunk in sampling):
             rows = [sampling_row(chunk.request) for chunk in sampling]
-            return [[token] for token in self.sampler.sample(logits, rows)]
-        return self._verify(logits, sampling)
+            emitted = [[token] for token in self.sampler.sample(logits, rows)]
+        else:
+            emitted = self._verify(logits, sampling)
+        self.masks.advance(sampling, emitted)
+        return emitted
 
     def _verify(self, logits: torch.Tensor, sampling: list[ScheduledChunk]) -> list[list[int]]:
         """Plain rows sampled together; each verify chunk's 1 + d rows through acceptance."""
@@ -133,7 +140,10 @@ class ModelRunner:
         (the scheduler's), into ``spec_token_ids``; one allowed none gets none, so no stale
         proposal is ever verified."""
         for request, count in allowances.items():
-            request.spec_token_ids = self.proposer.propose_for(request, count)
+            drafts = self.proposer.propose_for(request, count)
+            if request.grammar is not None:  # a draft the grammar rejects would only waste its row
+                drafts = request.grammar.allowed_prefix(drafts)
+            request.spec_token_ids = drafts
 
     def release(self, request_id: str) -> None:
         """Give back what the proposer holds for a finished request (a draft model's shadow)."""

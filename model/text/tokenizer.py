@@ -179,6 +179,11 @@ class Tokenizer:
     def vocab_size(self) -> int:
         return self._backend.get_vocab_size(with_added_tokens=True)
 
+    def to_json(self) -> str:
+        """The vocabulary and its pipeline as ``tokenizers`` serialises them (a grammar engine builds its
+        token trie from this)."""
+        return self._backend.to_str()
+
     def token_to_id(self, token: str) -> int | None:
         return self._backend.token_to_id(token)
 

@@ -1,0 +1,144 @@
+"""Each step's token masks for the constrained rows: computed by llguidance, applied before sampling.
+
+The runner calls, around one step's forward::
+
+    pending = masks.start(sampling)     # before the forward: the masks' computation begins
+    logits  = model(batch)
+    masks.apply(pending, logits)        # waits for it; disallowed tokens of constrained rows -> -inf
+    tokens  = sample / accept(logits)
+    masks.advance(sampling, emitted)    # each matcher consumes the tokens its request emitted
+
+A chunk's logits rows are its fed token's and then one per draft. The mask of the row after draft i
+is the matcher's after drafts 1..i: llguidance's executor advances through the drafts the grammar
+allows, writes one mask per row, and rolls the matcher back. A draft the grammar rejects is then
+itself outside the preceding row's mask, so acceptance rejects it like any wrong draft, and rows
+past it are never read (they are left all-allowed, never NaN). Only `advance` moves a matcher, by
+the tokens emitted, so a recompute after preemption or a prefix-cache hit never feeds it twice.
+
+The masks of all constrained rows are one call on llguidance's thread pool, on a thread of our own
+that runs beside the forward (llguidance drops the GIL), so a step waits for the masks only when
+they take longer than its forward. Rows of unconstrained requests are never touched.
+"""
+
+from __future__ import annotations
+
+import itertools
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+import llguidance
+import torch
+
+from engine.request import Request, RequestStatus
+from engine.scheduler import ScheduledChunk
+from engine.structured.compiler import RequestGrammar
+
+_SHIFTS = torch.arange(32, dtype=torch.int32)
+_Job = tuple[llguidance.LLMatcher, int, list[int]]  # a matcher, its first row, its drafts
+
+
+@dataclass(slots=True)
+class PendingMasks:
+    """This step's masks being computed: the constrained rows and their bitmask [rows, words]."""
+
+    rows: list[int]
+    bitmask: torch.Tensor
+    done: Future
+
+
+class GrammarMasks:
+    """The runner's constrained-decoding hook (the module docstring shows the calls)."""
+
+    def __init__(self) -> None:
+        self._executor: llguidance.LLExecutor | None = None
+        self._thread: ThreadPoolExecutor | None = None
+        self.mask_seconds = 0.0  # time steps spent waiting on masks and applying them (bench/structured.py)
+
+    def start(self, sampling: list[ScheduledChunk]) -> PendingMasks | None:
+        """Begin the masks of ``sampling``'s constrained chunks (None: the step has none)."""
+        constrained = [
+            (chunk, first)
+            for chunk, first in zip(sampling, _first_rows(sampling), strict=True)
+            if chunk.request.grammar is not None
+        ]
+        if not constrained:
+            return None
+        if self._executor is None:
+            self._executor = llguidance.LLExecutor()
+            self._thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
+        words = constrained[0][0].request.grammar.mask_words
+        rows_total = sum(1 + len(chunk.drafts) for chunk in sampling)
+        bitmask = torch.full((rows_total, words), -1, dtype=torch.int32)  # all allowed until written
+        jobs = [(chunk.request.grammar.matcher, first, list(chunk.drafts)) for chunk, first in constrained]
+        rows = [first + i for chunk, first in constrained for i in range(1 + len(chunk.drafts))]
+        return PendingMasks(rows, bitmask, self._thread.submit(self._compute, jobs, bitmask))
+
+    def _compute(self, jobs: list[_Job], bitmask: torch.Tensor) -> None:
+        """All the jobs' masks into ``bitmask``: the plain rows in one call, the drafting ones in another
+        (llguidance's draft variant refuses an empty draft list)."""
+        plain = [(matcher, row) for matcher, row, drafts in jobs if not drafts]
+        drafting = [job for job in jobs if job[2]]
+        address, row_bytes, rows = bitmask.data_ptr(), bitmask.shape[1] * 4, bitmask.shape[0]
+        if plain:
+            self._executor.unsafe_compute_mask_ptr(plain, address, row_bytes, rows)
+        if drafting:
+            self._executor.unsafe_compute_mask_ptr_with_draft_token(drafting, address, row_bytes, rows)
+
+    def apply(self, pending: PendingMasks | None, logits: torch.Tensor) -> None:
+        """Set the disallowed tokens of every constrained row of ``logits`` [rows, V] to -inf."""
+        if pending is None:
+            return
+        pending.done.result()
+        rows = torch.tensor(pending.rows)
+        allowed = unpack(pending.bitmask[rows], logits.shape[1])
+        logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+
+    def advance(self, sampling: list[ScheduledChunk], emitted: list[list[int]]) -> None:
+        """Feed each constrained request's matcher the tokens it emitted; a matcher llguidance put in
+        an error state (a limit reached mid-reply) fails its request with llguidance's reason."""
+        for chunk, tokens in zip(sampling, emitted, strict=True):
+            if chunk.request.grammar is not None:
+                _consume(chunk.request, chunk.request.grammar.matcher, tokens)
+
+
+def unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
+    """Bool [rows, vocab] from llguidance's bitmask [rows, words] (bit i of word w: id 32 w + i)."""
+    bits = (bitmask.unsqueeze(-1) >> _SHIFTS) & 1
+    return bits.view(bitmask.shape[0], -1)[:, :vocab].bool()
+
+
+def masked_after(grammar: RequestGrammar, drafts: list[int], logits: torch.Tensor) -> torch.Tensor:
+    """``logits`` [1, V] masked as the grammar stands after ``drafts``: a draft model's next pick, so
+    its drafts are ones the grammar allows. The matcher is left where it was; past a draft it rejects
+    (or the end of the grammar) nothing is masked, for nothing there is ever accepted."""
+    matcher = grammar.matcher
+    if matcher.validate_tokens(drafts) < len(drafts) or matcher.is_stopped():
+        return logits
+    bitmask = torch.empty(1, grammar.mask_words, dtype=torch.int32)
+    matcher.consume_tokens(drafts)
+    matcher.unsafe_compute_mask_ptr(bitmask.data_ptr(), grammar.mask_words * 4)
+    matcher.rollback(len(drafts))
+    return logits.masked_fill(~unpack(bitmask, logits.shape[1]), float("-inf"))
+
+
+def _first_rows(sampling: list[ScheduledChunk]) -> list[int]:
+    """The logits row where each sampling chunk's rows begin (1 + its drafts rows each)."""
+    return list(itertools.accumulate((1 + len(chunk.drafts) for chunk in sampling), initial=0))[:-1]
+
+
+def _consume(request: Request, matcher: llguidance.LLMatcher, tokens: list[int]) -> None:
+    """Feed ``tokens`` up to the grammar's end: once it is complete the only token it allows is the
+    end-of-reply one, which stops the request, so anything after it (an accepted end-of-reply draft's
+    bonus token) is never part of the reply."""
+    for token in tokens:
+        if matcher.is_stopped():
+            return
+        if not matcher.consume_token(token):
+            _fail(request, matcher.get_error())
+            return
+
+
+def _fail(request: Request, reason: str) -> None:
+    reason = reason.strip().splitlines()[0][:300] if reason.strip() else "a token it did not allow"
+    request.error = f"the structure's grammar stopped the reply: {reason}"
+    request.status = RequestStatus.FINISHED_ERROR
