@@ -23,6 +23,7 @@ they take longer than its forward. Rows of unconstrained requests are never touc
 from __future__ import annotations
 
 import itertools
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -52,7 +53,10 @@ class GrammarMasks:
     def __init__(self) -> None:
         self._executor: llguidance.LLExecutor | None = None
         self._thread: ThreadPoolExecutor | None = None
-        self.mask_seconds = 0.0  # time steps spent waiting on masks and applying them (bench/structured.py)
+        # for bench/structured.py: what the steps spent waiting on masks and applying them (the cost on
+        # the critical path), and what llguidance spent computing them (beside the forward)
+        self.mask_seconds = 0.0
+        self.compute_seconds = 0.0
 
     def start(self, sampling: list[ScheduledChunk]) -> PendingMasks | None:
         """Begin the masks of ``sampling``'s constrained chunks (None: the step has none)."""
@@ -78,20 +82,24 @@ class GrammarMasks:
         (llguidance's draft variant refuses an empty draft list)."""
         plain = [(matcher, row) for matcher, row, drafts in jobs if not drafts]
         drafting = [job for job in jobs if job[2]]
+        began = time.perf_counter()
         address, row_bytes, rows = bitmask.data_ptr(), bitmask.shape[1] * 4, bitmask.shape[0]
         if plain:
             self._executor.unsafe_compute_mask_ptr(plain, address, row_bytes, rows)
         if drafting:
             self._executor.unsafe_compute_mask_ptr_with_draft_token(drafting, address, row_bytes, rows)
+        self.compute_seconds += time.perf_counter() - began
 
     def apply(self, pending: PendingMasks | None, logits: torch.Tensor) -> None:
         """Set the disallowed tokens of every constrained row of ``logits`` [rows, V] to -inf."""
         if pending is None:
             return
+        began = time.perf_counter()
         pending.done.result()
         rows = torch.tensor(pending.rows)
         allowed = unpack(pending.bitmask[rows], logits.shape[1])
         logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+        self.mask_seconds += time.perf_counter() - began
 
     def advance(self, sampling: list[ScheduledChunk], emitted: list[list[int]]) -> None:
         """Feed each constrained request's matcher the tokens it emitted; a matcher llguidance put in
