@@ -23,6 +23,7 @@ from cli.flags import (
     add_engine_flags,
     add_sampling_flags,
     check_machine,
+    json_schema_structure,
     model_flags,
     whole_number,
 )
@@ -67,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     one_shot.add_argument(
         "--save", action="store_true", help="keep the -p exchange in the conversation history"
+    )
+    one_shot.add_argument(
+        "--json-schema",
+        metavar="FILE|JSON",
+        help="the -p reply is JSON that matches this schema (a file, or the schema itself)",
     )
     chat.add_argument(
         "--data-dir",
@@ -149,6 +155,14 @@ def run(argv: list[str]) -> int:
     except UsageError as exc:
         parser.error(str(exc))
     message = None if args.prompt is None else one_shot_message(parser, args.prompt)
+    structure = None
+    if args.json_schema is not None:
+        if message is None:
+            parser.error("--json-schema goes with -p")
+        try:
+            structure = json_schema_structure(args.json_schema)
+        except UsageError as exc:
+            parser.error(str(exc))
     try:
         if options.server is None:
             check_machine(options.source, args.device, args.draft_model)
@@ -158,7 +172,7 @@ def run(argv: list[str]) -> int:
     if message is not None:
         from cli.oneshot import run_oneshot
 
-        return run_oneshot(options, message, store)
+        return run_oneshot(options, message, store, structure)
     from app.app import LfmChatApp  # Textual is imported only when a UI will run
 
     app = LfmChatApp(options, store)

@@ -8,6 +8,7 @@ code 2 for a value that is wrong anywhere (UsageError), 1 for one this machine c
 from __future__ import annotations
 
 import argparse
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,6 +25,7 @@ from engine import (
     ModelSource,
     SamplingParams,
     SamplingParamsError,
+    Structure,
     is_repo_id,
 )
 
@@ -138,6 +140,35 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     add("--top-p", type=float, metavar="P", help="nucleus sampling (1 = off)")
     add("--min-p", type=float, metavar="P", help="drop tokens below P x the top token's chance (0 = off)")
     add("--repetition-penalty", type=float, metavar="R", help="penalise tokens already in the chat (1 = off)")
+
+
+# a schema file bigger than this cannot be a Structure (engine/structured/spec.py caps its text)
+SCHEMA_FILE_LIMIT = 2**20
+
+
+def json_schema_structure(value: str) -> Structure:
+    """``--json-schema FILE|JSON``: the schema inline (it starts with "{") or in a file, as a checked
+    Structure; UsageError in one sentence for a missing file, bad JSON or a schema that cannot compile."""
+    from engine.structured.compiler import check  # llguidance loads only when a schema is given
+
+    text = value
+    if not value.lstrip().startswith("{"):
+        path = Path(value)
+        try:
+            with path.open("rb") as file:
+                raw = file.read(SCHEMA_FILE_LIMIT + 1)
+        except OSError as exc:
+            raise UsageError(f"--json-schema {value}: cannot read it ({exc.strerror or exc})") from None
+        if len(raw) > SCHEMA_FILE_LIMIT:
+            raise UsageError(f"--json-schema {value}: the file is over {SCHEMA_FILE_LIMIT // 2**10} KiB")
+        text = raw.decode("utf-8", errors="replace")
+    try:
+        structure = Structure("json_schema", json.loads(text))
+        check(structure)
+    except (ValueError, RecursionError) as exc:  # json's errors and StructureError are ValueErrors
+        reason = "it is nested too deeply" if isinstance(exc, RecursionError) else exc
+        raise UsageError(f"--json-schema: {reason}") from None
+    return structure
 
 
 def in_flag_terms(message: str) -> str:

@@ -23,6 +23,7 @@ from app.startup import STARTUP_ERRORS, load_backend
 if TYPE_CHECKING:
     from app.backend.base import Backend, StreamEvent
     from app.store import Store
+    from engine import Structure
 
 PROG = "lfm-chat"
 STDIN_NAME = "stdin"
@@ -58,15 +59,18 @@ def loading_progress(stderr: TextIO) -> Callable[[str, float | None], None]:
     return show
 
 
-def run_oneshot(options: AppOptions, message: str, store: Store | None) -> int:
-    """Load, stream one reply to stdout, save it if asked; the exit code."""
+def run_oneshot(
+    options: AppOptions, message: str, store: Store | None, structure: Structure | None = None
+) -> int:
+    """Load, stream one reply to stdout, save it if asked; the exit code. ``structure`` (--json-schema)
+    constrains the reply."""
     try:
         backend = load_backend(options, loading_progress(sys.stderr))
         if sys.stderr.isatty():
             sys.stderr.write("\r\x1b[K")
         try:
             conversation = Conversation([ChatMessage("user", message)], options.chat)
-            stream_reply(backend, conversation, sys.stdout)
+            stream_reply(backend, conversation, sys.stdout, structure)
         finally:
             backend.close()
     except KeyboardInterrupt:
@@ -88,7 +92,9 @@ def fail(sentence: str) -> int:
     return 1
 
 
-def stream_reply(backend: Backend, conversation: Conversation, out: TextIO) -> None:
+def stream_reply(
+    backend: Backend, conversation: Conversation, out: TextIO, structure: Structure | None = None
+) -> None:
     """Write the reply to `out` as it comes and add it to `conversation`; OneShotError on failure.
     Ctrl+C cancels the request before the KeyboardInterrupt goes on."""
     try:
@@ -100,7 +106,8 @@ def stream_reply(backend: Backend, conversation: Conversation, out: TextIO) -> N
     if room < 1:
         raise OneShotError(f"The prompt is {used:,} tokens and the model's context is {limit:,}: shorten it.")
     events: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
-    handle = backend.submit(prompt, settings, min(settings.max_tokens, room), "one-shot", events.put)
+    max_tokens = min(settings.max_tokens, room)
+    handle = backend.submit(prompt, settings, max_tokens, "one-shot", events.put, structure=structure)
     try:
         reply, ids, last = print_stream(events, out)
     except BaseException:  # Ctrl+C, or a closed stdout: the engine must not go on for no one

@@ -14,7 +14,7 @@ from app.conversation import ChatSettings, Conversation
 
 if TYPE_CHECKING:
     from app.backend.server_metrics import ServerSnapshot
-    from engine import EngineSnapshot
+    from engine import EngineSnapshot, Structure
 
 
 class Metrics(Protocol):
@@ -92,9 +92,16 @@ class Backend(Protocol):
         ...
 
     def submit(
-        self, prompt: Prompt, settings: ChatSettings, max_tokens: int, tag: str, on_event: OnEvent
+        self,
+        prompt: Prompt,
+        settings: ChatSettings,
+        max_tokens: int,
+        tag: str,
+        on_event: OnEvent,
+        structure: Structure | None = None,
     ) -> Stream:
-        """Never blocks, never raises for a bad request: that is one final "error" event."""
+        """Never blocks, never raises for a bad request: that is one final "error" event. ``structure``:
+        what the reply must match (a JSON schema for `lfm-chat -p --json-schema`)."""
         ...
 
     def remember(self, conversation: Conversation, prompt: Prompt, reply: str, ids: list[int]) -> None:

@@ -6,6 +6,7 @@ the exact ids turn N ended with and the engine's prefix cache serves them.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -13,7 +14,7 @@ from app.backend.base import OnEvent, Prompt, StreamEvent
 from app.conversation import ChatSettings, Conversation
 
 if TYPE_CHECKING:
-    from engine import Engine, EngineSnapshot, StreamHandle, TokenEvent
+    from engine import Engine, EngineSnapshot, StreamHandle, Structure, TokenEvent
 
 # The engine thread runs this much nicer than the UI: with 8 panes streaming on 2 busy cores the
 # UI thread otherwise waited for CPU, and keys took ~0.25-0.9 s to show (p50, bench.key_latency
@@ -53,7 +54,13 @@ class LocalBackend:
         return Prompt(messages, text, ids)
 
     def submit(
-        self, prompt: Prompt, settings: ChatSettings, max_tokens: int, tag: str, on_event: OnEvent
+        self,
+        prompt: Prompt,
+        settings: ChatSettings,
+        max_tokens: int,
+        tag: str,
+        on_event: OnEvent,
+        structure: Structure | None = None,
     ) -> StreamHandle:
         def forward(event: TokenEvent) -> None:
             on_event(
@@ -68,7 +75,7 @@ class LocalBackend:
                 )
             )
 
-        params = settings.sampling_params(max_tokens)  # the settings screen has validated them
+        params = replace(settings.sampling_params(max_tokens), structure=structure)  # validated already
         return self.worker.submit(prompt.ids or prompt.text, params, tag=tag, on_event=forward)
 
     def remember(self, conversation: Conversation, prompt: Prompt, reply: str, ids: list[int]) -> None:

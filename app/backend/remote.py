@@ -16,7 +16,7 @@ import time
 import uuid
 from concurrent.futures import Future
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
@@ -27,6 +27,9 @@ from app.backend.server_metrics import HISTORY, ClientStream, MetricsPoller, Ser
 from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.backend.smoothing import RATE_SMOOTHING_SECONDS, Smoothed
 from app.conversation import ChatSettings, Conversation
+
+if TYPE_CHECKING:
+    from engine import Structure
 
 TIMEOUT = httpx.Timeout(10.0, read=300.0)  # a long prefill on a busy server sends nothing for a while
 MODELS_BYTES = 4 * 1024 * 1024  # GET /v1/models: a listing larger than this is refused
@@ -195,11 +198,20 @@ class RemoteBackend:
         return Prompt(messages, estimated_tokens=-(-characters // CHARS_PER_TOKEN))
 
     def submit(
-        self, prompt: Prompt, settings: ChatSettings, max_tokens: int, tag: str, on_event: OnEvent
+        self,
+        prompt: Prompt,
+        settings: ChatSettings,
+        max_tokens: int,
+        tag: str,
+        on_event: OnEvent,
+        structure: Structure | None = None,
     ) -> RemoteStream:
         request_id = f"chat-{uuid.uuid4().hex[:12]}"
         model = settings.model or self.model_name  # a pane may ask for a model of its own
         body = chat_body(model, prompt.messages, sampling_fields(settings, max_tokens))
+        if structure is not None:  # OpenAI's structured outputs; -p --json-schema makes json_schema ones only
+            schema = {"name": "reply", "schema": structure.value, "strict": True}
+            body["response_format"] = {"type": "json_schema", "json_schema": schema}
         stream = ChatStream(self._client, request_id, body, on_event)
 
         async def run() -> None:

@@ -58,6 +58,23 @@ def grammar_text(structure: Structure) -> str:
     return llguidance.LLMatcher.grammar_from_lark(text)
 
 
+def check(structure: Structure) -> None:
+    """StructureError if ``structure`` cannot compile, found without a tokenizer or a model: a
+    command line refuses a bad schema before it loads anything (the engine checks again, fully)."""
+    try:
+        error = _on_big_stack(
+            lambda: llguidance.LLMatcher.validate_grammar(
+                grammar_text(structure), limits=llguidance.LLParserLimits(**LIMITS)
+            )
+        )
+    except ValueError as exc:
+        error = str(exc)
+    if error is None:
+        raise _too_slow(structure)
+    if error:
+        raise _not_compiling(structure, error)
+
+
 @dataclass(slots=True)
 class RequestGrammar:
     """One request's matcher (advanced by the tokens it emitted) and its masks' width in 32-bit words
@@ -111,8 +128,7 @@ class GrammarCompiler:
                 return cached.deep_copy()
         compiled = _on_big_stack(lambda: self._compile(structure))
         if compiled is None:
-            seconds = f"{COMPILE_SECONDS:g} s"
-            raise StructureError(f"the {structure.kind} structure took longer than {seconds} to compile")
+            raise _too_slow(structure)
         with self._lock:
             self._cache[key] = compiled
             while len(self._cache) > CACHED_GRAMMARS:
@@ -123,12 +139,11 @@ class GrammarCompiler:
         try:
             grammar = grammar_text(structure)
         except ValueError as exc:
-            raise StructureError(f"the {structure.kind} structure does not compile: {exc}") from None
+            raise _not_compiling(structure, str(exc)) from None
         limits = llguidance.LLParserLimits(**LIMITS)
         matcher = llguidance.LLMatcher(self.lltokenizer, grammar, log_level=0, limits=limits)
         if matcher.is_error():
-            reason = _first_line(matcher.get_error())
-            raise StructureError(f"the {structure.kind} structure does not compile: {reason}")
+            raise _not_compiling(structure, matcher.get_error())
         return matcher
 
 
@@ -159,6 +174,11 @@ def _on_big_stack(work: Callable[[], T]) -> T | None:
     return result[0] if result else None
 
 
-def _first_line(error: str) -> str:
-    """llguidance's error without the trace it may append."""
-    return error.strip().splitlines()[0][:500] if error.strip() else "unknown error"
+def _too_slow(structure: Structure) -> StructureError:
+    return StructureError(f"the {structure.kind} structure took longer than {COMPILE_SECONDS:g} s to compile")
+
+
+def _not_compiling(structure: Structure, error: str) -> StructureError:
+    """llguidance's reason, without the trace it may append."""
+    reason = error.strip().splitlines()[0][:500] if error.strip() else "unknown error"
+    return StructureError(f"the {structure.kind} structure does not compile: {reason}")
