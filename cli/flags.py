@@ -149,7 +149,7 @@ SCHEMA_FILE_LIMIT = 2**20
 def json_schema_structure(value: str) -> Structure:
     """``--json-schema FILE|JSON``: the schema inline (it starts with "{") or in a file, as a checked
     Structure; UsageError in one sentence for a missing file, bad JSON or a schema that cannot compile."""
-    from engine.structured.compiler import check  # llguidance loads only when a schema is given
+    from engine import check_structure  # llguidance loads only when a schema is given
 
     text = value
     if not value.lstrip().startswith("{"):
@@ -164,7 +164,7 @@ def json_schema_structure(value: str) -> Structure:
         text = raw.decode("utf-8", errors="replace")
     try:
         structure = Structure("json_schema", json.loads(text))
-        check(structure)
+        check_structure(structure)
     except (ValueError, RecursionError) as exc:  # json's errors and StructureError are ValueErrors
         reason = "it is nested too deeply" if isinstance(exc, RecursionError) else exc
         raise UsageError(f"--json-schema: {reason}") from None

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
         SamplingParamsError,
     )
     from engine.snapshot import EngineSnapshot, RequestSnapshot
+    from engine.structured.compiler import check_structure
     from engine.structured.spec import Structure, StructureError
     from engine.worker import EngineWorker, StreamHandle, TokenEvent
     from model.checkpoint.hub import DEFAULT_MODEL, download_checkpoint, is_repo_id, resolve_checkpoint
@@ -72,6 +73,7 @@ _MODULES = {
     "TokenLogprob": "engine.logprobs",
     "Structure": "engine.structured.spec",
     "StructureError": "engine.structured.spec",
+    "check_structure": "engine.structured.compiler",
     "TokenEvent": "engine.worker",
     # model/'s, for the app, the launcher and the server (all torch-free but write_tiny_checkpoint)
     "ChatTemplateError": "model.errors",

@@ -59,7 +59,7 @@ def grammar_text(structure: Structure) -> str:
     return llguidance.LLMatcher.grammar_from_lark(text)
 
 
-def check(structure: Structure) -> None:
+def check_structure(structure: Structure) -> None:
     """StructureError if ``structure`` cannot compile, found without a tokenizer or a model: a
     command line refuses a bad schema before it loads anything (the engine checks again, fully)."""
     try:

@@ -138,7 +138,9 @@ def test_greedy_constrained_output_is_identical_with_speculation_on_and_off(setu
     assert [out.token_ids for out in outs] == expected
     assert [out.error for out in outs] == [None] * len(outs)
     metrics = on.metrics
-    assert metrics.spec_draft_tokens > metrics.spec_accepted_tokens > 0  # accepted and rejected drafts
+    assert metrics.spec_accepted_tokens > 0
+    if setup != "draft-model":  # the draft model is the target itself: its masked picks are all accepted
+        assert metrics.spec_draft_tokens > metrics.spec_accepted_tokens  # rejected drafts too
     if setup.endswith("preempting"):
         assert metrics.preemptions > 0
     assert on.block_manager.num_used_blocks == 0
