@@ -72,7 +72,7 @@ class Engine:
         self._requests: dict[str, Request] = {}
         self._arrivals = itertools.count()
         self._seeds = random.Random(self.config.seed)  # seeds of requests that bring none
-        self.grammars = GrammarCompiler(tokenizer, model.config.vocab_size)  # SamplingParams.structure's
+        self.grammars = GrammarCompiler(parts.tokenizer, parts.model_config.vocab_size)  # for structures
 
     @classmethod
     def from_pretrained(

@@ -21,27 +21,35 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 import llguidance
 
 from engine.structured.spec import Structure, StructureError
 from model.text.tokenizer import IM_END, Tokenizer
 
-LIMITS = dict(
-    max_items_in_row=2000,  # alternatives in one grammar row (an enum's entries)
-    initial_lexer_fuel=1_000_000,  # ~20 ms to build the lexer's regexes
-    step_lexer_fuel=200_000,  # ~15 ms for one mask at worst
-    step_max_items=50_000,  # ~2.5 ms of Earley items per step
-    max_lexer_states=50_000,  # ~100 MB of lexer states at most
-    max_grammar_size=200_000,  # symbols in all productions
-    verbose_errors=False,  # errors name the problem without echoing the grammar back
-)
+if TYPE_CHECKING:
+    from llguidance._lib import JsonCompileOptions  # a TypedDict of the stubs only
+
+
+def parser_limits() -> llguidance.LLParserLimits:
+    """Every limit llguidance has, explicitly (the module docstring says why)."""
+    return llguidance.LLParserLimits(
+        max_items_in_row=2000,  # alternatives in one grammar row (an enum's entries)
+        initial_lexer_fuel=1_000_000,  # ~20 ms to build the lexer's regexes
+        step_lexer_fuel=200_000,  # ~15 ms for one mask at worst
+        step_max_items=50_000,  # ~2.5 ms of Earley items per step
+        max_lexer_states=50_000,  # ~100 MB of lexer states at most
+        max_grammar_size=200_000,  # symbols in all productions
+        verbose_errors=False,  # errors name the problem without echoing the grammar back
+    )
+
+
 COMPILE_STACK_BYTES = 256 * 2**20
 COMPILE_SECONDS = 10.0  # past this a compile is abandoned (it still ends, by its fuel, off the engine's path)
 CACHED_GRAMMARS = 64  # compiled structures kept by text (a server's few schemas, each reused)
 # JSON without optional whitespace: fewer tokens, and a model cannot wander off into blank runs
-JSON_OPTIONS = {"whitespace_flexible": False}
+JSON_OPTIONS: JsonCompileOptions = {"whitespace_flexible": False}
 
 
 def grammar_text(structure: Structure) -> str:
@@ -64,9 +72,7 @@ def check_structure(structure: Structure) -> None:
     command line refuses a bad schema before it loads anything (the engine checks again, fully)."""
     try:
         error = _on_big_stack(
-            lambda: llguidance.LLMatcher.validate_grammar(
-                grammar_text(structure), limits=llguidance.LLParserLimits(**LIMITS)
-            )
+            lambda: llguidance.LLMatcher.validate_grammar(grammar_text(structure), limits=parser_limits())
         )
     except ValueError as exc:
         error = str(exc)
@@ -142,8 +148,7 @@ class GrammarCompiler:
             grammar = grammar_text(structure)
         except ValueError as exc:
             raise _not_compiling(structure, str(exc)) from None
-        limits = llguidance.LLParserLimits(**LIMITS)
-        matcher = llguidance.LLMatcher(lltokenizer, grammar, log_level=0, limits=limits)
+        matcher = llguidance.LLMatcher(lltokenizer, grammar, log_level=0, limits=parser_limits())
         if matcher.is_error():
             raise _not_compiling(structure, matcher.get_error())
         return matcher

@@ -60,24 +60,25 @@ class GrammarMasks:
 
     def start(self, sampling: list[ScheduledChunk]) -> PendingMasks | None:
         """Begin the masks of ``sampling``'s constrained chunks (None: the step has none)."""
-        constrained = [
-            (chunk, first)
+        jobs: list[_Job] = [
+            (grammar.matcher, first, list(chunk.drafts))
             for chunk, first in zip(sampling, _first_rows(sampling), strict=True)
-            if chunk.request.grammar is not None
+            if (grammar := chunk.request.grammar) is not None
         ]
-        if not constrained:
+        if not jobs:
             return None
-        if self._executor is None:
+        if self._executor is None or self._thread is None:
             self._executor = llguidance.LLExecutor()
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
-        words = constrained[0][0].request.grammar.mask_words
+        # every grammar is over the engine's one tokenizer, so its masks are all this wide
+        grammars = (chunk.request.grammar for chunk in sampling)
+        words = next(grammar.mask_words for grammar in grammars if grammar is not None)
         rows_total = sum(1 + len(chunk.drafts) for chunk in sampling)
         bitmask = torch.full((rows_total, words), -1, dtype=torch.int32)  # all allowed until written
-        jobs = [(chunk.request.grammar.matcher, first, list(chunk.drafts)) for chunk, first in constrained]
-        rows = [first + i for chunk, first in constrained for i in range(1 + len(chunk.drafts))]
-        return PendingMasks(rows, bitmask, self._thread.submit(self._compute, jobs, bitmask))
+        rows = [first + i for _, first, drafts in jobs for i in range(1 + len(drafts))]
+        return PendingMasks(rows, bitmask, self._thread.submit(self._compute, self._executor, jobs, bitmask))
 
-    def _compute(self, jobs: list[_Job], bitmask: torch.Tensor) -> None:
+    def _compute(self, executor: llguidance.LLExecutor, jobs: list[_Job], bitmask: torch.Tensor) -> None:
         """All the jobs' masks into ``bitmask``: the plain rows in one call, the drafting ones in another
         (llguidance's draft variant refuses an empty draft list)."""
         plain = [(matcher, row) for matcher, row, drafts in jobs if not drafts]
@@ -85,9 +86,9 @@ class GrammarMasks:
         began = time.perf_counter()
         address, row_bytes, rows = bitmask.data_ptr(), bitmask.shape[1] * 4, bitmask.shape[0]
         if plain:
-            self._executor.unsafe_compute_mask_ptr(plain, address, row_bytes, rows)
+            executor.unsafe_compute_mask_ptr(plain, address, row_bytes, rows)
         if drafting:
-            self._executor.unsafe_compute_mask_ptr_with_draft_token(drafting, address, row_bytes, rows)
+            executor.unsafe_compute_mask_ptr_with_draft_token(drafting, address, row_bytes, rows)
         self.compute_seconds += time.perf_counter() - began
 
     def apply(self, pending: PendingMasks | None, logits: torch.Tensor) -> None:
