@@ -3,8 +3,8 @@
 Each stream asks for a JSON list of records (SCHEMA: names, integers, enums, nested arrays, at least
 MIN_RECORDS of them, so no reply completes within NEW_TOKENS and every run decodes the same count).
 Both modes run on one loaded model, alternating; the table gives decode tok/s (after every request's
-first token), the ratio, and per constrained token the time the steps waited on masks and applied
-them (on the step's path) and the time llguidance spent computing them (beside the forward).
+first token), the ratio, and per constrained token the time the steps spent applying the masks and
+the time llguidance spent computing them.
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     with progress.stage("a warm-up run of each mode"):
         for name, engine in engines.items():
             run(engine, max(streams), MODES[name])
-    print("| streams | plain tok/s | constrained tok/s | ratio | masks on the step path | masks computed |")
+    print("| streams | plain tok/s | constrained tok/s | ratio | masks applied | masks computed |")
     print("| --- | --- | --- | --- | --- | --- |")
     for n in streams:
         figures: dict[str, list[Result]] = {name: [] for name in MODES}

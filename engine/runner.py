@@ -70,7 +70,7 @@ class ModelRunner:
         sequences = [self._sequence_chunk(chunk) for chunk in chunks]
         batch = self.model.build_batch(sequences, self.cache.block_size, self.device)
         sampling = [chunk for chunk in chunks if chunk.want_logits]
-        masks = self.masks.start(sampling)  # computed while the forward runs
+        masks = self.masks.start(sampling)  # the constrained rows' masks (engine/structured/masks.py)
         logits = self.model(batch, self.cache, self._logits_buffer(batch.logits_index.numel()))
         self.masks.apply(masks, logits)
         first_rows = itertools.accumulate((1 + len(chunk.drafts) for chunk in sampling), initial=0)

@@ -2,9 +2,9 @@
 
 The runner calls, around one step's forward::
 
-    pending = masks.start(sampling)     # before the forward: the masks' computation begins
+    pending = masks.start(sampling)     # before the forward: the masks, into one bitmask
     logits  = model(batch)
-    masks.apply(pending, logits)        # waits for it; disallowed tokens of constrained rows -> -inf
+    masks.apply(pending, logits)        # disallowed tokens of constrained rows -> -inf
     tokens  = sample / accept(logits)
     masks.advance(sampling, emitted)    # each matcher consumes the tokens its request emitted
 
@@ -15,16 +15,17 @@ itself outside the preceding row's mask, so acceptance rejects it like any wrong
 past it are never read (they are left all-allowed, never NaN). Only `advance` moves a matcher, by
 the tokens emitted, so a recompute after preemption or a prefix-cache hit never feeds it twice.
 
-The masks of all constrained rows are one call on llguidance's thread pool, on a thread of our own
-that runs beside the forward (llguidance drops the GIL), so a step waits for the masks only when
-they take longer than its forward. Rows of unconstrained requests are never touched.
+The masks of all constrained rows are one call on llguidance's thread pool, made before the forward
+on the engine's thread. Computing them on a thread of our own beside the forward was measured
+(bench/structured.py, 2 busy cores): the step then waited tens of milliseconds per token for that
+thread to be scheduled beside torch's, against the 0.1-0.5 ms per token the masks take to compute.
+Rows of unconstrained requests are never touched.
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import llguidance
@@ -44,7 +45,6 @@ class PendingMasks:
 
     rows: list[int]
     bitmask: torch.Tensor
-    done: Future
 
 
 class GrammarMasks:
@@ -52,9 +52,7 @@ class GrammarMasks:
 
     def __init__(self) -> None:
         self._executor: llguidance.LLExecutor | None = None
-        self._thread: ThreadPoolExecutor | None = None
-        # for bench/structured.py: what the steps spent waiting on masks and applying them (the cost on
-        # the critical path), and what llguidance spent computing them (beside the forward)
+        # for bench/structured.py: what the steps spent applying masks, and computing them
         self.mask_seconds = 0.0
         self.compute_seconds = 0.0
 
@@ -67,16 +65,16 @@ class GrammarMasks:
         ]
         if not jobs:
             return None
-        if self._executor is None or self._thread is None:
+        if self._executor is None:
             self._executor = llguidance.LLExecutor()
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix="grammar-masks")
         # every grammar is over the engine's one tokenizer, so its masks are all this wide
         grammars = (chunk.request.grammar for chunk in sampling)
         words = next(grammar.mask_words for grammar in grammars if grammar is not None)
         rows_total = sum(1 + len(chunk.drafts) for chunk in sampling)
         bitmask = torch.full((rows_total, words), -1, dtype=torch.int32)  # all allowed until written
         rows = [first + i for _, first, drafts in jobs for i in range(1 + len(drafts))]
-        return PendingMasks(rows, bitmask, self._thread.submit(self._compute, self._executor, jobs, bitmask))
+        self._compute(self._executor, jobs, bitmask)
+        return PendingMasks(rows, bitmask)
 
     def _compute(self, executor: llguidance.LLExecutor, jobs: list[_Job], bitmask: torch.Tensor) -> None:
         """All the jobs' masks into ``bitmask``: the plain rows in one call, the drafting ones in another
@@ -96,7 +94,6 @@ class GrammarMasks:
         if pending is None:
             return
         began = time.perf_counter()
-        pending.done.result()
         rows = torch.tensor(pending.rows)
         allowed = unpack(pending.bitmask[rows], logits.shape[1])
         logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
