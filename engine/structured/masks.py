@@ -29,13 +29,13 @@ import time
 from dataclasses import dataclass
 
 import llguidance
+import numpy as np
 import torch
 
 from engine.request import Request, RequestStatus
 from engine.scheduler import ScheduledChunk
 from engine.structured.compiler import RequestGrammar
 
-_SHIFTS = torch.arange(32, dtype=torch.int32)
 _Job = tuple[llguidance.LLMatcher, int, list[int]]  # a matcher, its first row, its drafts
 
 
@@ -96,7 +96,7 @@ class GrammarMasks:
         began = time.perf_counter()
         rows = torch.tensor(pending.rows)
         allowed = unpack(pending.bitmask[rows], logits.shape[1])
-        logits[rows] = logits[rows].masked_fill(~allowed, float("-inf"))
+        logits[rows] = torch.where(allowed, logits[rows], float("-inf"))
         self.mask_seconds += time.perf_counter() - began
 
     def advance(self, sampling: list[ScheduledChunk], emitted: list[list[int]]) -> None:
@@ -108,9 +108,16 @@ class GrammarMasks:
 
 
 def unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:
-    """Bool [rows, vocab] from llguidance's bitmask [rows, words] (bit i of word w: id 32 w + i)."""
-    bits = (bitmask.unsqueeze(-1) >> _SHIFTS) & 1
-    return bits.view(bitmask.shape[0], -1)[:, :vocab].bool()
+    """Bool [rows, vocab] from llguidance's bitmask [rows, words] (bit i of word w: id 32 w + i).
+
+    By numpy's unpackbits over the words' little-endian bytes (the layout of every CPU torch runs
+    on) and a dtype view: torch's broadcast shift and .bool() took ~4 ms and ~1 ms for a 65k
+    vocabulary on the build machine, this ~10 us."""
+    as_bytes = bitmask.contiguous().numpy().view(np.uint8).reshape(-1)  # flat: unpackbits' fast path
+    bits = np.unpackbits(as_bytes, bitorder="little").reshape(bitmask.shape[0], -1)
+    return torch.from_numpy(bits[:, :vocab]).view(
+        torch.bool
+    )  # bytes of 0 or 1: a free view (.bool() is ~1 ms)
 
 
 def masked_after(grammar: RequestGrammar, drafts: list[int], logits: torch.Tensor) -> torch.Tensor:
@@ -124,7 +131,7 @@ def masked_after(grammar: RequestGrammar, drafts: list[int], logits: torch.Tenso
     matcher.consume_tokens(drafts)
     matcher.unsafe_compute_mask_ptr(bitmask.data_ptr(), grammar.mask_words * 4)
     matcher.rollback(len(drafts))
-    return logits.masked_fill(~unpack(bitmask, logits.shape[1]), float("-inf"))
+    return torch.where(unpack(bitmask, logits.shape[1]), logits, float("-inf"))
 
 
 def _first_rows(sampling: list[ScheduledChunk]) -> list[int]:
