@@ -117,6 +117,8 @@ class Engine:
         params = SamplingParams() if params is None else dataclasses.replace(params)
         ids = prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.max_model_len)
         self.check_params(params)
+        if params.structure is not None:  # compiled (StructureError) and cached before anything is queued
+            self.grammars.grammar(params.structure)
         arrival = next(self._arrivals)
         request_id = f"req-{arrival}" if request_id is None else request_id
         taken = next((i for i in (branch_id(request_id, k) for k in range(n)) if i in self._requests), None)
@@ -146,11 +148,8 @@ class Engine:
         return frozenset(stop_ids)
 
     def check_params(self, params: SamplingParams) -> None:
-        """What SamplingParams cannot check alone: its token ids are in this model's vocabulary, its
-        structure compiles (and is cached for the request). Raises SamplingParamsError naming the
-        field, or StructureError (add_request does too)."""
-        if params.structure is not None:
-            self.grammars.grammar(params.structure)
+        """What SamplingParams cannot check alone: its token ids are in this model's vocabulary.
+        Raises SamplingParamsError naming the field (add_request does too)."""
         vocab = self.model_config.vocab_size
         bad = next((token for token in params.logit_bias if token >= vocab), None)
         if bad is not None:
