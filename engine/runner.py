@@ -111,7 +111,9 @@ class ModelRunner:
         """The first token of each branch, drawn (by its own generator) from the row where
         ``request``, whose prompt the branches share, sampled its first token in the latest run."""
         rows = [self._first_row[request]] * len(branches)
-        return self.sampler.sample(self._last_logits[rows], [sampling_row(branch) for branch in branches])
+        tokens = self.sampler.sample(self._last_logits[rows], [sampling_row(branch) for branch in branches])
+        self.masks.feed(branches, [[token] for token in tokens])  # the row was masked as they all start
+        return tokens
 
     def _logits_buffer(self, rows: int) -> torch.Tensor:
         if self._logits.shape[0] < rows:

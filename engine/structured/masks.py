@@ -102,9 +102,13 @@ class GrammarMasks:
     def advance(self, sampling: list[ScheduledChunk], emitted: list[list[int]]) -> None:
         """Feed each constrained request's matcher the tokens it emitted; a matcher llguidance put in
         an error state (a limit reached mid-reply) fails its request with llguidance's reason."""
-        for chunk, tokens in zip(sampling, emitted, strict=True):
-            if chunk.request.grammar is not None:
-                _consume(chunk.request, chunk.request.grammar.matcher, tokens)
+        self.feed([chunk.request for chunk in sampling], emitted)
+
+    def feed(self, requests: list[Request], emitted: list[list[int]]) -> None:
+        """`advance` for requests sampled outside a chunk (the branches of n, from their parent's row)."""
+        for request, tokens in zip(requests, emitted, strict=True):
+            if request.grammar is not None:
+                _consume(request, request.grammar.matcher, tokens)
 
 
 def unpack(bitmask: torch.Tensor, vocab: int) -> torch.Tensor:

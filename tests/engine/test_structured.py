@@ -144,3 +144,17 @@ def test_greedy_constrained_output_is_identical_with_speculation_on_and_off(setu
     if setup.endswith("preempting"):
         assert metrics.preemptions > 0
     assert on.block_manager.num_used_blocks == 0
+
+
+def test_every_branch_of_n_matches_the_structure(engine):
+    """The branches draw their first token from their parent's masked row, then go on alone."""
+    structure = Structure("json_schema", SCHEMA)
+    params = SamplingParams(temperature=1.0, max_tokens=200, seed=5, structure=structure)
+    request_id = engine.add_request(random_prompt(9, 7), params, n=3)
+    finals = {}
+    while engine.has_unfinished():
+        finals.update((out.request_id, out) for out in engine.step() if out.finished)
+    assert len(finals) == 3 and request_id in finals
+    for out in finals.values():
+        assert out.error is None and out.finish_reason == "stop", out.text
+        jsonschema.validate(json.loads(out.text), SCHEMA)
