@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from engine.config import EngineConfig
     from engine.engine import Engine
     from engine.errors import PromptTooLong, RequestError
+    from engine.event_stream import EventStream
     from engine.launch import (
         ModelSource,
         default_cache_dir,
@@ -55,6 +56,7 @@ _MODULES = {
     "EngineConfig": "engine.config",
     "EngineSnapshot": "engine.snapshot",
     "EngineWorker": "engine.worker",
+    "EventStream": "engine.event_stream",
     "PromptTooLong": "engine.errors",
     "RequestError": "engine.errors",
     "ModelSource": "engine.launch",

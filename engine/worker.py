@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from engine.branches import branch_id
 from engine.engine import Engine
+from engine.event_stream import EventStream, Observe
 from engine.logprobs import TokenLogprob
 from engine.metrics import RequestMetrics
 from engine.output import RequestOutput
@@ -77,7 +78,7 @@ class StreamHandle:
 
     The callback is the one way events leave the worker: it runs on the worker thread, so the
     caller decides how they cross to its own thread (the app appends to an inbox and wakes its
-    pane; an asyncio caller would use `loop.call_soon_threadsafe`). Nothing is kept per event.
+    pane; asyncio code uses `EngineWorker.stream`). Nothing is kept per event.
     """
 
     def __init__(
@@ -142,6 +143,21 @@ class EngineWorker:
         if not self._post(lambda: self._start(handle, prompt, params)):
             _reject(handle, "the engine worker has shut down")
         return handle
+
+    def stream(
+        self,
+        prompt: Prompt,
+        params: SamplingParams | None = None,
+        tag: object = None,
+        *,
+        n: int = 1,
+        observe: Observe | None = None,
+    ) -> EventStream:
+        """`submit` for asyncio code: call on the event loop, iterate the events there. `observe` runs
+        on the loop for every event, read or not (a cancelled stream's "abort" events included)."""
+        stream = EventStream(n, observe)
+        stream.handle = self.submit(prompt, params, tag, on_event=stream.put, n=n)
+        return stream
 
     def cancel(self, request_id: str, n: int = 1) -> None:
         """Abort request ``request_id`` and, for a request of ``n`` samples, its other samples."""

@@ -6,7 +6,7 @@
     tools.py        tools and tool_choice, tool turns, the reply's calls (message.tool_calls)
     structured_outputs.py  response_format and vLLM's structured_outputs -> the engine's Structure
     responses.py    OpenAI's response and stream-chunk shapes
-    bridge.py       worker thread -> event loop (a queue per request), admission (503 when full)
+    bridge.py       admission (503 when full); events reach the loop by EngineWorker.stream
     metrics.py      /metrics text: vLLM's names from engine snapshots and token events
     errors.py       ApiError and OpenAI's error object
     config.py       ServerConfig

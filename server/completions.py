@@ -19,8 +19,8 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engine import Engine, PromptTooLong, RequestError, SamplingParamsError, TokenEvent
-from server.bridge import EngineBridge, Overloaded, RequestStream
+from engine import Engine, EventStream, PromptTooLong, RequestError, SamplingParamsError, TokenEvent
+from server.bridge import EngineBridge, Overloaded
 from server.choices import Choices
 from server.config import ServerConfig
 from server.errors import ApiError, bad_request, error_body
@@ -168,7 +168,7 @@ async def _generate(
     return JSONResponse(shapes.completion(choices.choices(), choices.metrics()))
 
 
-async def _unless_refused(stream: RequestStream, structure_param: str | None) -> AsyncIterable[TokenEvent]:
+async def _unless_refused(stream: EventStream, structure_param: str | None) -> AsyncIterable[TokenEvent]:
     """The request's events; a 400 naming the field instead if the engine refused its structure.
 
     The engine compiles a structure when the request enters it, so a constrained request waits for
@@ -188,7 +188,7 @@ async def _unless_refused(stream: RequestStream, structure_param: str | None) ->
 
 
 async def _events(
-    stream: RequestStream, events: AsyncIterable[TokenEvent], shapes: Shapes, choices: Choices
+    stream: EventStream, events: AsyncIterable[TokenEvent], shapes: Shapes, choices: Choices
 ) -> AsyncIterator[bytes]:
     """The SSE stream. Starlette cancels it when the client disconnects; `finally` then aborts the request."""
     try:

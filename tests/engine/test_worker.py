@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from pathlib import Path
@@ -97,6 +98,48 @@ def test_shutdown_aborts_streams_in_flight_and_later_submits_fail_cleanly(worker
     (event,) = late.until_finished()
     assert event.error == "the engine worker has shut down"
     assert late.threads == {threading.current_thread().name}  # rejected at once, on the caller's thread
+
+
+def test_an_asyncio_stream_yields_what_a_callback_gets_and_observes_each_event_on_the_loop(worker):
+    _, reference = submit(worker, TEXTS[0], PARAMS[0])
+    expected = joined(reference.until_finished())
+
+    async def read() -> tuple[list, list[bool]]:
+        loop_thread = threading.current_thread()
+        observed: list[bool] = []
+        stream = worker.stream(
+            TEXTS[0], PARAMS[0], observe=lambda e: observed.append(threading.current_thread() is loop_thread)
+        )
+        return [event async for event in stream], observed
+
+    events, observed = asyncio.run(read())
+    assert joined(events) == expected and events[-1].finish_reason == "length"
+    assert observed and all(observed) and len(observed) == len(events)
+
+
+def test_cancelling_an_asyncio_stream_aborts_every_sample_and_its_final_events_are_still_observed(worker):
+    async def cancel_after_first() -> list:
+        finals: list = []
+        done = asyncio.Event()
+
+        def observe(event) -> None:
+            if event.finished:
+                finals.append(event)
+                if len(finals) == 2:
+                    done.set()
+
+        stream = worker.stream(TEXTS[1], LONG, n=2, observe=observe)
+        await anext(aiter(stream))
+        stream.cancel()
+        stream.cancel()  # a second cancel is harmless
+        assert [event async for event in stream] == []  # a cancelled stream ends at once
+        await done.wait()
+        return finals
+
+    finals = asyncio.run(cancel_after_first())
+    assert sorted(event.index for event in finals) == [0, 1]
+    assert {event.finish_reason for event in finals} == {"abort"}
+    wait_for(lambda: worker.snapshot().kv_blocks_used == 0 and not worker.snapshot().requests, "blocks freed")
 
 
 def test_idle_worker_sleeps_instead_of_spinning(worker):
