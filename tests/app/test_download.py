@@ -16,7 +16,6 @@ from app.app import LfmChatApp
 from app.screens.loading import LoadingScreen
 from cli.chat import build_parser, options_from_args
 from cli.main import main
-from engine import launch
 from model.checkpoint import hub
 from model.checkpoint.hub_progress import BYTES, Transfer
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
@@ -95,7 +94,7 @@ async def test_a_first_download_shows_its_bytes_on_the_loading_screen(
         finish.wait(HANG_GUARD)
         return tiny_ckpt
 
-    monkeypatch.setattr(launch, "resolve_checkpoint", resolve)
+    monkeypatch.setattr(hub, "resolve_checkpoint", resolve)
     app = LfmChatApp(make_options(model=REPO_ID, revision="v1.1"))
     async with app.run_test() as pilot:
         screen = app.screen
