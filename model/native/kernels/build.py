@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
+import time
 from pathlib import Path
 from types import ModuleType
 
@@ -68,14 +69,36 @@ def _digest(sources: tuple[Path, ...], isa: str) -> str:
     return digest.hexdigest()[:10]
 
 
+# A build takes a minute or two; torch's lock file older than this was left by a build that was killed
+# (kill -9, a closed terminal), and torch would wait on it forever.
+STALE_LOCK_SECONDS = 20 * 60
+
+
+def clear_stale_lock(build_directory: Path, now: float | None = None) -> bool:
+    """Remove torch's build lock in ``build_directory`` if a killed build left it; True if removed."""
+    lock = build_directory / "lock"
+    try:
+        age = (time.time() if now is None else now) - lock.stat().st_mtime
+        if age < STALE_LOCK_SECONDS:
+            return False
+        lock.unlink()
+    except FileNotFoundError:
+        return False
+    logger.warning("removed a kernel build lock a build that did not finish left %d minutes ago", age // 60)
+    return True
+
+
 def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | None, str | None]:
     """Compile ``sources`` for ``isa`` (cached by torch); on failure None and the reason."""
+    name = f"lfm_chat_cpu_kernels_{isa}_{_digest(sources, isa)}"
     try:
+        from torch.utils.cpp_extension import _get_build_directory
         from torch.utils.cpp_extension import load as load_extension
 
         _put_ninja_on_path()
+        clear_stale_lock(Path(_get_build_directory(name, False)))
         module = load_extension(
-            name=f"lfm_chat_cpu_kernels_{isa}_{_digest(sources, isa)}",
+            name=name,
             sources=[str(source) for source in sources],
             extra_cflags=compile_flags(isa),
             extra_ldflags=["-fopenmp"],

@@ -1,4 +1,4 @@
-"""The native kernels' build name: what makes torch reuse a build, and what must not."""
+"""The native kernels' build: what makes torch reuse a build, what must not, and a killed build's lock."""
 
 from __future__ import annotations
 
@@ -30,3 +30,14 @@ def test_a_build_is_reused_only_for_the_same_sources_and_flags(tmp_path):
     assert build._digest(sources, "avxvnni") != first
     sources[0].write_text(sources[0].read_text() + "\n// changed\n")
     assert build._digest(sources, "avx2") != first
+
+
+def test_a_killed_builds_lock_is_removed_and_a_running_builds_is_kept(tmp_path):
+    """torch waits forever on the lock a killed build (kill -9 during the first launch) left behind."""
+    lock = tmp_path / "lock"
+    lock.touch()
+    made = lock.stat().st_mtime
+    assert not build.clear_stale_lock(tmp_path, now=made + 60) and lock.exists()  # a build under way
+    assert build.clear_stale_lock(tmp_path, now=made + build.STALE_LOCK_SECONDS + 1)
+    assert not lock.exists()
+    assert not build.clear_stale_lock(tmp_path)  # no lock: nothing to do
