@@ -86,9 +86,9 @@ def _add_connection_flags(parser: Parser) -> None:
         metavar="N",
         type=whole_number(1),
         default=limits.max_connections,
-        help="connections open at once; at the cap the oldest idle one is closed, and if none is idle "
-        f"the newcomer gets 503 (default: {limits.max_connections}, at most the file-descriptor "
-        f"limit less {FD_RESERVE})",
+        help="connections open at once; at the cap the oldest idle one is closed (then a stalled reply, "
+        f"then a slow body), and if none is the newcomer gets 503 (default: {limits.max_connections}, "
+        f"at most the file-descriptor limit less {FD_RESERVE})",
     )
     for flag, what, seconds in (
         ("--header-timeout", "a request's headers", limits.header_timeout),
@@ -101,6 +101,14 @@ def _add_connection_flags(parser: Parser) -> None:
             default=int(seconds),
             help=f"seconds a client may take to send {what}, then 408 (default: {seconds:g})",
         )
+    group.add_argument(
+        "--send-timeout",
+        metavar="S",
+        type=whole_number(1, 3600),
+        default=int(limits.send_timeout),
+        help="seconds a reply may wait on a client that reads none of it, then the connection is "
+        f"closed (default: {limits.send_timeout:g})",
+    )
     group.add_argument(
         "--max-body-bytes",
         metavar="N",
@@ -172,7 +180,7 @@ def run(argv: list[str]) -> int:
         sampling=dict(flags.source.sampling_defaults(flags.sampling).values),
     )
     print(f"{parser.prog}: {config.model_name} on http://{args.host}:{args.port}/v1", file=sys.stderr)
-    limits = ConnectionLimits(args.max_connections, args.header_timeout, args.body_timeout)
+    limits = ConnectionLimits(args.max_connections, args.header_timeout, args.body_timeout, args.send_timeout)
     if (cap := connection_cap(limits.max_connections)) < limits.max_connections:
         note = f"at most {cap} connections: the file-descriptor limit (ulimit -n) allows no more"
         print(f"{parser.prog}: {note}", file=sys.stderr)

@@ -1,5 +1,5 @@
-"""The HTTP connections `serve` accepts: a cap on how many are open, deadlines for a request's headers
-and body, and an access log without the health and metrics polls.
+"""The HTTP connections `serve` accepts: a cap on how many are open, deadlines for a request's headers,
+its body and a reply the client does not read, and an access log without the health and metrics polls.
 
 uvicorn's h11 protocol holds a connection that sends half a request line for ever (its one timer,
 keep-alive, is armed only after a response), and accepts connections until the process runs out of
@@ -11,10 +11,17 @@ of a request, headers complete, body complete), and a cap enforced in connection
 connection away before any work is done for it. A middleware could do neither: it runs only once
 the headers are complete.
 
-At the cap a new connection displaces the oldest one that is still sending its headers, or idle
-between requests (nginx frees idle keep-alive connections the same way), so a flood of half-sent
-requests cannot lock out a client that sends its request at once; only when every connection has
-a request in progress is the newcomer turned away, with a 503.
+Every state has a deadline. A reply's bytes wait in a send buffer bounded at SEND_BUFFER_BYTES (the
+socket's and asyncio's each); once both are full the reply has `send_timeout` to move, then the
+connection is cut. uvicorn reads no further request of a pipelining client while one is being
+answered, so what such a client can make the server hold is one read and one bounded reply.
+
+At the cap a new connection displaces one that holds a slot without being served, oldest first in
+this order (DISPLACEABLE): idle between requests or still sending its headers (nginx frees idle
+keep-alive connections the same way), a reply stalled on a client that does not read, a body still
+arriving. So no flood of half-sent requests, unread replies or slow bodies locks out a client that
+sends its request at once; only when every connection is being served is the newcomer turned away,
+with a 503 and Retry-After that it can read (see GuardedH11._refuse).
 """
 
 from __future__ import annotations
@@ -32,7 +39,7 @@ import uvicorn
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from server.errors import error_body
-from server.limits import FD_RESERVE, ConnectionLimits, connection_cap
+from server.limits import FD_RESERVE, LINGER_S, SEND_BUFFER_BYTES, ConnectionLimits, connection_cap
 
 logger = logging.getLogger(__name__)
 
@@ -58,50 +65,60 @@ TOO_MANY = _raw_response(
 )
 
 
+# Who is closed first at the cap, each kind oldest first: a keep-alive between requests or one still
+# sending its headers, then a reply stalled on a client that does not read, then a body still arriving.
+DISPLACEABLE = ("idle", "stalled", "body")
+MAX_LINGERING = FD_RESERVE // 4  # refused newcomers whose 503 is still being read; more are just closed
+
+
 class Gate:
-    """The connections one server holds, and which of them may be displaced (insertion order: oldest
-    first): those with no request in progress."""
+    """The connections one server holds, and which of them may be displaced (see DISPLACEABLE); a
+    connection serving a request whose reply flows is never displaced."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.open: set[GuardedH11] = set()
-        self.idle: dict[GuardedH11, None] = {}
+        self.ranks: dict[str, dict[GuardedH11, None]] = {kind: {} for kind in DISPLACEABLE}
+        self.lingering = 0
         self._warned = -WARN_EVERY_S
 
     def admit(self, connection: GuardedH11) -> bool:
-        """Make room for `connection`, displacing the oldest idle one at the cap; False if none is idle."""
+        """Make room for `connection`, displacing the one that holds the most for the longest at the
+        cap; False if every open connection is being served."""
         if len(self.open) >= self.limit:
-            oldest = next(iter(self.idle), None)
-            if oldest is None:
+            victim = next((c for kind in DISPLACEABLE for c in self.ranks[kind]), None)
+            if victim is None:
                 return False
             self._warn()
-            oldest.drop()
+            victim.drop()
         self.open.add(connection)
-        self.idle[connection] = None
+        self.mark(connection, "idle")
         return True
 
-    def busy(self, connection: GuardedH11) -> None:
-        self.idle.pop(connection, None)
-
-    def rest(self, connection: GuardedH11) -> None:
-        if connection in self.open:
-            self.idle.pop(connection, None)
-            self.idle[connection] = None  # now the youngest
+    def mark(self, connection: GuardedH11, kind: str | None) -> None:
+        """`connection` is now of `kind` (None: being served). It keeps its age within a kind it
+        already had, so dripping bytes does not make it younger."""
+        for other, members in self.ranks.items():
+            if other != kind:
+                members.pop(connection, None)
+        if kind is not None and connection in self.open:
+            self.ranks[kind].setdefault(connection, None)
 
     def leave(self, connection: GuardedH11) -> None:
         self.open.discard(connection)
-        self.idle.pop(connection, None)
+        self.mark(connection, None)
 
     def _warn(self) -> None:
         now = time.monotonic()
         if now - self._warned >= WARN_EVERY_S:
             self._warned = now
-            message = "%d connections are open (--max-connections): closing the oldest idle ones"
+            message = "%d connections are open (--max-connections): closing the oldest idle or stalled ones"
             logger.warning(message, self.limit)
 
 
 class GuardedH11(H11Protocol):
-    """uvicorn's HTTP/1.1 protocol under a Gate and the header and body deadlines (see the module)."""
+    """uvicorn's HTTP/1.1 protocol under a Gate, the header and body deadlines, and a bounded,
+    deadlined send buffer (see the module)."""
 
     gate: Gate
     limits: ConnectionLimits
@@ -111,24 +128,46 @@ class GuardedH11(H11Protocol):
         self.admitted = False
         self.deadline: asyncio.TimerHandle | None = None
         self.deadline_kind = "header"
+        self.stall: asyncio.TimerHandle | None = None  # armed while the client reads none of the reply
+        self.lingering = False  # refused, its 503 left to be read
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         if not self.gate.admit(self):
-            transport.write(TOO_MANY)
-            transport.close()
+            self._refuse(transport)
             return
         self.admitted = True
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SEND_BUFFER_BYTES)
+        transport.set_write_buffer_limits(high=SEND_BUFFER_BYTES)
         super().connection_made(transport)
         self._arm(self.limits.header_timeout)
 
+    def _refuse(self, transport: asyncio.Transport) -> None:
+        """503, then half-close and discard what the client sends for LINGER_S: closing a socket with
+        unread bytes in it sends a reset, which would destroy the 503 before the client reads it."""
+        transport.write(TOO_MANY)
+        if self.gate.lingering >= MAX_LINGERING:
+            transport.close()
+            return
+        self.gate.lingering += 1
+        self.lingering = True
+        transport.write_eof()
+        self.loop.call_later(LINGER_S, transport.close)
+
     def connection_lost(self, exc: Exception | None) -> None:
         if not self.admitted:
+            if self.lingering:
+                self.gate.lingering -= 1
             return
         self._disarm()
+        self._unstall()
         self.gate.leave(self)
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
+        if not self.admitted:  # a refused newcomer's request: discarded
+            return
         if self.deadline is None and self.conn.their_state is h11.IDLE:  # a new request's first bytes
             self._arm(self.limits.header_timeout)
         super().data_received(data)
@@ -136,27 +175,45 @@ class GuardedH11(H11Protocol):
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
-        if self.conn.their_state is h11.IDLE:  # idle until the next request: displaceable again
-            self.gate.rest(self)
-        self._follow()  # a pipelined request may have been read meanwhile
+        self._follow()  # idle until the next request, or a pipelined request was read meanwhile
+
+    def pause_writing(self) -> None:
+        """The send buffers are full: the client has SEND_TIMEOUT to read some of the reply."""
+        super().pause_writing()
+        if self.stall is None:
+            self.stall = self.loop.call_later(self.limits.send_timeout, self.transport.abort)
+        self._follow()
+
+    def resume_writing(self) -> None:
+        super().resume_writing()
+        self._unstall()
+        self._follow()
 
     def drop(self) -> None:
         """Close at once, making room for a newcomer."""
         self.gate.leave(self)
         self._disarm()
+        self._unstall()
         self.transport.abort()
 
     def _follow(self) -> None:
-        """Move the deadline along with the request: headers -> body -> none. Still sending headers,
-        a connection keeps its place among the idle ones (dripping bytes does not make it younger)."""
+        """Move the deadline along with the request (headers -> body -> none) and tell the Gate how
+        displaceable the connection now is."""
         state = self.conn.their_state
         if state is h11.SEND_BODY:
-            self.gate.busy(self)
             if self.deadline is not None and self.deadline_kind == "header":
                 self._arm(self.limits.body_timeout, "body")
         elif state is not h11.IDLE:
-            self.gate.busy(self)
             self._disarm()
+        if self.stall is not None:
+            self.gate.mark(self, "stalled")
+        else:
+            self.gate.mark(self, "idle" if state is h11.IDLE else "body" if state is h11.SEND_BODY else None)
+
+    def _unstall(self) -> None:
+        if self.stall is not None:
+            self.stall.cancel()
+            self.stall = None
 
     def _arm(self, seconds: float, kind: str = "header") -> None:
         self._disarm()

@@ -10,6 +10,10 @@ MAX_BODY_BYTES = 4 * 2**20  # a full 32k-token context is ~130 KB of text; JSON 
 # Descriptors kept free for everything but client connections: the listening socket, the event
 # loop's own, logging, the checkpoint files while they load. The process opens a few dozen at most.
 FD_RESERVE = 128
+# What one connection's reply may hold in the kernel's send buffer and again in asyncio's: past it the
+# reply waits for the client to read, and a client that does not read stalls only its own connection.
+SEND_BUFFER_BYTES = 64 * 2**10
+LINGER_S = 2.0  # a refused newcomer's 503 is left this long to be read before its socket closes
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,6 +21,7 @@ class ConnectionLimits:
     max_connections: int = 256  # open at once; at most the descriptor limit less FD_RESERVE
     header_timeout: float = 10.0  # seconds from a request's first byte (or the connection) to its headers
     body_timeout: float = 30.0  # seconds from the headers to the end of the request body
+    send_timeout: float = 30.0  # seconds a reply may wait on a client that reads none of it
 
 
 def connection_cap(wanted: int) -> int:

@@ -45,13 +45,11 @@ def _lower_fd_limit() -> None:
     resource.setrlimit(resource.RLIMIT_NOFILE, (FD_LIMIT, FD_LIMIT))
 
 
-@pytest.fixture(scope="module")
-def served(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+@contextlib.contextmanager
+def serving(checkpoint: Path, log: Path, flags: list[str]) -> Iterator[Served]:
+    """`lfm-chat serve` on `checkpoint` with `flags`, under the FD_LIMIT descriptor limit, until exit."""
     port = free_port()
-    log = tmp_path_factory.mktemp("serve-log") / "serve.log"
-    argv = ["--model", str(tiny_ckpt), "--dtype", "float32", "--port", str(port)]
-    argv += ["--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(HEADER_TIMEOUT)]
-    argv += ["--max-connections", "100000"]
+    argv = ["--model", str(checkpoint), "--dtype", "float32", "--port", str(port), *flags]
     with log.open("w") as out:
         process = subprocess.Popen(
             [sys.executable, "-m", "cli", "serve", *argv],
@@ -75,6 +73,14 @@ def served(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterato
     finally:
         process.terminate()
         process.wait(30)
+
+
+@pytest.fixture(scope="module")
+def served(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    flags = ["--header-timeout", str(HEADER_TIMEOUT), "--body-timeout", str(HEADER_TIMEOUT)]
+    flags += ["--max-connections", "100000"]
+    with serving(tiny_ckpt, tmp_path_factory.mktemp("serve-log") / "serve.log", flags) as served:
+        yield served
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -1,0 +1,157 @@
+"""The connection cap against clients that hold a slot without being served: pipelined requests whose
+replies they never read, a streamed reply they stall, bodies they send too slowly. Each fills the cap
+of a real `lfm-chat serve` whose deadlines are far off, so only the cap's policy (close the connection
+that holds the most for the longest) can let an authenticated chat and `/health` through.
+
+And, on an in-process server whose app holds every request: a newcomer at a full cap reads a 503 with
+Retry-After (not a reset), and a reply nobody reads is cut after the send timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from server.connections import make_server
+from server.limits import ConnectionLimits
+from tests.server.test_cli import free_port
+from tests.server.test_connections import Served, connections, serving
+from tests.waiting import HANG_GUARD, wait_for
+
+CAP = 6
+KEY = "sesame"
+AUTH = {"Authorization": f"Bearer {KEY}"}
+FAR = "3600"  # seconds: no deadline expires during a test
+HELLO = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2}
+SMALL_WINDOW = 4096  # a non-reading client's receive buffer, so the server's side fills quickly
+
+
+@pytest.fixture(scope="module")
+def served(tiny_ckpt: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    flags = ["--api-key", KEY, "--max-connections", str(CAP)]
+    flags += ["--header-timeout", FAR, "--body-timeout", FAR, "--send-timeout", FAR]
+    with serving(tiny_ckpt, tmp_path_factory.mktemp("cap-log") / "serve.log", flags) as served:
+        yield served
+
+
+@contextlib.contextmanager
+def non_readers(port: int, count: int, request: bytes) -> Iterator[list[socket.socket]]:
+    """`count` connections that each send `request` and never read a byte."""
+    opened: list[socket.socket] = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SMALL_WINDOW)
+            sock.settimeout(5)
+            sock.connect(("127.0.0.1", port))
+            sock.sendall(request)
+            opened.append(sock)
+        yield opened
+    finally:
+        for sock in opened:
+            sock.close()
+
+
+def health_answers(url: str) -> bool:
+    with contextlib.suppress(httpx.TransportError):
+        return httpx.get(f"{url}/health", timeout=HANG_GUARD).status_code == 200
+    return False
+
+
+def assert_serving(url: str) -> None:
+    """`/health` is answered once the held connections have settled, then an authenticated chat."""
+    wait_for(lambda: health_answers(url), "/health to be answered at the full cap")
+    reply = httpx.post(f"{url}/v1/chat/completions", json=HELLO, headers=AUTH, timeout=HANG_GUARD)
+    assert reply.status_code == 200, reply.text
+    assert health_answers(url)
+
+
+def test_non_reading_pipelined_clients_do_not_lock_out_the_others(served: Served) -> None:
+    pipelined = b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n" * 2000
+    with non_readers(served.port(), CAP, pipelined):
+        assert_serving(served.url)
+
+
+def test_stalled_streamed_replies_do_not_lock_out_the_others(served: Served) -> None:
+    body = httpx.Request(
+        "POST",
+        "http://x/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000, "stream": True},
+    ).content
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+    head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
+    with non_readers(served.port(), CAP, head.encode() + body):
+        assert_serving(served.url)
+
+
+def test_slow_bodies_do_not_lock_out_the_others(served: Served) -> None:
+    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"
+    with connections(served.port(), CAP, head):
+        assert_serving(served.url)
+
+
+class Held:
+    """An ASGI app that answers nothing until released, or a 1 MiB body to /big."""
+
+    def __init__(self) -> None:
+        self.release: asyncio.Event | None = None
+        self.waiting = 0
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            return
+        if scope["path"] == "/big":
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b"x" * 2**20})
+            return
+        self.release = self.release or asyncio.Event()
+        self.waiting += 1
+        await self.release.wait()
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+
+@contextlib.contextmanager
+def in_process(app: Held, limits: ConnectionLimits) -> Iterator[tuple[int, Any]]:
+    port = free_port()
+    server = make_server(app, limits, host="127.0.0.1", port=port, log_level="warning")
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    wait_for(lambda: server.started, "the in-process server to start")
+    try:
+        yield port, server
+    finally:
+        server.should_exit = True
+        thread.join(HANG_GUARD)
+
+
+def test_a_newcomer_at_a_full_cap_reads_a_503_with_retry_after() -> None:
+    app = Held()
+    with in_process(app, ConnectionLimits(max_connections=2)) as (port, _):
+        request = b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n"
+        with connections(port, 2, request):
+            wait_for(lambda: app.waiting == 2, "both requests to reach the app")
+            for _ in range(20):  # each refusal must be readable, not a reset
+                with socket.create_connection(("127.0.0.1", port), timeout=HANG_GUARD) as newcomer:
+                    newcomer.sendall(request)
+                    answer = b""
+                    while chunk := newcomer.recv(65536):
+                        answer += chunk
+                head = answer.split(b"\r\n\r\n", 1)[0].lower()
+                assert head.startswith(b"http/1.1 503") and b"retry-after: 1" in head, answer
+
+
+def test_a_reply_nobody_reads_is_cut_after_the_send_timeout() -> None:
+    with in_process(Held(), ConnectionLimits(send_timeout=1)) as (port, server):
+        gate = server.config.http_protocol_class.gate
+        with non_readers(port, 1, b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n"):
+            wait_for(lambda: gate.open, "the connection to be admitted")
+            wait_for(lambda: not gate.open, "the stalled reply's connection to be closed")
