@@ -103,7 +103,13 @@ class Held:
 
     def __init__(self) -> None:
         self.release: asyncio.Event | None = None
+        self.loop: asyncio.AbstractEventLoop | None = None
         self.waiting = 0
+
+    def let_go(self) -> None:
+        """Answer the held requests (from the test's thread), so that the server can shut down."""
+        if self.loop is not None and self.release is not None:
+            self.loop.call_soon_threadsafe(self.release.set)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
@@ -113,6 +119,7 @@ class Held:
             await send({"type": "http.response.body", "body": b"x" * 2**20})
             return
         self.release = self.release or asyncio.Event()
+        self.loop = asyncio.get_running_loop()
         self.waiting += 1
         await self.release.wait()
         await send({"type": "http.response.start", "status": 200, "headers": []})
@@ -147,6 +154,7 @@ def test_a_newcomer_at_a_full_cap_reads_a_503_with_retry_after() -> None:
                         answer += chunk
                 head = answer.split(b"\r\n\r\n", 1)[0].lower()
                 assert head.startswith(b"http/1.1 503") and b"retry-after: 1" in head, answer
+        app.let_go()
 
 
 def test_a_reply_nobody_reads_is_cut_after_the_send_timeout() -> None:
