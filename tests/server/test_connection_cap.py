@@ -81,20 +81,23 @@ def test_non_reading_pipelined_clients_do_not_lock_out_the_others(served: Served
 
 
 def test_stalled_streamed_replies_do_not_lock_out_the_others(served: Served) -> None:
+    """Each reply (~300 KB with its top logprobs) stalls once the send buffers are full; a client
+    pipelines several so that no buffer the kernel may grow to (4 MiB) holds them all."""
     body = httpx.Request(
         "POST",
         "http://x/v1/chat/completions",
-        json={"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2000, "stream": True},
+        json={**HELLO, "max_tokens": 2000, "stream": True, "logprobs": True, "top_logprobs": 20},
     ).content
     head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
     head += f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n"
-    with non_readers(served.port(), CAP, head.encode() + body):
+    with non_readers(served.port(), CAP, (head.encode() + body) * 16):
         assert_serving(served.url)
 
 
 def test_slow_bodies_do_not_lock_out_the_others(served: Served) -> None:
-    head = b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"
-    with connections(served.port(), CAP, head):
+    head = f"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n"
+    head += "Content-Length: 1000\r\n\r\n{"
+    with connections(served.port(), CAP, head.encode()):
         assert_serving(served.url)
 
 
