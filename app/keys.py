@@ -1,13 +1,13 @@
 """Key bindings, declared once for the footer, the command palette and user keymaps.
 
 Every binding gets an id (so `App.set_keymap` can remap it), a short label for the footer and
-a command title for the palette. All are priority bindings: the focused TextArea would
-otherwise swallow ctrl+e, ctrl+w, ctrl+y... and a non-priority key is handled only after the
-keys typed behind it.
+a command title for the palette. All are priority bindings (a non-priority key is handled only
+after the keys typed behind it), so none may sit on a key of the input box's line editor
+(`EDITING_KEYS`): a priority binding would take it from the box.
 
 keymap.json is the user's file, so it is checked here before Textual sees it: an entry is kept
 only if its id is declared, its keys are ones a terminal can deliver and typing does not need
-(priority bindings would take them from the input box), and no two actions of one screen end up
+or editing (priority bindings would take them from the input box), and no two actions of one screen end up
 on one key. Everything else is skipped and named, never a crash.
 """
 
@@ -37,6 +37,14 @@ TERMINAL_ALIASES = {
 RESERVED = {"ctrl+p": "opens the command palette", "ctrl+c": "copies selected text"}
 INPUT_KEYS = frozenset(
     {"enter", "shift+enter", "ctrl+j", "backspace", "space", "left", "right", "up", "down", "home", "end"}
+)
+# What a shell's line editor does with these, the input box does (PromptInput, Textual's TextArea).
+EDITING_KEYS = frozenset(
+    {
+        *("ctrl+a", "ctrl+e", "ctrl+b", "ctrl+f", "alt+b", "alt+f", "ctrl+left", "ctrl+right"),
+        *("ctrl+w", "alt+d", "ctrl+u", "ctrl+k", "ctrl+y", "ctrl+d", "delete", "alt+backspace"),
+        *("ctrl+z", "ctrl+x", "ctrl+v"),
+    }
 )
 
 
@@ -68,17 +76,17 @@ def key_named(app: App[Any], bindings: Iterable[BindingType], binding_id: str) -
 # ChatPane.BINDINGS: they act on the focused pane only (Esc stops only its reply).
 PANE_KEYS: list[BindingType] = [
     key("escape", "stop", "Stop", "Stop this pane's reply (or leave the selection)"),
-    key("ctrl+r", "regenerate", "Regen", "Regenerate the last reply"),
+    key("f5", "regenerate", "Regen", "Regenerate the last reply"),
     key("ctrl+s", "settings", "Settings", "Settings: system prompt and sampling of this pane"),
-    key("ctrl+e", "edit_last", "Edit", "Edit the last message and send it again"),
-    key("ctrl+y", "copy", "Copy", "Copy the selected message or code block (else the last reply)"),
-    key("ctrl+b", "copy_code", "Copy code", "Copy the last code block of the last reply"),
+    key("alt+e", "edit_last", "Edit", "Edit the last message and send it again"),
+    key("alt+c", "copy", "Copy", "Copy the selected message or code block (else the last reply)"),
+    key("alt+k", "copy_code", "Copy code", "Copy the last code block of the last reply"),
     key("ctrl+o", "export", "Export", "Export this conversation to a Markdown file"),
-    key("ctrl+t", "toggle_thinking", "Thinking", "Show or fold the model's thinking in this pane"),
+    key("alt+t", "toggle_thinking", "Thinking", "Show or fold the model's thinking in this pane"),
     key("f3", "attach_file", "Attach", "Attach a text file to the next message (or type /file PATH)"),
     key("f4", "pick_model", "Model", "Switch model (on a server: this pane's model)"),
-    key("ctrl+l", "clear", "Clear", "Clear: a new conversation in this pane (old one kept)"),
-    key("ctrl+f", "fork", "Fork", "Fork: a new pane continuing this chat up to the selected message"),
+    key("alt+l", "clear", "Clear", "Clear: a new conversation in this pane (old one kept)"),
+    key("f6", "fork", "Fork", "Fork: a new pane continuing this chat up to the selected message"),
     key("alt+m", "mark", "Mark", "Mark or unmark this pane for broadcast", show=False),
     key(
         "alt+a",
@@ -133,6 +141,8 @@ def refusal(key: str) -> str | None:
         return RESERVED[key]
     if key in INPUT_KEYS or (character and set(modifiers) <= {"shift"}):
         return "is needed for typing"
+    if key in EDITING_KEYS:
+        return "edits text in the input box"
     return None
 
 

@@ -49,10 +49,10 @@ class ChatScreen(Screen[None]):
     saver which sessions are open and retries failed writes."""
 
     BINDINGS: ClassVar[list[BindingType]] = [
-        key("ctrl+n", "new_pane", "New", "Open a new pane"),
-        key("ctrl+w", "close_pane", "Close", "Close the active pane (its chat stays in history)"),
+        key("alt+n", "new_pane", "New", "Open a new pane"),
+        key("alt+w", "close_pane", "Close", "Close the active pane (its chat stays in history)"),
         key("ctrl+g", "history", "History", "History: reopen a saved conversation"),
-        key("ctrl+d", "toggle_dashboard", "Dashboard", "Show or hide the engine dashboard"),
+        key("f9", "toggle_dashboard", "Dashboard", "Show or hide the engine dashboard"),
         key("tab", "focus_pane(1)", "Next pane", "Focus the next pane", id="next_pane"),
         key("shift+tab", "focus_pane(-1)", "Back", "Focus the previous pane", show=False, id="previous_pane"),
     ]
@@ -295,6 +295,15 @@ class ChatScreen(Screen[None]):
         if pane.busy and not self._confirmed(
             f"close {pane.id}",
             f"Pane {pane.label} is still replying. {key_name} again closes it (the reply so far is kept).",
+        ):
+            return
+        if (
+            pane.draft.strip()
+            and not pane.busy
+            and not self._confirmed(
+                f"close {pane.id}",
+                f"Pane {pane.label} has a message not sent. {key_name} again closes it (the draft is saved with its chat).",
+            )
         ):
             return
         index = self.panes.index(pane)

@@ -47,9 +47,8 @@ class PaneActions(Widget):
 
     async def action_edit_last(self) -> None:
         if (text := await self.session.edit_last()) is not None:
-            self.prompt_input.text = text
+            self.prompt_input.restore(text)  # undoable: ctrl+z gives back a draft it replaced
             self.prompt_input.focus()
-            self.prompt_input.move_cursor(self.prompt_input.document.end)
 
     async def action_clear(self) -> None:
         await self.session.clear()

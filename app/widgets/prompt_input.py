@@ -1,12 +1,16 @@
-"""The input box of a pane: a TextArea where Enter sends, ctrl+j adds a newline, ↑/↓ recall."""
+"""The input box of a pane: a TextArea where Enter sends, ctrl+j adds a newline, ↑/↓ recall, and
+the keys of a shell's line editor edit (Textual's TextArea binds most; the rest are added here)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 from textual import events
+from textual.binding import Binding, BindingType
 from textual.message import Message
+from textual.widgets.text_area import EditResult, Location
 
 from app.paste import OversizedPaste, paste_refusal, pasted_text
 from app.widgets.instant_keys import InstantKeys
@@ -53,7 +57,20 @@ class PromptInput(InstantKeys, SturdyTextArea):
 
     The box is cleared the moment Enter is pressed, not when the pane gets to the message: keys
     typed right after Enter belong to the next message and must not be wiped.
+
+    Text that ctrl+w, alt+d, ctrl+u or ctrl+k delete is kept for ctrl+y to put back, as readline
+    does; ctrl+y therefore yanks rather than redoes (redo stays on super+y).
     """
+
+    # What TextArea lacks of readline's keys; ctrl+a/e, ctrl+w/u/k/d and ctrl+z it binds already.
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+b", "cursor_left", "Cursor left", show=False),
+        Binding("ctrl+f", "cursor_right", "Cursor right", show=False),
+        Binding("alt+b", "cursor_word_left", "Cursor word left", show=False),
+        Binding("alt+f", "cursor_word_right", "Cursor word right", show=False),
+        Binding("alt+d", "delete_word_right", "Delete word right", show=False),
+        Binding("ctrl+y", "yank", "Put back the text last deleted", show=False),
+    ]
 
     @dataclass
     class Submitted(Message):
@@ -85,6 +102,8 @@ class PromptInput(InstantKeys, SturdyTextArea):
         self.recall = PromptHistory(history)
         self._refusal = refusal
         self._key_pressed = on_key
+        self._killed = ""  # what the last ctrl+w/alt+d/ctrl+u/ctrl+k deleted, for ctrl+y
+        self._killing = False
 
     async def _on_key(self, event: events.Key) -> None:
         self._key_pressed()
@@ -111,6 +130,34 @@ class PromptInput(InstantKeys, SturdyTextArea):
         else:
             super().action_cursor_down(select)
 
+    def _delete_via_keyboard(self, start: Location, end: Location) -> EditResult | None:
+        if self._killing and not self.read_only:
+            self._killed = self.get_text_range(*sorted((start, end))) or self._killed
+        return super()._delete_via_keyboard(start, end)
+
+    def _kill(self, delete: Callable[[], None]) -> None:
+        self._killing = True
+        try:
+            delete()
+        finally:
+            self._killing = False
+
+    def action_delete_word_left(self) -> None:
+        self._kill(super().action_delete_word_left)
+
+    def action_delete_word_right(self) -> None:
+        self._kill(super().action_delete_word_right)
+
+    def action_delete_to_start_of_line(self) -> None:
+        self._kill(super().action_delete_to_start_of_line)
+
+    def action_delete_to_end_of_line(self) -> None:
+        self._kill(super().action_delete_to_end_of_line)
+
+    def action_yank(self) -> None:
+        if self._killed:
+            self._replace_via_keyboard(self._killed, *self.selection)
+
     def _submit(self) -> None:
         if not self.text.strip():
             return
@@ -133,8 +180,11 @@ class PromptInput(InstantKeys, SturdyTextArea):
             self.restore(text)
 
     def restore(self, text: str) -> None:
-        """Put `text` in the box with the cursor after it, where typing goes on."""
-        self.text = text
+        """Put `text` in the box with the cursor after it, where typing goes on. One undoable edit
+        of its own (ctrl+z), so a draft it replaces is never lost."""
+        self.history.checkpoint()
+        self.replace(text, self.document.start, self.document.end)
+        self.history.checkpoint()
         self.move_cursor(self.document.end)
 
     def give_back(self, text: str) -> None:

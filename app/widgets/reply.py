@@ -3,7 +3,7 @@
 The reply's text is the source of truth; `update` brings the widgets in line with it, appending
 to the part being written when the new text extends the old (the common, streaming case) and
 redrawing a part otherwise. The thinking streams in view while the model thinks and folds as
-soon as the answer starts (click its header, or ctrl+t in the pane, to open it again).
+soon as the answer starts (click its header, or alt+t in the pane, to open it again).
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ class ThinkingBlock(Vertical):
     def __init__(self, part: Part, shown: bool) -> None:
         super().__init__(classes="thinking")
         self.part = part
-        self.opened = shown  # the user's choice (ctrl+t or a click); a thought being written shows anyway
+        self.opened = shown  # the user's choice (alt+t or a click); a thought being written shows anyway
         self.header = Static(classes="thinking-header", markup=False)
         self.body = Static(part.text.strip(), classes="thinking-body", markup=False)
 

@@ -46,7 +46,7 @@ async def test_a_fork_continues_in_a_new_pane_and_its_first_turn_comes_from_the_
         seen = parent.conversation.prompt_cache.ids  # the last prompt and reply, as the engine saw them
         second_prompt = seen[: parent.status.metrics.prompt_tokens]  # type: ignore[union-attr]
 
-        await pilot.press("ctrl+f")  # nothing selected: the whole chat
+        await pilot.press("f6")  # nothing selected: the whole chat
         await wait_until(pilot, lambda: len(screen.panes) == 2, "the fork")
         fork = screen.panes[1]
         assert fork.conversation.messages == parent.conversation.messages
@@ -67,7 +67,7 @@ async def test_a_fork_continues_in_a_new_pane_and_its_first_turn_comes_from_the_
 
         parent.focus_input()
         await pilot.press("ctrl+up", "ctrl+up")  # the parent's second question
-        await pilot.press("ctrl+f")
+        await pilot.press("f6")
         await wait_until(pilot, lambda: len(screen.panes) == 3, "a fork at a question")
         at_question = screen.panes[1]  # opened beside its parent
         assert at_question.conversation.messages == parent.conversation.messages[:2]

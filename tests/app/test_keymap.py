@@ -17,14 +17,15 @@ from tests.app.test_panes import footer_labels
 
 CHAT = [
     *[b for b in PANE_KEYS if isinstance(b, Binding)],
-    key("ctrl+n", "new_pane", "New", "Open a new pane"),
+    key("alt+n", "new_pane", "New", "Open a new pane"),
+    key("alt+w", "close_pane", "Close", "Close the active pane"),
     key("ctrl+q", "quit", "Quit", "Save everything and quit"),
 ]
 
 
 def test_a_valid_keymap_is_kept_whole() -> None:
-    parsed = parse_keymap(b'{"new_pane": "f2", "export": "Ctrl+Shift+E", "copy": "ctrl+y"}', [CHAT])
-    assert parsed.keys == {"new_pane": "f2", "export": "ctrl+shift+e", "copy": "ctrl+y"}
+    parsed = parse_keymap(b'{"new_pane": "f2", "export": "Ctrl+Shift+E", "copy": "f7"}', [CHAT])
+    assert parsed.keys == {"new_pane": "f2", "export": "ctrl+shift+e", "copy": "f7"}
     assert parsed.skipped == []
 
 
@@ -44,13 +45,13 @@ def test_unknown_ids_bad_keys_and_terminal_aliases_are_skipped_by_name() -> None
 
 
 def test_two_actions_on_one_key_is_refused_but_a_swap_is_fine() -> None:
-    clash = parse_keymap(b'{"export": "ctrl+y"}', [CHAT])  # copy keeps ctrl+y
+    clash = parse_keymap(b'{"export": "alt+c"}', [CHAT])  # copy keeps alt+c
     assert clash.keys == {}
     assert "copy" in clash.skipped[0]
     both = parse_keymap(b'{"export": "f7", "copy": "f7"}', [CHAT])
     assert both.keys == {"export": "f7"}
-    swap = parse_keymap(b'{"export": "ctrl+y", "copy": "ctrl+o"}', [CHAT])
-    assert swap.keys == {"export": "ctrl+y", "copy": "ctrl+o"}
+    swap = parse_keymap(b'{"export": "alt+c", "copy": "ctrl+o"}', [CHAT])
+    assert swap.keys == {"export": "alt+c", "copy": "ctrl+o"}
     elsewhere = [key("ctrl+n", "history_new", "New", "In another screen")]
     assert parse_keymap(b'{"history_new": "ctrl+r"}', [CHAT, elsewhere]).keys == {"history_new": "ctrl+r"}
 
@@ -72,8 +73,18 @@ def test_a_file_that_is_not_a_keymap_is_one_sentence() -> None:
 def test_typing_keys_are_refused() -> None:
     for typing in ("a", "shift+a", "space", "enter", "backspace", "up", "question_mark", "?"):
         assert refusal(typing) is not None, typing
-    for fine in ("f2", "ctrl+y", "alt+x", "ctrl+shift+up", "ctrl+pageup", "escape"):
+    for fine in ("f2", "ctrl+r", "alt+x", "ctrl+shift+up", "ctrl+pageup", "escape"):
         assert refusal(fine) is None, fine
+
+
+def test_a_key_that_edits_the_input_box_is_refused() -> None:
+    """A priority binding on ctrl+w would close panes where the user meant to delete a word."""
+    parsed = parse_keymap(
+        b'{"close_pane": "ctrl+w", "copy": "alt+b", "export": "ctrl+k", "fork": "f8"}', [CHAT]
+    )
+    assert parsed.keys == {"fork": "f8"}
+    for entry in ("close_pane", "copy", "export"):
+        assert any(f'"{entry}"' in why and "edits text in the input box" in why for why in parsed.skipped)
 
 
 @settings(max_examples=300, deadline=None)

@@ -18,7 +18,7 @@ async def test_new_close_and_tab_between_panes(make_options: MakeOptions) -> Non
     app = LfmChatApp(make_options(panes=2))
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await chat_screen(app, pilot)
-        await pilot.press("ctrl+n")
+        await pilot.press("alt+n")
         await wait_until(pilot, lambda: len(screen.panes) == 3, "a third pane")
         third = screen.panes[2]
         assert app.focused is third.prompt_input
@@ -29,10 +29,10 @@ async def test_new_close_and_tab_between_panes(make_options: MakeOptions) -> Non
         await pilot.press("shift+tab")
         assert app.focused is third.prompt_input
 
-        await pilot.press("ctrl+w")
+        await pilot.press("alt+w")
         await wait_until(pilot, lambda: len(screen.panes) == 2, "the pane to close")
         assert third not in screen.panes
-        await pilot.press("ctrl+d")
+        await pilot.press("f9")
         assert not screen.dashboard.display
 
 
@@ -104,7 +104,7 @@ async def test_keys_are_remapped_by_binding_id_from_keymap_json(make_options: Ma
     app = LfmChatApp(options)
     async with app.run_test(size=(120, 36)) as pilot:
         screen = await chat_screen(app, pilot)
-        await pilot.press("ctrl+n")  # no longer bound
+        await pilot.press("alt+n")  # no longer bound
         await pilot.press("f2")
         await wait_until(pilot, lambda: len(screen.panes) == 2, "the remapped key to open a pane")
         assert len(screen.panes) == 2

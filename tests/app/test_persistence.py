@@ -54,7 +54,7 @@ async def test_history_reopens_a_closed_conversation_in_a_new_pane(make_options:
         await submit(pilot, pane, "Remember me")
         await wait_replied(pilot, pane)
         messages = list(pane.conversation.messages)
-        await pilot.press("ctrl+w")
+        await pilot.press("alt+w")
         await wait_until(pilot, lambda: len(screen.panes) == 1, "the pane to close")
         assert app.store is not None and app.store.open_conversations() == []  # not reopened on relaunch
 
@@ -105,7 +105,7 @@ async def test_history_search_rename_and_delete(make_options: MakeOptions) -> No
         assert "Sea life" in str(first.border_title)
 
         first.focus_input()
-        await pilot.press("ctrl+w")  # close pane 1, so its conversation can be deleted
+        await pilot.press("alt+w")  # close pane 1, so its conversation can be deleted
         await wait_until(pilot, lambda: len(screen.panes) == 1, "the close")
         await pilot.press("ctrl+g")
         await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), "history")

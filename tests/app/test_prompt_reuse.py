@@ -32,7 +32,7 @@ def whole_prompt_cached(prompt_tokens: int, block: int) -> int:
 async def regenerate(pilot: Pilot, pane: ChatPane) -> None:
     """ctrl+r, then wait for the new request to end."""
     before = pane.status.metrics
-    await pilot.press("ctrl+r")
+    await pilot.press("f5")
     await wait_until(pilot, lambda: pane.status.metrics is not before and not pane.busy, "a regenerate")
 
 
@@ -68,7 +68,7 @@ async def test_edit_then_the_same_text_sends_the_same_ids_served_from_the_prefix
         await wait_replied(pilot, pane, turns=2)
         prompt_tokens, _ = figures(pane)
 
-        await pilot.press("ctrl+e")
+        await pilot.press("alt+e")
         assert pane.prompt_input.text == "And then?"
         await submit(pilot, pane, "And then?")
         await wait_replied(pilot, pane, turns=2)

@@ -53,10 +53,10 @@ async def test_thinking_folds_and_turn_three_reuses_the_cache(
         assert answer.source == "Done" and reply.answer == "Done"
         assert not thinking.body.display  # folded once the answer started
         assert str(thinking.header.render()).startswith("▸ Thought · 2 words")
-        await pilot.press("ctrl+t")
+        await pilot.press("alt+t")
         assert all(block.body.display for block in pane.query(ThinkingBlock))
         assert thinking.body.render().plain == "Plan it"  # type: ignore[union-attr]
-        await pilot.press("ctrl+t")
+        await pilot.press("alt+t")
         assert not any(block.body.display for block in pane.query(ThinkingBlock))
 
 

@@ -24,7 +24,7 @@ async def test_regenerate_replaces_the_last_reply_with_a_new_request(
         first = pane.status.metrics
         assert first is not None
 
-        await pilot.press("ctrl+r")
+        await pilot.press("f5")
         await wait_replied(pilot, pane)
 
         assert pane.status.metrics is not first  # a second request ran
@@ -43,7 +43,7 @@ async def test_edit_last_puts_the_message_back_and_resends_the_edit(
         await submit(pilot, pane, "Hello there")
         await wait_replied(pilot, pane)
 
-        await pilot.press("ctrl+e")
+        await pilot.press("alt+e")
         assert pane.prompt_input.text == "Hello there"
         assert pane.conversation.messages == []
         await pilot.press(*", friend", "enter")
@@ -104,7 +104,7 @@ async def test_copy_and_export_write_what_the_pane_shows(make_options: MakeOptio
         await wait_replied(pilot, pane)
         reply = pane.conversation.messages[-1].content
 
-        await pilot.press("ctrl+y")
+        await pilot.press("alt+c")
         assert app.clipboard == reply
         assert (app.options.data_dir / "clipboard.txt").read_text(encoding="utf-8") == reply
         await pilot.press("ctrl+o")

@@ -94,7 +94,7 @@ async def test_ctrl_t_without_thinking_says_so(make_options: MakeOptions) -> Non
     async with app.run_test(size=(120, 36)) as pilot:
         pane = (await chat_screen(app, pilot)).panes[0]
         await wait_until(pilot, lambda: pane.transcript.replies, "the reply")
-        await pilot.press("ctrl+t")
+        await pilot.press("alt+t")
         await wait_until(pilot, lambda: "No thinking to show" in notes(app), "a notice")
 
 
