@@ -292,19 +292,15 @@ class ChatScreen(Screen[None]):
             return
         pane = self.active_pane
         key_name = key_named(self.app, self.BINDINGS, "close_pane")
-        if pane.busy and not self._confirmed(
-            f"close {pane.id}",
-            f"Pane {pane.label} is still replying. {key_name} again closes it (the reply so far is kept).",
-        ):
-            return
-        if (
-            pane.draft.strip()
-            and not pane.busy
-            and not self._confirmed(
-                f"close {pane.id}",
-                f"Pane {pane.label} has a message not sent. {key_name} again closes it (the draft is saved with its chat).",
+        if pane.busy:
+            ask = (
+                f"Pane {pane.label} is still replying. {key_name} again closes it (the reply so far is kept)."
             )
-        ):
+        elif pane.draft.strip():
+            ask = f"Pane {pane.label} has a message not sent. {key_name} again closes it (History keeps it)."
+        else:
+            ask = None
+        if ask is not None and not self._confirmed(f"close {pane.id}", ask):
             return
         index = self.panes.index(pane)
         await pane.session.settle()
