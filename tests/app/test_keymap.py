@@ -128,7 +128,7 @@ async def test_bad_entries_are_named_in_one_notice(make_options: MakeOptions) ->
     async with app.run_test(size=(200, 36)) as pilot:
         await chat_screen(app, pilot)
         await wait_until(pilot, lambda: "f2 New" in footer_labels(app), "the valid entry in force")
-        assert "^y Copy" in footer_labels(app) and "^l Clear" in footer_labels(app)
+        assert "alt+c Copy" in footer_labels(app) and "alt+l Clear" in footer_labels(app)
         notes = [str(n.message) for n in app._notifications]
         assert len(notes) == 1
         assert str(options.keymap_path) in notes[0]
@@ -143,5 +143,5 @@ async def test_a_huge_or_broken_keymap_is_a_warning(make_options: MakeOptions, t
     async with app.run_test(size=(200, 36)) as pilot:
         await chat_screen(app, pilot)
         await wait_until(pilot, lambda: app._notifications, "a notice")
-        await wait_until(pilot, lambda: "^n New" in footer_labels(app), "the default key in the footer")
+        await wait_until(pilot, lambda: "alt+n New" in footer_labels(app), "the default key in the footer")
         assert "too big" in str(next(iter(app._notifications)).message)

@@ -77,9 +77,9 @@ def fits(labels: list[str], width: int) -> bool:
 
 async def test_the_footer_keeps_quit_in_view_at_every_width(make_options: MakeOptions) -> None:
     app = LfmChatApp(make_options(panes=1))
-    async with app.run_test(size=(200, 30)) as pilot:
+    async with app.run_test(size=(220, 30)) as pilot:  # every key shown at full width ("alt+" is long)
         await chat_screen(app, pilot)
-        await wait_until(pilot, lambda: laid_out(app, 200), "the footer laid out for 200 columns")
+        await wait_until(pilot, lambda: laid_out(app, 220), "the footer laid out for 220 columns")
         wide = footer_labels(app)
         bindings = [b for b in [*ChatScreen.BINDINGS, *ChatPane.BINDINGS] if isinstance(b, Binding)]
         shown = {b.description for b in bindings if b.show}
