@@ -2,7 +2,7 @@
 
 Runs the real app headless (Textual's `App.run_test`) on the --demo checkpoint, or on
 `--model PATH`, with a throwaway data directory: three panes streaming at once beside the
-dashboard, then the history screen; a fork (ctrl+f) growing beside its parent; then the same
+dashboard, then the history screen; a fork (f6) growing beside its parent; then the same
 three panes with `--server` on a `lfm-chat serve` of the same model, the dashboard fed by the
 server's /metrics. Random weights make the replies gibberish, but the scheduler on screen is real.
 """
@@ -83,7 +83,7 @@ async def shoot_fork(options: AppOptions) -> None:
         await parent.send(PROMPTS[2])
         await until(pilot, lambda: parent.conversation.last_reply and not parent.busy)
         parent.prompt_input.focus()
-        await pilot.press("ctrl+f")
+        await pilot.press("f6")
         await until(pilot, lambda: len(screen.panes) == 2)
         for pane, follow_up in zip(screen.panes, FOLLOW_UPS, strict=True):
             await pane.send(follow_up)
