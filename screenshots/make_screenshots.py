@@ -55,8 +55,11 @@ async def shoot(options: AppOptions, name: str = "streaming.svg", history: bool 
         assert isinstance(screen, ChatScreen)
         for pane, prompt in zip(screen.panes, PROMPTS, strict=True):
             pane.prompt_input.text = prompt
-            await pane.send(prompt)
-        await until(pilot, lambda: all(p.turn is not None and len(p.turn.raw) >= 120 for p in screen.panes))
+            await pane.session.send(prompt)
+        await until(
+            pilot,
+            lambda: all(p.session.turn is not None and len(p.session.turn.raw) >= 120 for p in screen.panes),
+        )
         await pilot.pause(1.0)  # a few metrics polls, so the dashboard has figures
         for pane in screen.panes:
             pane.prompt_input.cursor_blink = False
@@ -73,21 +76,24 @@ async def shoot(options: AppOptions, name: str = "streaming.svg", history: bool 
 
 
 async def shoot_fork(options: AppOptions) -> None:
-    """One reply, forked with ctrl+f; then parent and fork each asked something else, side by side."""
+    """One reply, forked with f6; then parent and fork each asked something else, side by side."""
     app = LfmChatApp(replace(options, panes=1))
     async with app.run_test(size=SIZE) as pilot:
         await until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.is_mounted)
         screen = app.screen
         assert isinstance(screen, ChatScreen)
         parent = screen.panes[0]
-        await parent.send(PROMPTS[2])
+        await parent.session.send(PROMPTS[2])
         await until(pilot, lambda: parent.conversation.last_reply and not parent.busy)
         parent.prompt_input.focus()
         await pilot.press("f6")
         await until(pilot, lambda: len(screen.panes) == 2)
         for pane, follow_up in zip(screen.panes, FOLLOW_UPS, strict=True):
-            await pane.send(follow_up)
-        await until(pilot, lambda: all(p.turn is not None and len(p.turn.raw) >= 80 for p in screen.panes))
+            await pane.session.send(follow_up)
+        await until(
+            pilot,
+            lambda: all(p.session.turn is not None and len(p.session.turn.raw) >= 80 for p in screen.panes),
+        )
         await pilot.pause(1.0)
         for pane in screen.panes:
             pane.prompt_input.cursor_blink = False

@@ -131,6 +131,9 @@ def test_ctrl_c_stops_the_reply_with_exit_130(tmp_path: Path) -> None:
             stderr=subprocess.PIPE,
             env=env,
             cwd=ROOT,
+            # as a terminal's shell starts it: a test run (an xdist worker) may hold SIGINT ignored, which a
+            # child inherits, and Python then keeps ignoring it as a background job should
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
         )
         assert child.stdout is not None
         assert child.stdout.read(5) == b"word "  # streaming has begun
