@@ -18,20 +18,8 @@ import pytest
 
 from model.text.tokenizer import Tokenizer
 from server.protocol import Limits, parse_chat
-from tests.model.test_chat_template import FIXTURES, TEMPLATES, _reference, _with_template
+from tests.model.test_chat_template import FIXTURES, TEMPLATES, WEATHER, _reference, _with_template
 
-WEATHER = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city — °C",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}, "days": {"type": "integer"}},
-            "required": ["city"],
-        },
-    },
-}
 NOW = {
     "type": "function",
     "function": {"name": "clock.now", "parameters": {"type": "object", "properties": {}}},
