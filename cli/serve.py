@@ -30,7 +30,7 @@ from server.limits import FD_RESERVE, MAX_BODY_BYTES, ConnectionLimits, connecti
 API_KEY_ENV = "LFM_CHAT_API_KEY"
 DEMO_MODEL_NAME = "lfm-chat-demo"
 SERVE_EXTRA = ("starlette", "uvicorn", "anyio", "h11", "click")  # the serve extra and what it pulls in
-GRACEFUL_SHUTDOWN_S = 5  # then open streams are cut and their requests aborted
+GRACEFUL_SHUTDOWN_S = 5  # after --drain-timeout ended the requests, for their last bytes; then cut
 
 
 def build_parser() -> Parser:
@@ -72,6 +72,13 @@ def build_parser() -> Parser:
         default=64,
         help="requests queued beyond the running batch before new ones get 503 (default: 64)",
     )
+    net.add_argument(
+        "--max-requests-per-client",
+        metavar="N",
+        type=whole_number(1),
+        help="requests one client (IP address) may have running or waiting before it gets 429 "
+        "(default: --max-num-seqs plus half of --max-waiting)",
+    )
     _add_connection_flags(parser)
     add_engine_flags(parser)
     add_sampling_flags(parser)
@@ -108,6 +115,15 @@ def _add_connection_flags(parser: Parser) -> None:
         default=int(limits.send_timeout),
         help="seconds a reply may wait on a client that reads none of it, then the connection is "
         f"closed (default: {limits.send_timeout:g})",
+    )
+    group.add_argument(
+        "--drain-timeout",
+        metavar="S",
+        type=whole_number(0, 3600),
+        default=int(limits.drain_timeout),
+        help="on SIGTERM or Ctrl-C: seconds requests in flight may still run, then each is ended (a stream "
+        "with its final chunk and [DONE], a whole reply with a 503) "
+        f"(default: {limits.drain_timeout:g})",
     )
     group.add_argument(
         "--max-body-bytes",
@@ -176,18 +192,21 @@ def run(argv: list[str]) -> int:
         api_key=key,
         max_tokens=args.max_tokens,
         max_waiting=args.max_waiting,
+        max_per_client=args.max_requests_per_client,
         max_body_bytes=args.max_body_bytes,
         sampling=dict(flags.source.sampling_defaults(flags.sampling).values),
     )
     print(f"{parser.prog}: {config.model_name} on http://{args.host}:{args.port}/v1", file=sys.stderr)
-    limits = ConnectionLimits(args.max_connections, args.header_timeout, args.body_timeout, args.send_timeout)
+    limits = ConnectionLimits(
+        args.max_connections, args.header_timeout, args.body_timeout, args.send_timeout, args.drain_timeout
+    )
     if (cap := connection_cap(limits.max_connections)) < limits.max_connections:
         note = f"at most {cap} connections: the file-descriptor limit (ulimit -n) allows no more"
         print(f"{parser.prog}: {note}", file=sys.stderr)
     app = create_app(engine, config)
-    server = make_server(
-        app, limits, host=args.host, port=args.port, timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_S
-    )
+    service = app.state.service
+    options = {"host": args.host, "port": args.port, "timeout_graceful_shutdown": GRACEFUL_SHUTDOWN_S}
+    server = make_server(app, limits, on_drain_timeout=service.end_all, **options)
     with contextlib.suppress(KeyboardInterrupt):  # uvicorn raises the Ctrl-C again once it has shut down
         server.run()
     return 0

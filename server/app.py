@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from engine import Engine, EngineWorker
 from server import metrics
@@ -33,6 +33,9 @@ from server.config import ServerConfig
 from server.errors import ApiError
 
 logger = logging.getLogger(__name__)
+
+# Where Python's own BaseExceptions live (CancelledError, KeyboardInterrupt, exception groups...).
+PYTHONS_OWN = ("builtins", "asyncio.exceptions", "concurrent.futures._base")
 
 
 def create_app(engine: Engine, config: ServerConfig) -> Starlette:
@@ -44,7 +47,9 @@ def create_app(engine: Engine, config: ServerConfig) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         worker = EngineWorker(engine, name="lfm-serve-engine").start()
-        service.bridge = EngineBridge(worker, engine.config.max_num_seqs + config.max_waiting, served)
+        slots = engine.config.max_num_seqs
+        capacity, per_client = slots + config.max_waiting, config.per_client(slots)
+        service.bridge = EngineBridge(worker, slots, capacity, per_client, served)
         try:
             yield
         finally:  # every stream still open gets its final event, then the thread ends
@@ -66,7 +71,8 @@ def create_app(engine: Engine, config: ServerConfig) -> Starlette:
 
     async def prometheus(request: Request) -> Response:
         assert service.bridge is not None, "the lifespan starts the bridge"
-        text = metrics.render(service.bridge.worker.snapshot(), served, config.model_name)
+        bridge = service.bridge
+        text = metrics.render(bridge.worker.snapshot(), served, config.model_name, bridge.queued)
         return PlainTextResponse(text, media_type=metrics.CONTENT_TYPE)
 
     routes = [
@@ -81,7 +87,38 @@ def create_app(engine: Engine, config: ServerConfig) -> Starlette:
     app.state.service = service
     if config.api_key is not None:
         app.add_middleware(RequireApiKey, key=config.api_key)
+    app.add_middleware(NativeCrashes)
     return app
+
+
+class NativeCrashes:
+    """OpenAI's JSON 500 for a request whose handler raised a BaseException that Python did not
+    define: pyo3's PanicException, which `tokenizers` raises when a checkpoint's pre-tokenizer regex
+    makes it panic. Starlette's handlers catch Exception only, so uvicorn would log "Exception in ASGI
+    application" and answer in plain text. Cancellation, exits and exception groups pass through."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        started = False
+
+        async def watched(message: Message) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watched)
+        except BaseException as exc:
+            if isinstance(exc, Exception) or type(exc).__module__ in PYTHONS_OWN or scope["type"] != "http":
+                raise
+            logger.error("%s %s crashed in native code", scope["method"], scope["path"], exc_info=exc)
+            if not started:  # a stream already begun ends here, cut
+                message = (
+                    f"internal server error ({type(exc).__name__}: a native library crashed on this request)"
+                )
+                await ApiError(500, message).response()(scope, receive, send)
 
 
 class RequireApiKey:

@@ -10,25 +10,35 @@ cancelled: the engine aborts it before its next step and frees its blocks.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterable, AsyncIterator
+from collections.abc import AsyncIterable, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engine import Engine, EventStream, PromptTooLong, RequestError, SamplingParamsError, TokenEvent
-from server.bridge import EngineBridge, Overloaded
+from engine import Engine, PromptTooLong, RequestError, SamplingParamsError, TokenEvent
+from server.bridge import Admitted, EngineBridge, Overloaded, OverShare, client_of
 from server.choices import Choices
 from server.config import ServerConfig
 from server.errors import ApiError, bad_request, error_body
+from server.limits import BODY_PARSERS, INLINE_BODY_BYTES
 from server.logprobs import LogprobShapes
-from server.protocol import ChatRequest, Generation, parse_chat, parse_completion, parse_json, sampling_error
+from server.protocol import (
+    ChatRequest,
+    Generation,
+    Limits,
+    parse_chat,
+    parse_completion,
+    parse_json,
+    sampling_error,
+)
 from server.responses import SSE_DONE, Shapes, sse
 
 CLIENT_CLOSED = 499  # nginx's status for a request whose client left first: logged, never received
+T = TypeVar("T")
 
 
 @dataclass(slots=True)
@@ -38,6 +48,8 @@ class Service:
     engine: Engine
     config: ServerConfig
     bridge: EngineBridge | None = None
+    # bodies parsed on threads at once (see _parsed)
+    parsing: anyio.CapacityLimiter = field(default_factory=lambda: anyio.CapacityLimiter(BODY_PARSERS))
     max_prompt_bytes: int = field(init=False)
     logprob_shapes: LogprobShapes = field(init=False)
 
@@ -45,6 +57,11 @@ class Service:
         self.max_prompt_bytes = prompt_byte_bound(self.engine)
         decode = self.engine.tokenizer.decode
         self.logprob_shapes = LogprobShapes(lambda token: decode([token], skip_special_tokens=False))
+
+    def end_all(self) -> None:
+        """End every request in flight, each with its final event: the drain timeout has passed."""
+        if self.bridge is not None:
+            self.bridge.abort_all()
 
 
 def prompt_byte_bound(engine: Engine) -> int:
@@ -64,7 +81,7 @@ def prompt_byte_bound(engine: Engine) -> int:
 
 async def chat_completions(request: Request) -> Response:
     service: Service = request.app.state.service
-    chat = parse_chat(await read_json(request, service.config.max_body_bytes), service.config.limits)
+    chat = await _parsed(service, await read_body(request, service.config.max_body_bytes), parse_chat)
     tools = chat.tools.tools if chat.tools is not None else None
     text = await run_in_threadpool(_render_chat, service.engine, chat.messages, tools)
     ids = await run_in_threadpool(_encode, service, text, "messages")
@@ -73,15 +90,15 @@ async def chat_completions(request: Request) -> Response:
 
 async def completions(request: Request) -> Response:
     service: Service = request.app.state.service
-    job = parse_completion(await read_json(request, service.config.max_body_bytes), service.config.limits)
+    job = await _parsed(service, await read_body(request, service.config.max_body_bytes), parse_completion)
     prompt = job.prompt
     if isinstance(prompt, str):
         prompt = await run_in_threadpool(_encode, service, prompt, "prompt")
     return await _generate(request, service, job, prompt, chat=False)
 
 
-async def read_json(request: Request, limit: int) -> dict[str, Any]:
-    """The body, read no further than `limit` bytes (413 past it), as a JSON object."""
+async def read_body(request: Request, limit: int) -> bytes:
+    """The body, read no further than `limit` bytes (413 past it)."""
     too_large = ApiError(413, f"the request body is larger than {limit} bytes")
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
@@ -94,7 +111,17 @@ async def read_json(request: Request, limit: int) -> dict[str, Any]:
                 raise too_large
     except ClientDisconnect:  # nobody to answer, and nothing went wrong here: no log line either
         raise ApiError(CLIENT_CLOSED, "the client hung up before sending the whole body") from None
-    return parse_json(bytes(body))
+    return bytes(body)
+
+
+async def _parsed(service: Service, body: bytes, parse: Callable[[dict[str, Any], Limits], T]) -> T:
+    """The body parsed and checked by `parse`. A big one is parsed on a thread, one at a time: a 4 MiB
+    body of a million small values takes a second to parse and check, which on the event loop would
+    hold every other client (/health included) for that second, and several at once for several."""
+    if len(body) <= INLINE_BODY_BYTES:
+        return parse(parse_json(body), service.config.limits)
+    async with service.parsing:
+        return await run_in_threadpool(lambda: parse(parse_json(body), service.config.limits))
 
 
 def _render_chat(engine: Engine, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None) -> str:
@@ -143,10 +170,16 @@ async def _generate(
         raise sampling_error(exc) from None
     assert service.bridge is not None, "the app's lifespan starts the bridge"
     try:
-        stream = service.bridge.submit(ids, job.params, job.n)
+        stream = service.bridge.submit(ids, job.params, job.n, client_of(request.client))
     except Overloaded:
         message = "the server is overloaded: too many requests are waiting; retry shortly"
         raise ApiError(503, message, headers={"Retry-After": "1"}) from None
+    except OverShare:
+        message = (
+            f"this client already has {service.bridge.per_client} requests running or waiting, its share "
+            "of the server; retry once one has finished"
+        )
+        raise ApiError(429, message, code="rate_limit_exceeded", headers={"Retry-After": "1"}) from None
     events = await _unless_refused(stream, job.structure_param)
     shapes = Shapes(config.model_name, chat, include_usage=job.stream and job.include_usage)
     tools = job.tools if isinstance(job, ChatRequest) else None
@@ -165,10 +198,13 @@ async def _generate(
     failed = next((event for event in choices.finals.values() if event.finish_reason == "error"), None)
     if failed is not None:
         raise ApiError(500, f"generation failed: {failed.error}")
+    if any(event.finish_reason == "abort" for event in choices.finals.values()):  # only a shutdown aborts
+        message = "the server is shutting down and stopped this reply before it was finished; retry"
+        raise ApiError(503, message, headers={"Retry-After": "1"})
     return JSONResponse(shapes.completion(choices.choices(), choices.metrics()))
 
 
-async def _unless_refused(stream: EventStream, structure_param: str | None) -> AsyncIterable[TokenEvent]:
+async def _unless_refused(stream: Admitted, structure_param: str | None) -> AsyncIterable[TokenEvent]:
     """The request's events; a 400 naming the field instead if the engine refused its structure.
 
     The engine compiles a structure when the request enters it, so a constrained request waits for
@@ -188,7 +224,7 @@ async def _unless_refused(stream: EventStream, structure_param: str | None) -> A
 
 
 async def _events(
-    stream: EventStream, events: AsyncIterable[TokenEvent], shapes: Shapes, choices: Choices
+    stream: Admitted, events: AsyncIterable[TokenEvent], shapes: Shapes, choices: Choices
 ) -> AsyncIterator[bytes]:
     """The SSE stream. Starlette cancels it when the client disconnects; `finally` then aborts the request."""
     try:

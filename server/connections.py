@@ -32,11 +32,12 @@ import json
 import logging
 import socket
 import time
+from collections.abc import Callable
 from typing import Any
 
 import h11
 import uvicorn
-from uvicorn.protocols.http.h11_impl import H11Protocol
+from uvicorn.protocols.http.h11_impl import DEFAULT_MAX_INCOMPLETE_EVENT_SIZE, H11Protocol
 
 from server.errors import error_body
 from server.limits import FD_RESERVE, LINGER_S, SEND_BUFFER_BYTES, ConnectionLimits, connection_cap
@@ -63,6 +64,34 @@ def _raw_response(status: int, reason: str, message: str) -> bytes:
 TOO_MANY = _raw_response(
     503, "Service Unavailable", "the server has too many open connections; retry shortly"
 )
+
+
+class BoundedHeads(h11.Connection):
+    """h11's connection, but a request whose head (request line and headers) is over the limit is a
+    protocol error with status 431, even when the whole head arrived in one read: h11 bounds only
+    what it buffers while a head is incomplete. The last error is kept, so that GuardedH11 can answer
+    with its status."""
+
+    def __init__(self, max_head_bytes: int) -> None:
+        super().__init__(h11.SERVER, max_incomplete_event_size=max_head_bytes)
+        self.max_head_bytes = max_head_bytes
+        self.error: h11.RemoteProtocolError | None = None
+
+    def next_event(self) -> Any:
+        try:
+            event = super().next_event()
+            if isinstance(event, h11.Request) and _head_bytes(event) > self.max_head_bytes:
+                raise h11.RemoteProtocolError("request headers over the limit", error_status_hint=431)
+        except h11.RemoteProtocolError as exc:
+            self.error = exc
+            raise
+        return event
+
+
+def _head_bytes(request: h11.Request) -> int:
+    """The size of a request's head as sent, give or take the spaces around header values."""
+    line = len(request.method) + len(request.target) + len(b"  HTTP/1.1\r\n")
+    return line + sum(len(name) + len(value) + 4 for name, value in request.headers.raw_items()) + 2
 
 
 # Who is closed first at the cap, each kind oldest first: a keep-alive between requests or one still
@@ -125,6 +154,9 @@ class GuardedH11(H11Protocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        limit = self.config.h11_max_incomplete_event_size or DEFAULT_MAX_INCOMPLETE_EVENT_SIZE
+        self.heads = BoundedHeads(limit)
+        self.conn = self.heads
         self.admitted = False
         self.deadline: asyncio.TimerHandle | None = None
         self.deadline_kind = "header"
@@ -196,6 +228,21 @@ class GuardedH11(H11Protocol):
         self._unstall()
         self.transport.abort()
 
+    def send_400_response(self, msg: str) -> None:
+        """A malformed request: 431 for headers over the limit, else 400, in OpenAI's JSON shape with
+        h11's reason (uvicorn's own answer is plain text with a fixed sentence)."""
+        error = self.heads.error
+        if error is not None and error.error_status_hint == 431:
+            limit = self.heads.max_head_bytes
+            response = _raw_response(
+                431, "Request Header Fields Too Large", f"the request's headers are over {limit} bytes"
+            )
+        else:
+            detail = str(error) if error is not None and str(error) else "not valid HTTP/1.1"
+            response = _raw_response(400, "Bad Request", f"malformed HTTP request: {detail}")
+        self.transport.write(response)
+        self.transport.close()
+
     def _follow(self) -> None:
         """Move the deadline along with the request (headers -> body -> none) and tell the Gate how
         displaceable the connection now is."""
@@ -256,11 +303,52 @@ class QuietPolls(logging.Filter):
 
 
 class GuardedServer(uvicorn.Server):
-    """uvicorn's Server whose event loop reports running out of descriptors in one line a minute.
+    """uvicorn's Server whose event loop reports running out of descriptors in one line a minute, and
+    which drains before it shuts down.
 
     asyncio accepts up to `backlog` connections per wake-up before any of them reaches the Gate, so a
     burst can still exhaust the descriptors; asyncio then stops accepting for a second (the right
-    back-pressure) but logs a traceback for every failed accept, hence this handler."""
+    back-pressure) but logs a traceback for every failed accept, hence this handler.
+
+    On SIGTERM uvicorn stops accepting, closes idle connections and waits `timeout_graceful_shutdown`
+    for the others, then cancels their handlers: a streamed reply stops with no final event, a
+    collected one gets uvicorn's plain-text 500, and each logs a traceback. Here requests in flight
+    first get `drain_timeout` to finish; then `on_drain_timeout` ends them through the engine (the app
+    aborts them), so that each handler ends its reply as for any aborted request, within uvicorn's
+    graceful timeout."""
+
+    def __init__(
+        self, config: uvicorn.Config, drain_timeout: float, on_drain_timeout: Callable[[], None] | None
+    ) -> None:
+        super().__init__(config)
+        self.drain_timeout = drain_timeout
+        self.on_drain_timeout = on_drain_timeout
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        if self.on_drain_timeout is None:  # nothing could end the requests: uvicorn's shutdown alone
+            await super().shutdown(sockets)
+            return
+        for server in self.servers:
+            server.close()  # no new connections; uvicorn's shutdown closes them again, harmlessly
+        for connection in list(self.server_state.connections):
+            connection.shutdown()  # idle ones close now, busy ones after their reply
+        if not await self._drained(self.drain_timeout):
+            logger.warning(
+                "%d requests still running %g s after the signal (--drain-timeout): ending them",
+                len(self.server_state.tasks),
+                self.drain_timeout,
+            )
+            self.on_drain_timeout()
+        await super().shutdown(sockets)
+
+    async def _drained(self, seconds: float) -> bool:
+        """Whether every connection closed within `seconds` (or a second Ctrl-C forced the exit)."""
+        give_up = time.monotonic() + seconds
+        while self.server_state.connections and not self.force_exit:
+            if time.monotonic() >= give_up:
+                return False
+            await asyncio.sleep(0.1)
+        return True
 
     async def serve(self, sockets: list[socket.socket] | None = None) -> None:
         loop = asyncio.get_running_loop()
@@ -302,8 +390,11 @@ def _add_filter(name: str, kind: type[logging.Filter]) -> None:
         logger.addFilter(kind())
 
 
-def make_server(app: Any, limits: ConnectionLimits, **options: Any) -> GuardedServer:
-    """A server for `app` with the guarded protocol; `options` are uvicorn's Config's (host, port...)."""
+def make_server(
+    app: Any, limits: ConnectionLimits, on_drain_timeout: Callable[[], None] | None = None, **options: Any
+) -> GuardedServer:
+    """A server for `app` with the guarded protocol; `on_drain_timeout` ends the requests still in
+    flight `limits.drain_timeout` after a shutdown began; `options` are uvicorn's Config's (host, port...)."""
     protocol = guarded_protocol(limits)
     # The listen backlog is also how many connections asyncio accepts per wake-up: keep one burst
     # within the descriptors left beside the cap.
@@ -311,4 +402,4 @@ def make_server(app: Any, limits: ConnectionLimits, **options: Any) -> GuardedSe
     config = uvicorn.Config(app, http=protocol, backlog=backlog, **options)
     _add_filter("uvicorn.access", QuietPolls)
     _add_filter("uvicorn.error", OncePerMinute)
-    return GuardedServer(config)
+    return GuardedServer(config, limits.drain_timeout, on_drain_timeout)

@@ -13,7 +13,19 @@ FD_RESERVE = 128
 # What one connection's reply may hold in the kernel's send buffer and again in asyncio's: past it the
 # reply waits for the client to read, and a client that does not read stalls only its own connection.
 SEND_BUFFER_BYTES = 64 * 2**10
+# Bodies over INLINE_BODY_BYTES are parsed and checked on a thread, BODY_PARSERS at a time: Python's
+# json holds the interpreter while it parses, so more threads would not parse faster, only make the
+# event loop wait longer between its turns.
+INLINE_BODY_BYTES = 64 * 2**10
+BODY_PARSERS = 1
 LINGER_S = 2.0  # a refused newcomer's 503 is left this long to be read before its socket closes
+
+
+def per_client_share(max_num_seqs: int, max_waiting: int) -> int:
+    """The requests one client may have running or waiting by default: the whole running batch and
+    half of the waiting room (rounded up), so a lone client can still fill the batch and a flood
+    leaves the other half of the queue to the other clients."""
+    return max_num_seqs + (max_waiting + 1) // 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +34,9 @@ class ConnectionLimits:
     header_timeout: float = 10.0  # seconds from a request's first byte (or the connection) to its headers
     body_timeout: float = 30.0  # seconds from the headers to the end of the request body
     send_timeout: float = 30.0  # seconds a reply may wait on a client that reads none of it
+    # seconds requests in flight may go on after SIGTERM before they are ended: under the 30 s a
+    # container runtime (Docker, Kubernetes) waits before it kills the process
+    drain_timeout: float = 20.0
 
 
 def connection_cap(wanted: int) -> int:

@@ -102,8 +102,8 @@ class ServerMetrics:
                 self.e2e.observe(metrics.finished_time - metrics.arrival_time)
 
 
-def render(snapshot: EngineSnapshot, served: ServerMetrics, model_name: str) -> str:
-    """The whole /metrics page."""
+def render(snapshot: EngineSnapshot, served: ServerMetrics, model_name: str, queued: int = 0) -> str:
+    """The whole /metrics page; `queued` requests wait in the server's own queues (server/bridge.py)."""
     labels = f'model_name="{_escape(model_name)}",engine="0"'
     out: list[str] = []
 
@@ -112,7 +112,8 @@ def render(snapshot: EngineSnapshot, served: ServerMetrics, model_name: str) -> 
 
     total = snapshot.kv_blocks_total
     metric("vllm:num_requests_running", "gauge", "Requests in the running batch.", snapshot.running)
-    metric("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", snapshot.waiting)
+    waiting = snapshot.waiting + queued
+    metric("vllm:num_requests_waiting", "gauge", "Requests waiting to be scheduled.", waiting)
     usage = snapshot.kv_blocks_used / total if total else 0.0
     metric("vllm:kv_cache_usage_perc", "gauge", "KV-cache usage. 1 means 100 percent usage.", usage)
     queries, hits = snapshot.prompt_tokens, snapshot.cached_prompt_tokens

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import socket
 import threading
 from collections.abc import Iterator
@@ -166,3 +167,30 @@ def test_a_reply_nobody_reads_is_cut_after_the_send_timeout() -> None:
         with non_readers(port, 1, b"GET /big HTTP/1.1\r\nHost: x\r\n\r\n"):
             wait_for(lambda: gate.open, "the connection to be admitted")
             wait_for(lambda: not gate.open, "the stalled reply's connection to be closed")
+
+
+def read_all(port: int, request: bytes) -> tuple[bytes, dict[str, Any]]:
+    """Send `request` in one write; the status line and JSON body of the answer, read to the close."""
+    with socket.create_connection(("127.0.0.1", port), timeout=HANG_GUARD) as sock:
+        sock.sendall(request)
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert b"content-type: application/json" in head.lower(), answer
+    return head.split(b"\r\n", 1)[0], json.loads(body)
+
+
+def test_headers_over_the_limit_in_one_write_are_431_and_malformed_requests_400_in_json() -> None:
+    app = Held()
+    with in_process(app, ConnectionLimits()) as (port, _):
+        big = b"GET /held HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: " + b"a" * 100_000 + b"\r\n\r\n"
+        status, body = read_all(port, big)
+        assert status.startswith(b"HTTP/1.1 431"), status
+        assert "16384 bytes" in body["error"]["message"]
+        many = b"GET /held HTTP/1.1\r\nHost: x\r\n" + b"X-Pad: aaaaaaaa\r\n" * 2_000 + b"\r\n"
+        assert read_all(port, many)[0].startswith(b"HTTP/1.1 431")
+        status, body = read_all(port, b"GET /held HTTP/1.1\r\nHost x\r\n\r\n")
+        assert status.startswith(b"HTTP/1.1 400"), status
+        assert body["error"]["type"] == "invalid_request_error"
+        assert app.waiting == 0, "a refused request reached the app"
