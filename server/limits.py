@@ -34,8 +34,8 @@ class ConnectionLimits:
     header_timeout: float = 10.0  # seconds from a request's first byte (or the connection) to its headers
     body_timeout: float = 30.0  # seconds from the headers to the end of the request body
     send_timeout: float = 30.0  # seconds a reply may wait on a client that reads none of it
-    # seconds requests in flight may go on after SIGTERM before they are ended: under the 30 s a
-    # container runtime (Docker, Kubernetes) waits before it kills the process
+    # seconds requests in flight may go on after SIGTERM before they are ended: under the 30 s
+    # Kubernetes waits before it kills the process
     drain_timeout: float = 20.0
 
 
