@@ -137,6 +137,7 @@ class EngineBridge:
         request.queued = False
         self.admitted.discard(request)
         self._release(request.client, request.n, running=False)
+        self.metrics.finished["abort"] += request.n  # as the engine counts a request aborted while waiting
 
     def finished(self, request: Admitted) -> None:
         """One of `request`'s choices ended in the engine."""

@@ -97,7 +97,8 @@ def _head_bytes(request: h11.Request) -> int:
 # Who is closed first at the cap, each kind oldest first: a keep-alive between requests or one still
 # sending its headers, then a reply stalled on a client that does not read, then a body still arriving.
 DISPLACEABLE = ("idle", "stalled", "body")
-MAX_LINGERING = FD_RESERVE // 4  # refused newcomers whose 503 is still being read; more are just closed
+MAX_LINGERING = FD_RESERVE // 4  # refused newcomers whose 503 is still being read; more linger briefly
+BRIEF_LINGER_S = 0.2  # a refused newcomer past MAX_LINGERING whose request does not come at once
 
 
 class Gate:
@@ -177,14 +178,17 @@ class GuardedH11(H11Protocol):
 
     def _refuse(self, transport: asyncio.Transport) -> None:
         """503, then half-close and discard what the client sends for LINGER_S: closing a socket with
-        unread bytes in it sends a reset, which would destroy the 503 before the client reads it."""
+        unread bytes in it sends a reset, which would destroy the 503 before the client reads it.
+        Past MAX_LINGERING refusals at once (a burst), a refused socket closes as soon as its
+        request's first bytes have been read, which in a burst of small requests is all of them."""
+        self.transport = transport
         transport.write(TOO_MANY)
+        transport.write_eof()
         if self.gate.lingering >= MAX_LINGERING:
-            transport.close()
+            self.loop.call_later(BRIEF_LINGER_S, transport.close)
             return
         self.gate.lingering += 1
         self.lingering = True
-        transport.write_eof()
         self.loop.call_later(LINGER_S, transport.close)
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -199,6 +203,8 @@ class GuardedH11(H11Protocol):
 
     def data_received(self, data: bytes) -> None:
         if not self.admitted:  # a refused newcomer's request: discarded
+            if not self.lingering:  # a burst's: read, so closing now sends no reset
+                self.transport.close()
             return
         if self.deadline is None and self.conn.their_state is h11.IDLE:  # a new request's first bytes
             self._arm(self.limits.header_timeout)

@@ -161,6 +161,39 @@ def test_a_newcomer_at_a_full_cap_reads_a_503_with_retry_after() -> None:
         app.let_go()
 
 
+def test_a_burst_of_newcomers_at_a_full_cap_all_read_the_503() -> None:
+    """200 at once, far past the refused sockets left to linger (MAX_LINGERING): each still reads its
+    503, none a reset."""
+    app = Held()
+    outcomes: list[bytes | str] = []
+    with in_process(app, ConnectionLimits(max_connections=2)) as (port, _):
+        request = b"GET /held HTTP/1.1\r\nHost: x\r\n\r\n"
+        with connections(port, 2, request):
+            wait_for(lambda: app.waiting == 2, "both requests to reach the app")
+            start = threading.Event()
+
+            def newcomer() -> None:
+                start.wait()
+                try:
+                    with socket.create_connection(("127.0.0.1", port), timeout=HANG_GUARD) as sock:
+                        sock.sendall(request)
+                        answer = b""
+                        while chunk := sock.recv(65536):
+                            answer += chunk
+                    outcomes.append(answer.split(b"\r\n", 1)[0])
+                except OSError as exc:
+                    outcomes.append(type(exc).__name__)
+
+            burst = [threading.Thread(target=newcomer) for _ in range(200)]
+            for thread in burst:
+                thread.start()
+            start.set()
+            for thread in burst:
+                thread.join(HANG_GUARD)
+        app.let_go()
+    assert outcomes == [b"HTTP/1.1 503 Service Unavailable"] * 200
+
+
 def test_a_reply_nobody_reads_is_cut_after_the_send_timeout() -> None:
     with in_process(Held(), ConnectionLimits(send_timeout=1)) as (port, server):
         gate = server.config.http_protocol_class.gate
