@@ -13,23 +13,23 @@ from textual.app import App, SystemCommand
 from textual.binding import Binding, BindingType
 from textual.screen import Screen
 
-from app import paste
-from app.conversation import Conversation
-from app.keys import key, load_keymap, palette_commands
-from app.options import MAX_PANES, AppOptions
-from app.persistence import Saver
-from app.screens.error import ErrorScreen, what_to_try
-from app.screens.loading import LoadingScreen
-from app.store import Store
-from app.store_errors import StoreError
-from app.store_rows import repairs_notice
-from app.widgets import instant_keys
+from app.core.conversation import Conversation
+from app.core.options import MAX_PANES, AppOptions
+from app.store.database import Store
+from app.store.errors import StoreError
+from app.store.persistence import Saver
+from app.store.rows import repairs_notice
+from app.ui import paste
+from app.ui.keys import key, load_keymap, palette_commands
+from app.ui.patches import instant_keys
+from app.ui.screens.error import ErrorScreen, what_to_try
+from app.ui.screens.loading import LoadingScreen
 
 if TYPE_CHECKING:  # imports torch-based widgets: loaded after the loading screen is drawn
     from app.backend.base import Backend
-    from app.model_choices import ModelChoice
-    from app.screens.chat import ChatScreen
-    from app.widgets.chat_pane import ChatPane
+    from app.backend.model_choices import ModelChoice
+    from app.ui.screens.chat import ChatScreen
+    from app.ui.widgets.chat_pane import ChatPane
 
 
 THEME_KEY = "theme"
@@ -97,10 +97,10 @@ class LfmChatApp(App[None]):
 
     def _key_screens(self) -> list[list[BindingType]]:
         """The bindings active together, screen by screen: a key may do one thing in each."""
-        from app.screens.chat import ChatScreen
-        from app.screens.history import HistoryScreen
-        from app.screens.settings import SettingsScreen
-        from app.widgets.chat_pane import ChatPane
+        from app.ui.screens.chat import ChatScreen
+        from app.ui.screens.history import HistoryScreen
+        from app.ui.screens.settings import SettingsScreen
+        from app.ui.widgets.chat_pane import ChatPane
 
         screens = (ChatScreen, HistoryScreen, SettingsScreen, ErrorScreen, LoadingScreen)
         panes = {ChatScreen: ChatPane.BINDINGS}
@@ -116,7 +116,7 @@ class LfmChatApp(App[None]):
         return "/".join(display(binding.with_key(k.strip())) for k in keys.split(","))
 
     async def on_loading_screen_loaded(self, message: LoadingScreen.Loaded) -> None:
-        from app.screens.chat import ChatScreen  # imported by the loader thread (see TYPE_CHECKING above)
+        from app.ui.screens.chat import ChatScreen  # imported by the loader thread (see TYPE_CHECKING above)
 
         assert self.store is not None
         typed_ahead = self.screen.typed_ahead.text if isinstance(self.screen, LoadingScreen) else ""
@@ -162,8 +162,8 @@ class LfmChatApp(App[None]):
     # ------------------------------------------------------------------ switching model
     def on_chat_pane_model_wanted(self, message: ChatPane.ModelWanted) -> None:
         """A server: the pane picks its own model from /v1/models. Local: one engine for all panes."""
-        from app.model_choices import RECENT_MODELS_KEY, local_choices, server_choices
-        from app.screens.model_picker import ModelPicker
+        from app.backend.model_choices import RECENT_MODELS_KEY, local_choices, server_choices
+        from app.ui.screens.model_picker import ModelPicker
 
         backend, pane = self.backend, message.pane
         if backend is None or self.store is None:
@@ -210,7 +210,7 @@ class LfmChatApp(App[None]):
 
     def _remember_model(self, options: AppOptions) -> None:
         """A checkpoint folder that loaded is offered by the picker next time."""
-        from app.model_choices import RECENT_MODELS_KEY, with_recent
+        from app.backend.model_choices import RECENT_MODELS_KEY, with_recent
 
         if self.store is None or options.server is not None or options.demo:
             return

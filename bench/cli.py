@@ -35,7 +35,7 @@ from bench.sampling import SAMPLING
 from bench.sampling import describe as describe_sampling
 from bench.settings import RunSettings
 from bench.workloads import WORKLOADS, Workload
-from engine.config import resolve_dtype
+from engine.core.config import resolve_dtype
 from model.checkpoint.hub import resolve_checkpoint
 from model.errors import CheckpointError, ModelNotAvailableError
 from model.native import kernels

@@ -23,10 +23,10 @@ from pathlib import Path
 from textual import events
 
 from app.app import LfmChatApp
-from app.conversation import ChatSettings
-from app.options import MAX_PANES, AppOptions
-from app.screens.chat import ChatScreen
-from app.widgets.chat_pane import ChatPane
+from app.core.conversation import ChatSettings
+from app.core.options import MAX_PANES, AppOptions
+from app.ui.screens.chat import ChatScreen
+from app.ui.widgets.chat_pane import ChatPane
 from bench import stats
 
 TYPED = "the quick brown fox jumps over the lazy dog "

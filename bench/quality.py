@@ -26,9 +26,9 @@ import torch
 
 from bench.progress import Progress
 from bench.report import render_table
+from model.arch.cache import HybridCache
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.loader import load_model
 from model.text.tokenizer import Tokenizer
 

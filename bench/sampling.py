@@ -1,7 +1,7 @@
 """How the benchmark's requests pick their tokens, the same way in both engines.
 
 ``greedy`` (the default) is what llama-bench and most published tables measure: the argmax.
-``chat`` is what a person chatting in lfm-chat gets: the app's default sampling (app/conversation.py's
+``chat`` is what a person chatting in lfm-chat gets: the app's default sampling (app/core/conversation.py's
 ChatSettings: temperature, min-p and a repetition penalty over prompt and reply), which costs a
 step more than an argmax; transformers runs the same settings through ``generate(do_sample=True)``.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from app.conversation import ChatSettings
+from app.core.conversation import ChatSettings
 from engine import SamplingParams
 
 SAMPLING = ("greedy", "chat")

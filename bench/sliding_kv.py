@@ -21,8 +21,8 @@ import torch
 
 from bench.checkpoint import random_checkpoint, tiny_checkpoint
 from engine import Engine, EngineConfig, SamplingParams
+from model.arch.cache import HybridCache
 from model.arch.lfm3_config import Lfm3Config
-from model.cache import HybridCache
 
 MIB = 2**20
 

@@ -8,7 +8,7 @@ proposes what the quote said next. Swapping a share of the quote's tokens sets t
     p=0.02      a swap every ~50 tokens (~90%)
     p=0.25      a swap every ~4 tokens (~50%)
     alternate   every other token swapped: drafts are proposed and all rejected (0%), the worst
-                case, until a request's drafting pauses itself (engine/drafting.py)
+                case, until a request's drafting pauses itself (engine/core/drafting.py)
 
 Both modes run on one loaded model, alternating, and must produce identical greedy tokens; the
 table gives decode tok/s (after every request's first token), the measured acceptance and the

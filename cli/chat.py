@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 
 from app import __version__
-from app.conversation import ChatSettings
-from app.options import DATA_DIR_ENV, MAX_PANES, AppOptions
-from app.store import Store
-from app.store_errors import StoreError
+from app.core.conversation import ChatSettings
+from app.core.options import DATA_DIR_ENV, MAX_PANES, AppOptions
+from app.store.database import Store
+from app.store.errors import StoreError
 from cli.flags import (
     Parser,
     SetupError,

@@ -142,7 +142,7 @@ def add_sampling_flags(parser: argparse.ArgumentParser) -> None:
     add("--repetition-penalty", type=float, metavar="R", help="penalise tokens already in the chat (1 = off)")
 
 
-# a schema file bigger than this cannot be a Structure (engine/structured/spec.py caps its text)
+# a schema file bigger than this cannot be a Structure (engine/core/structure.py caps its text)
 SCHEMA_FILE_LIMIT = 2**20
 
 

@@ -14,15 +14,15 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
-from app.attachment import AttachmentError, read_stream, with_attachments
-from app.conversation import ChatMessage, Conversation
-from app.options import AppOptions
-from app.sanitize import StreamStripper, strip_control
-from app.startup import STARTUP_ERRORS, load_backend
+from app.backend.startup import STARTUP_ERRORS, load_backend
+from app.core.attachment import AttachmentError, read_stream, with_attachments
+from app.core.conversation import ChatMessage, Conversation
+from app.core.options import AppOptions
+from app.core.sanitize import StreamStripper, strip_control
 
 if TYPE_CHECKING:
     from app.backend.base import Backend, StreamEvent
-    from app.store import Store
+    from app.store.database import Store
     from engine import Structure
 
 PROG = "lfm-chat"

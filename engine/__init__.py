@@ -15,31 +15,31 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.choices import DEFAULT_SPECULATIVE, DTYPES, QUANTIZATIONS, SPECULATIVE
-    from engine.config import EngineConfig
-    from engine.engine import Engine
-    from engine.errors import PromptTooLong, RequestError
-    from engine.event_stream import EventStream
-    from engine.launch import (
+    from engine.core.choices import DEFAULT_SPECULATIVE, DTYPES, QUANTIZATIONS, SPECULATIVE
+    from engine.core.config import EngineConfig
+    from engine.core.errors import PromptTooLong, RequestError
+    from engine.core.events import TokenEvent, TokenLogprob
+    from engine.core.metrics import RequestMetrics
+    from engine.core.sampling_params import (
+        MAX_LOGIT_BIAS_ENTRIES,
+        MAX_LOGPROBS,
+        SamplingParams,
+        SamplingParamsError,
+    )
+    from engine.core.structure import Structure, StructureError
+    from engine.loop.engine import Engine
+    from engine.loop.launch import (
         ModelSource,
         default_cache_dir,
         demo_checkpoint,
         engine_kwargs,
         load_engine,
     )
-    from engine.logprobs import TokenLogprob
-    from engine.metrics import RequestMetrics
-    from engine.output import RequestOutput
-    from engine.sampling_params import (
-        MAX_LOGIT_BIAS_ENTRIES,
-        MAX_LOGPROBS,
-        SamplingParams,
-        SamplingParamsError,
-    )
-    from engine.snapshot import EngineSnapshot, RequestSnapshot
+    from engine.loop.output import RequestOutput
+    from engine.loop.snapshot import EngineSnapshot, RequestSnapshot
     from engine.structured.compiler import check_structure
-    from engine.structured.spec import Structure, StructureError
-    from engine.worker import EngineWorker, StreamHandle, TokenEvent
+    from engine.worker.event_stream import EventStream
+    from engine.worker.worker import EngineWorker, StreamHandle
     from model.checkpoint.hub import DEFAULT_MODEL, download_checkpoint, is_repo_id, resolve_checkpoint
     from model.checkpoint.progress import Progress
     from model.errors import ChatTemplateError, CheckpointError, ModelNotAvailableError
@@ -48,35 +48,35 @@ if TYPE_CHECKING:
     from model.tiny.lfm2 import write_tiny_checkpoint
 
 _MODULES = {
-    "DTYPES": "engine.choices",
-    "QUANTIZATIONS": "engine.choices",
-    "SPECULATIVE": "engine.choices",
-    "DEFAULT_SPECULATIVE": "engine.choices",
-    "Engine": "engine.engine",
-    "EngineConfig": "engine.config",
-    "EngineSnapshot": "engine.snapshot",
-    "EngineWorker": "engine.worker",
-    "EventStream": "engine.event_stream",
-    "PromptTooLong": "engine.errors",
-    "RequestError": "engine.errors",
-    "ModelSource": "engine.launch",
-    "default_cache_dir": "engine.launch",
-    "demo_checkpoint": "engine.launch",
-    "engine_kwargs": "engine.launch",
-    "load_engine": "engine.launch",
-    "RequestMetrics": "engine.metrics",
-    "RequestOutput": "engine.output",
-    "RequestSnapshot": "engine.snapshot",
-    "MAX_LOGIT_BIAS_ENTRIES": "engine.sampling_params",
-    "MAX_LOGPROBS": "engine.sampling_params",
-    "SamplingParams": "engine.sampling_params",
-    "SamplingParamsError": "engine.sampling_params",
-    "StreamHandle": "engine.worker",
-    "TokenLogprob": "engine.logprobs",
-    "Structure": "engine.structured.spec",
-    "StructureError": "engine.structured.spec",
+    "DTYPES": "engine.core.choices",
+    "QUANTIZATIONS": "engine.core.choices",
+    "SPECULATIVE": "engine.core.choices",
+    "DEFAULT_SPECULATIVE": "engine.core.choices",
+    "Engine": "engine.loop.engine",
+    "EngineConfig": "engine.core.config",
+    "EngineSnapshot": "engine.loop.snapshot",
+    "EngineWorker": "engine.worker.worker",
+    "EventStream": "engine.worker.event_stream",
+    "PromptTooLong": "engine.core.errors",
+    "RequestError": "engine.core.errors",
+    "ModelSource": "engine.loop.launch",
+    "default_cache_dir": "engine.loop.launch",
+    "demo_checkpoint": "engine.loop.launch",
+    "engine_kwargs": "engine.loop.launch",
+    "load_engine": "engine.loop.launch",
+    "RequestMetrics": "engine.core.metrics",
+    "RequestOutput": "engine.loop.output",
+    "RequestSnapshot": "engine.loop.snapshot",
+    "MAX_LOGIT_BIAS_ENTRIES": "engine.core.sampling_params",
+    "MAX_LOGPROBS": "engine.core.sampling_params",
+    "SamplingParams": "engine.core.sampling_params",
+    "SamplingParamsError": "engine.core.sampling_params",
+    "StreamHandle": "engine.worker.worker",
+    "TokenLogprob": "engine.core.events",
+    "Structure": "engine.core.structure",
+    "StructureError": "engine.core.structure",
     "check_structure": "engine.structured.compiler",
-    "TokenEvent": "engine.worker",
+    "TokenEvent": "engine.core.events",
     # model/'s, for the app, the launcher and the server (all torch-free but write_tiny_checkpoint)
     "ChatTemplateError": "model.errors",
     "CheckpointError": "model.errors",

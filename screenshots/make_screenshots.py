@@ -22,10 +22,10 @@ from pathlib import Path
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
-from app.conversation import ChatSettings
-from app.options import AppOptions
-from app.screens.chat import ChatScreen
-from app.screens.history import HistoryScreen
+from app.core.conversation import ChatSettings
+from app.core.options import AppOptions
+from app.ui.screens.chat import ChatScreen
+from app.ui.screens.history import HistoryScreen
 from bench.served import served
 from engine import DEFAULT_MODEL, EngineConfig
 

@@ -11,8 +11,8 @@ queue, which is first come first served, stays short.
 A client is its address (`client_of`), not its API key: `serve` has one key, which every client
 shares, and a key it does not check could be made up anew for each request.
 
-Events reach the loop through the engine's one asyncio adapter (engine/event_stream.py). A request
-counts from admission to its last choice's final event (which arrives even when nobody reads the
+Events reach the loop through the engine's one asyncio adapter (engine/worker/event_stream.py). A
+request counts from admission to its last choice's final event (which arrives even when nobody reads the
 stream any more: a cancelled request still ends with an "abort" event), or until it is cancelled
 before it reached the engine.
 """

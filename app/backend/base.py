@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
-from app.conversation import ChatSettings, Conversation
+from app.core.conversation import ChatSettings, Conversation
 
 if TYPE_CHECKING:
     from app.backend.server_metrics import ServerSnapshot

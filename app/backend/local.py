@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app.backend.base import OnEvent, Prompt, StreamEvent
-from app.conversation import ChatSettings, Conversation
+from app.core.conversation import ChatSettings, Conversation
 
 if TYPE_CHECKING:
     from engine import Engine, EngineSnapshot, StreamHandle, Structure, TokenEvent

@@ -26,7 +26,7 @@ from app.backend.http_errors import ServerError, server_message
 from app.backend.server_metrics import HISTORY, ClientStream, MetricsPoller, ServerSnapshot
 from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.backend.smoothing import RATE_SMOOTHING_SECONDS, Smoothed
-from app.conversation import ChatSettings, Conversation
+from app.core.conversation import ChatSettings, Conversation
 
 if TYPE_CHECKING:
     from engine import Structure

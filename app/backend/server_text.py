@@ -10,7 +10,7 @@ these strings is built with markup=False, so `[bold]` shows as the characters it
 
 from __future__ import annotations
 
-from app.sanitize import strip_control
+from app.core.sanitize import strip_control
 
 MODEL_ID_CHARS = 256  # a Hub repo id is at most 96 + 1 + 96
 MESSAGE_CHARS = 2048  # an error message or body, as shown

@@ -9,9 +9,9 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field, replace
 
-from app.attachment import Attachment, fit_refusal, with_attachments
 from app.backend.base import Backend
-from app.conversation import ChatMessage, Conversation
+from app.core.attachment import Attachment, fit_refusal, with_attachments
+from app.core.conversation import ChatMessage, Conversation
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,10 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from app.attachment import Attachment, AttachmentError, file_command, read_file, with_attachments
 from app.backend.base import Backend, Metrics, Prompt, StreamEvent
-from app.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
-from app.sanitize import strip_control
+from app.core.attachment import Attachment, AttachmentError, file_command, read_file, with_attachments
+from app.core.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
+from app.core.sanitize import strip_control
 from app.session.attachments import PaneAttachments
 from app.session.inbox import TokenInbox
 from app.session.saving import ConversationSaver

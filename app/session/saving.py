@@ -4,7 +4,7 @@ open conversations follows the panes without the panes being asked.
 The screen says which sessions are open (in pane order) whenever the panes change; a save then
 writes that list too when it changed (none is written before the screen first says), which is
 also when a new conversation gets its id from its first save. Writes never raise
-(app/persistence.py's Saver keeps a failed one for a retry); `after_save` lets the screen show
+(app/store/persistence.py's Saver keeps a failed one for a retry); `after_save` lets the screen show
 or clear the Saver's problem at once.
 """
 
@@ -13,13 +13,17 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-from app.conversation import ChatMessage, Conversation
-from app.persistence import Saver
+from app.core.conversation import ChatMessage, Conversation
+from app.store.persistence import Saver
 
-if TYPE_CHECKING:
-    from app.session.pane_session import PaneSession
+
+class OpenPane(Protocol):
+    """What the saver reads of an open pane's session (`PaneSession`): its conversation, whose id the
+    first save assigns."""
+
+    conversation: Conversation
 
 
 class ConversationSaver:
@@ -27,7 +31,7 @@ class ConversationSaver:
 
     def __init__(self, saver: Saver, after_save: Callable[[], None] = lambda: None) -> None:
         self.saver = saver
-        self.open: Sequence[PaneSession] | None = None  # the screen's panes in order, once it says
+        self.open: Sequence[OpenPane] | None = None  # the screen's panes in order, once it says
         self._after_save = after_save
         self._open_ids: list[int] | None = None  # what was last written as the open panes
 
@@ -53,7 +57,7 @@ class ConversationSaver:
             self._save_open(self.open)
         self._after_save()
 
-    def _save_open(self, sessions: Sequence[PaneSession]) -> None:
+    def _save_open(self, sessions: Sequence[OpenPane]) -> None:
         open_ids = [s.conversation.id for s in sessions if s.conversation.id is not None]
         if open_ids != self._open_ids:  # a streaming pane saves every second; the open set rarely changes
             self._open_ids = open_ids

@@ -7,8 +7,8 @@ import time
 from dataclasses import dataclass, field
 
 from app.backend.base import Backend, Prompt, Stream, StreamEvent
-from app.conversation import ChatMessage, Conversation
-from app.sanitize import strip_control
+from app.core.conversation import ChatMessage, Conversation
+from app.core.sanitize import strip_control
 from app.session.view import ReplyView
 
 

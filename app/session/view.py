@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from app.backend.base import Metrics
-    from app.conversation import ChatMessage, Conversation
+    from app.core.conversation import ChatMessage, Conversation
 
 
 class ReplyView(Protocol):

@@ -20,12 +20,11 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
 import llguidance
 
-from engine.structured.spec import Structure, StructureError
+from engine.core.structure import RequestGrammar, Structure, StructureError
 from model.text.tokenizer import IM_END, Tokenizer
 
 if TYPE_CHECKING:
@@ -80,19 +79,6 @@ def check_structure(structure: Structure) -> None:
         raise _too_slow(structure)
     if error:
         raise _not_compiling(structure, error)
-
-
-@dataclass(slots=True)
-class RequestGrammar:
-    """One request's matcher (advanced by the tokens it emitted) and its masks' width in 32-bit words
-    (llguidance writes exactly one bit per id its tokenizer knows)."""
-
-    matcher: llguidance.LLMatcher
-    mask_words: int
-
-    def allowed_prefix(self, drafts: list[int]) -> list[int]:
-        """``drafts`` up to the first one the grammar rejects: a rejected draft costs its row for nothing."""
-        return drafts[: self.matcher.validate_tokens(drafts)] if drafts else drafts
 
 
 class GrammarCompiler:

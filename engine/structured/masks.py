@@ -32,9 +32,9 @@ import llguidance
 import numpy as np
 import torch
 
-from engine.request import Request, RequestStatus
-from engine.scheduler import ScheduledChunk
-from engine.structured.compiler import RequestGrammar
+from engine.core.request import Request, RequestStatus
+from engine.core.schedule import ScheduledChunk
+from engine.core.structure import RequestGrammar
 
 _Job = tuple[llguidance.LLMatcher, int, list[int]]  # a matcher, its first row, its drafts
 

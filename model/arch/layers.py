@@ -19,9 +19,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.arch.cache import HybridCache
 from model.arch.lfm2_config import CONV, Lfm2Config
 from model.batch import AttentionGroup, ForwardBatch
-from model.cache import HybridCache
 
 
 class RMSNorm(nn.Module):

@@ -19,10 +19,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.arch.cache import HybridCache
 from model.arch.layers import DecoderLayer, DecoderStack, RMSNorm, RotaryTable
 from model.arch.lfm2_config import ATTENTION, CONV, Lfm2Config
 from model.batch import ForwardBatch, SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 
 
 def fuse_swiglu(tensors: dict[str, torch.Tensor], prefix: str) -> None:

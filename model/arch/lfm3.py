@@ -20,12 +20,12 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from model.arch.cache import HybridCache
 from model.arch.layers import Attention, DecoderLayer, RMSNorm, Rope, Ropes, RotaryTable
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_config import ATTENTION, CONV, SLIDING
 from model.arch.lfm3_config import Lfm3Config, RopeParameters
 from model.batch import ForwardBatch
-from model.cache import HybridCache
 
 
 def rotary_table(head_dim: int, rope: RopeParameters) -> RotaryTable:

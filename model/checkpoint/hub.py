@@ -81,7 +81,7 @@ def resolve_checkpoint(
 
 
 def locate_checkpoint(name_or_path: str, progress: Progress | None, revision: str | None = None) -> Path:
-    """The load path's first stage (engine/build.py): the checkpoint directory of a local path or Hub
+    """The load path's first stage (engine/loop/build.py): the checkpoint directory of a local path or Hub
     repo id (at `revision`), found in the Hub cache or downloaded.
 
     A download reports its bytes to `progress`; without one, huggingface_hub's own bars show in the

@@ -110,7 +110,7 @@ def load_model(
     """Read config.json and the safetensors weights of a local LFM2 checkpoint.
 
     ``config``: the checkpoint's config.json as model/arch/registry.py's ``load_config`` read it,
-    where the caller has read it already (engine/build.py's load path reads it once).
+    where the caller has read it already (engine/loop/build.py's load path reads it once).
 
     bf16 on CPU: linears use the native kernels (model/native/kernels, built on first use) or, where
     those cannot be built, oneDNN-packed weights (model/native/linears.py). ``quantize`` "int8"

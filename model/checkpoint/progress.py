@@ -1,7 +1,7 @@
 """How loading reports to a UI: the callable every stage reports to, from the Hub download to the cache.
 
 Defined here, below both of its users: the loader (model/checkpoint/loader.py) reports its weight
-stages to one, and the engine's load path (engine/build.py, engine/launch.py) passes the UI's down
+stages to one, and the engine's load path (engine/loop/build.py, engine/loop/launch.py) passes the UI's down
 to it. Torch-free, so the launcher can name it before torch is imported.
 """
 

@@ -24,10 +24,10 @@ from typing import Any, TypeGuard, cast
 import torch
 from torch import nn
 
+from model.arch.cache import HybridCache
 from model.arch.layers import Attention, DecoderLayer, DecoderStack, Ropes, ShortConv
 from model.arch.lfm2_config import ATTENTION
 from model.batch import AttentionGroup, ForwardBatch
-from model.cache import HybridCache
 from model.native.kernel_linear import KernelLinear
 from model.native.layers import NativeAttention, NativeRMSNorm, NativeShortConv, NativeSwiGLU
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-from app.conversation import ChatSettings
-from app.options import AppOptions
+from app.core.conversation import ChatSettings
+from app.core.options import AppOptions
 from engine import Engine, EngineConfig, RequestOutput
 from tests.app.pilot_helpers import ENGINE, GREEDY
 

@@ -14,11 +14,11 @@ from textual import events
 from textual.app import App
 from textual.pilot import Pilot
 
-from app.conversation import ChatSettings
-from app.options import AppOptions
-from app.screens.chat import ChatScreen
-from app.screens.error import ErrorScreen
-from app.widgets.chat_pane import ChatPane
+from app.core.conversation import ChatSettings
+from app.core.options import AppOptions
+from app.ui.screens.chat import ChatScreen
+from app.ui.screens.error import ErrorScreen
+from app.ui.widgets.chat_pane import ChatPane
 from engine import RequestOutput
 
 MakeOptions = Callable[..., AppOptions]

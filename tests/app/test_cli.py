@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from app import __version__
-from app.options import AppOptions
-from app.store import Store
+from app.core.options import AppOptions
+from app.store.database import Store
 from cli import flags
 from cli.chat import build_parser, options_from_args
 from cli.flags import check_model
 from cli.main import main
-from engine.config import EngineConfig
-from engine.launch import engine_kwargs
+from engine.core.config import EngineConfig
+from engine.loop.launch import engine_kwargs
 from model.quant.apply import QUANTIZED_LINEARS
 
 
@@ -112,7 +112,7 @@ def test_sampling_follows_the_model_card_and_each_flag_replaces_one_value() -> N
 
 
 def test_every_dtype_and_scheme_the_cli_offers_is_one_the_engine_runs() -> None:
-    """The names are stated once (engine/choices.py, model/quant/); each must be a real choice."""
+    """The names are stated once (engine/core/choices.py, model/quant/); each must be a real choice."""
     assert flags.DTYPES[0] == "auto" and flags.QUANTIZATIONS[0] == "none"
     for dtype in flags.DTYPES:
         EngineConfig(dtype=dtype)

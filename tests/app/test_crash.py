@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 from app.app import LfmChatApp
-from app.conversation import ChatSettings
-from app.store import Store
+from app.core.conversation import ChatSettings
+from app.store.database import Store
 from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_until
 
 PROMPT = "Tell me a story about the sea."
@@ -26,8 +26,8 @@ CHILD = textwrap.dedent(
     import asyncio, sys
     from pathlib import Path
     from app.app import LfmChatApp
-    from app.conversation import ChatSettings
-    from app.options import AppOptions
+    from app.core.conversation import ChatSettings
+    from app.core.options import AppOptions
     from engine import EngineConfig
     from dataclasses import replace
     from tests.app.pilot_helpers import ENGINE, chat_screen, submit

@@ -13,7 +13,7 @@ import pytest
 from textual.widgets import Label, ProgressBar
 
 from app.app import LfmChatApp
-from app.screens.loading import LoadingScreen
+from app.ui.screens.loading import LoadingScreen
 from cli.chat import build_parser, options_from_args
 from cli.main import main
 from model.checkpoint import hub

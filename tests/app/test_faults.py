@@ -15,9 +15,9 @@ import pytest
 from textual import events
 
 from app.app import LfmChatApp
-from app.conversation import ChatSettings
-from app.screens.settings import SettingsScreen
-from app.store import Store
+from app.core.conversation import ChatSettings
+from app.store.database import Store
+from app.ui.screens.settings import SettingsScreen
 from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=8)

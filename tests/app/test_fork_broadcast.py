@@ -6,10 +6,10 @@ from __future__ import annotations
 from dataclasses import replace
 
 from app.app import LfmChatApp
-from app.conversation import ChatSettings
-from app.sanitize import strip_control
-from app.widgets.chat_pane import ChatPane
-from app.widgets.dashboard import progress
+from app.core.conversation import ChatSettings
+from app.core.sanitize import strip_control
+from app.ui.widgets.chat_pane import ChatPane
+from app.ui.widgets.dashboard import progress
 from engine import RequestMetrics, RequestSnapshot
 from tests.app.pilot_helpers import (
     MakeOptions,

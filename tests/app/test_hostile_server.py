@@ -17,8 +17,8 @@ from textual.app import App
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
-from app.options import AppOptions
-from app.widgets.chat_pane import ChatPane
+from app.core.options import AppOptions
+from app.ui.widgets.chat_pane import ChatPane
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import BAD_LINES, ERRORS, FakeServer
 from tests.app.pilot_helpers import chat_screen, error_screen, submit, wait_replied, wait_until

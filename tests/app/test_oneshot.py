@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from app.store import Store
+from app.store.database import Store
 from tests.app.fake_openai import FakeServer
 
 ROOT = Path(__file__).resolve().parents[2]

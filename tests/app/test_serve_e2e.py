@@ -11,9 +11,9 @@ import pytest
 
 from app.app import LfmChatApp
 from app.backend import prometheus
-from app.conversation import ChatSettings
-from app.options import AppOptions
-from app.sanitize import strip_control
+from app.core.conversation import ChatSettings
+from app.core.options import AppOptions
+from app.core.sanitize import strip_control
 from engine import DEFAULT_MODEL, Engine, EngineConfig, RequestOutput
 from tests.app.pilot_helpers import ENGINE, chat_screen, streamed, submit, user, wait_replied, wait_until
 

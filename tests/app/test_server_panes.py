@@ -6,10 +6,10 @@ from collections.abc import Callable
 from typing import Any
 
 from app.app import LfmChatApp
-from app.options import AppOptions
-from app.widgets.chat_pane import ChatPane
-from app.widgets.dashboard import Dashboard
-from app.widgets.reply import Reply
+from app.core.options import AppOptions
+from app.ui.widgets.chat_pane import ChatPane
+from app.ui.widgets.dashboard import Dashboard
+from app.ui.widgets.reply import Reply
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import FakeServer
 from tests.app.pilot_helpers import chat_screen, submit, wait_replied, wait_until

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from app.app import LfmChatApp
-from app.conversation import ChatSettings
-from app.sanitize import strip_control
-from app.widgets.dashboard import Dashboard
+from app.core.conversation import ChatSettings
+from app.core.sanitize import strip_control
+from app.ui.widgets.dashboard import Dashboard
 from tests.app.pilot_helpers import (
     MakeOptions,
     Reference,

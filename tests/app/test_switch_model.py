@@ -13,12 +13,12 @@ from textual import events
 
 from app.app import LfmChatApp
 from app.backend.local import LocalBackend
-from app.conversation import ChatSettings
-from app.model_choices import RECENT_MODELS_KEY, with_recent
-from app.sanitize import strip_control
-from app.screens.chat import ChatScreen
-from app.screens.model_picker import ModelPicker
-from app.store import Store
+from app.backend.model_choices import RECENT_MODELS_KEY, with_recent
+from app.core.conversation import ChatSettings
+from app.core.sanitize import strip_control
+from app.store.database import Store
+from app.ui.screens.chat import ChatScreen
+from app.ui.screens.model_picker import ModelPicker
 from engine import DEFAULT_MODEL, Engine, EngineConfig, RequestOutput
 from tests.app.fake_openai import FakeServer
 from tests.app.pilot_helpers import (

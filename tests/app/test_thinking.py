@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from app.app import LfmChatApp
-from app.conversation import ChatSettings
-from app.widgets.reply import AnswerMarkdown, ThinkingBlock, ToolCallBlock
+from app.core.conversation import ChatSettings
+from app.ui.widgets.reply import AnswerMarkdown, ThinkingBlock, ToolCallBlock
 from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied
 from tests.app.scripted import write_scripted_checkpoint
 

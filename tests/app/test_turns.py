@@ -5,8 +5,8 @@ from __future__ import annotations
 from textual.widgets import Static
 
 from app.app import LfmChatApp
-from app.conversation import ChatSettings
-from app.sanitize import strip_control
+from app.core.conversation import ChatSettings
+from app.core.sanitize import strip_control
 from engine import EngineConfig
 from tests.app.pilot_helpers import ENGINE, MakeOptions, Reference, chat_screen, submit, user, wait_replied
 

@@ -11,8 +11,8 @@ import torch
 from bench.chain_checkpoint import chain_checkpoint, draft_chain_checkpoint
 from bench.speculation import REPEAT, prompts
 from engine import Engine, EngineConfig, SamplingParams
+from model.arch.cache import HybridCache
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.loader import load_model
 from model.text.tokenizer import Tokenizer
 from model.tiny.lfm2 import write_tiny_checkpoint

@@ -11,7 +11,7 @@ import torch
 import transformers
 
 from engine import Engine, EngineConfig, RequestMetrics, SamplingParams
-from engine.request import Request
+from engine.core.request import Request
 from model.text.tokenizer import LFM2_SPECIAL_TOKENS
 
 FIRST_PLAIN_ID = len(LFM2_SPECIAL_TOKENS)  # random prompts avoid special ids (stop tokens among them)

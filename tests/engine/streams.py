@@ -6,7 +6,7 @@ import queue
 import threading
 
 from engine import EngineWorker, SamplingParams, StreamHandle, TokenEvent
-from engine.prompts import Prompt
+from engine.core.prompts import Prompt
 
 TIMEOUT = 120.0  # a hang guard only; nothing here is timed
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from model.arch.cache import HybridCache
 from model.arch.lfm2_config import Lfm2Config
-from model.cache import HybridCache
 
 
 def resident_mb() -> float:

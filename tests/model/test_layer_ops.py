@@ -14,13 +14,13 @@ from types import ModuleType
 import pytest
 import torch
 
+from model.arch.cache import HybridCache
 from model.arch.layers import Attention, RMSNorm, RotaryTable, ShortConv, SwiGLU
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_config import Lfm2Config
 from model.arch.lfm3 import rotary_table
 from model.arch.lfm3_config import RopeParameters
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.loader import load_model
 from model.native.accelerate import ROW_QUERY_LIMIT, undo_native_kernels, use_native_kernels
 from model.native.layers import NATIVE_SUBCLASS, NativeAttention, use_native_layers

@@ -14,10 +14,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.arch.cache import HybridCache
 from model.arch.lfm2 import logits_into
 from model.arch.registry import load_config
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.file_embedding import FileEmbedding
 from model.checkpoint.loader import build_model, load_model
 from model.checkpoint.weights import load_state_dict

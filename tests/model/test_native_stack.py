@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
+from model.arch.cache import HybridCache
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.loader import load_model
 from model.native.accelerate import undo_native_kernels
 from model.native.stack import NativeDecoderStack, single_query_step, use_python_stack

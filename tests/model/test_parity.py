@@ -9,10 +9,10 @@ import pytest
 import torch
 import transformers
 
+from model.arch.cache import HybridCache
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_moe_config import Lfm2MoeConfig
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.file_embedding import FileEmbedding
 from model.checkpoint.loader import load_model
 from model.native import kernels as native_kernels

@@ -7,9 +7,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from model.arch.cache import HybridCache
 from model.arch.registry import load_config
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.file_embedding import FileEmbedding
 from model.checkpoint.loader import build_model, load_model
 from model.checkpoint.weights import CheckpointTensors

@@ -7,9 +7,9 @@ import json
 import pytest
 import torch
 
+from model.arch.cache import HybridCache
 from model.arch.lfm2_config import ATTENTION, CONV, Lfm2Config
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.file_embedding import FileEmbedding
 from model.checkpoint.loader import load_model
 from model.checkpoint.weights import random_state_dict

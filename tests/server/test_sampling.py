@@ -11,7 +11,7 @@ import openai
 import pytest
 
 from engine import Engine, SamplingParams
-from engine.sampling_params import MAX_LOGIT_BIAS_ENTRIES
+from engine.core.sampling_params import MAX_LOGIT_BIAS_ENTRIES
 from tests.server.conftest import MODEL
 
 MESSAGES = [{"role": "user", "content": "Name three colours."}]

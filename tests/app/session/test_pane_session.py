@@ -16,11 +16,11 @@ import pytest
 
 from app.backend.base import Metrics
 from app.backend.local import LocalBackend
-from app.conversation import ChatMessage, ChatSettings, Conversation
-from app.persistence import Saver
-from app.sanitize import strip_control
+from app.core.conversation import ChatMessage, ChatSettings, Conversation
+from app.core.sanitize import strip_control
 from app.session import ConversationSaver, PaneSession, SessionContext
-from app.store import Store
+from app.store.database import Store
+from app.store.persistence import Saver
 from engine import Engine, EngineConfig, RequestOutput
 from tests.app.pilot_helpers import ENGINE, Reference, user
 

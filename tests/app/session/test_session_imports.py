@@ -8,7 +8,7 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[3]
-FORBIDDEN = ("textual", "app.widgets", "app.screens")
+FORBIDDEN = ("textual", "app.ui.widgets", "app.ui.screens")
 
 
 def module_path(module: str) -> Path | None:

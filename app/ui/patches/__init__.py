@@ -1,0 +1,1 @@
+"""Workarounds for Textual's behaviour, each naming the Textual issue it works around."""

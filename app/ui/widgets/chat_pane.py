@@ -1,0 +1,229 @@
+"""One conversation on screen: transcript, status line and input, drawn from the pane's session.
+
+The conversation and its turn lifecycle live in `PaneSession` (app/session/), which this widget
+drives with the user's keys and which tells it what changed (`PaneView`). The widget owns what
+is about the screen: drawing at the frame the pacer gives, the selection, toasts, the draft timer.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import ClassVar
+
+from textual.app import ComposeResult
+from textual.binding import BindingType
+from textual.containers import Vertical
+from textual.content import Content
+from textual.message import Message
+from textual.timer import Timer
+from textual.widgets import TextArea
+
+from app.backend.base import Metrics
+from app.core.attachment import from_text
+from app.core.conversation import ChatMessage, Conversation
+from app.core.sanitize import for_display, strip_control
+from app.session import PaneSession, ReplyView
+from app.session.pane_session import STILL_REPLYING
+from app.ui.keys import PANE_KEYS, key_named
+from app.ui.pane_context import PaneContext
+from app.ui.widgets.pane_actions import PaneActions
+from app.ui.widgets.pane_status import PaneStatus
+from app.ui.widgets.prompt_input import PromptInput
+from app.ui.widgets.reply import Reply
+from app.ui.widgets.transcript import Transcript
+
+DRAFT_SAVE_SECONDS = 1.0
+
+
+class ChatPane(PaneActions, Vertical):
+    """A chat with the shared backend. Actions act on this pane only (Esc stops only this one)."""
+
+    BINDINGS: ClassVar[list[BindingType]] = PANE_KEYS
+
+    class Woken(Message):
+        """Token events are waiting in the session's inbox (posted from the backend's thread)."""
+
+    @dataclass
+    class Forked(Message):
+        """A fork of this pane's conversation, for the screen to open beside it."""
+
+        pane: ChatPane
+        conversation: Conversation
+
+    @dataclass
+    class Broadcast(Message):
+        """A message typed in this pane, for the screen to send to the marked panes (else all)."""
+
+        pane: ChatPane
+        text: str
+
+    @dataclass
+    class ModelWanted(Message):
+        """The user asked to switch model from this pane (the app decides: one engine, or a server)."""
+
+        pane: ChatPane
+
+    def __init__(self, conversation: Conversation, context: PaneContext, *, id: str) -> None:
+        super().__init__(id=id)
+        self.context = context
+        self.label = id.removeprefix("pane-")
+        self.marked = False  # a target of broadcasts
+        self._draft_timer: Timer | None = None
+        self._frame_timer: Timer | None = None  # the next frame, while the pacer says wait
+        self._drawn_at = 0.0
+        # Kept as attributes, not queried: backend events may still arrive while the pane is torn down.
+        self.transcript = Transcript(conversation.messages)
+        self.status = PaneStatus()
+        self.session = PaneSession(conversation, context.sessions, self, tag=id)
+        self.prompt_input = PromptInput(self.session.sent_texts, self._refusal, context.pacer.key_pressed)
+
+    def compose(self) -> ComposeResult:
+        yield self.transcript
+        yield self.status
+        yield self.prompt_input
+
+    async def on_mount(self) -> None:
+        self.prompt_input.restore(strip_control(self.conversation.draft))
+        self.show_model()
+        await self.session.start()
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.session.conversation
+
+    @property
+    def busy(self) -> bool:
+        return self.session.busy
+
+    def focus_input(self) -> None:
+        self.prompt_input.focus()
+
+    def relabel(self, label: str, force: bool = False) -> None:
+        """Panes are numbered by position: closing pane 2 of 3 makes pane 3 the new 2."""
+        if force or label != self.label:
+            self.label = label
+            self.changed()
+
+    def _refusal(self) -> str | None:
+        return STILL_REPLYING if self.busy else None
+
+    # ------------------------------------------------------------------ keys to the session
+    async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
+        message.stop()
+        await self.session.submit_text(message.text)
+
+    async def on_prompt_input_paste_offered(self, message: PromptInput.PasteOffered) -> None:
+        message.stop()
+        await self.session.attach(from_text("pasted text", message.text))
+
+    def on_chat_pane_woken(self, message: Woken) -> None:
+        """Draw what arrived at the frame the pacer gives (app/ui/frame_pacer.py): the inbox
+        wakes the pane only when it was empty, so nothing arriving meanwhile is missed."""
+        message.stop()
+        if self._frame_timer is None:
+            self._frame_timer = self.set_timer(
+                self.context.pacer.until_frame(self._drawn_at), self._draw_frame
+            )
+
+    async def _draw_frame(self) -> None:
+        """Draw, unless keys arrived since the frame was planned: then wait for the typing to pause."""
+        if (hold := self.context.pacer.hold(self._drawn_at)) > 0:
+            self._frame_timer = self.set_timer(hold, self._draw_frame)
+            return
+        self._frame_timer = None
+        self._drawn_at = time.monotonic()
+        await self.session.apply(self.session.inbox.take())
+
+    def on_text_area_changed(self, event: TextArea.Changed) -> None:
+        """Save the draft once typing pauses, so a crash does not take it either."""
+        if event.text_area is not self.prompt_input:
+            return
+        if self._draft_timer is not None:
+            self._draft_timer.stop()
+        self._draft_timer = self.set_timer(DRAFT_SAVE_SECONDS, self.session.save_draft)
+
+    def action_fork(self) -> None:
+        """Fork through the selected message, else the whole chat (the session says what is kept)."""
+        if (fork := self.session.fork(self.transcript.selected_message())) is not None:
+            self.transcript.select(None)
+            self.post_message(self.Forked(self, fork))
+
+    def action_mark(self) -> None:
+        self.marked = not self.marked
+        self.set_class(self.marked, "-marked")
+        self.changed()
+
+    def action_broadcast(self) -> None:
+        if text := self.prompt_input.take():
+            self.post_message(self.Broadcast(self, text))
+        else:
+            self.notify("Type the message to broadcast in this pane's input first.", severity="warning")
+
+    def action_pick_model(self) -> None:
+        self.post_message(self.ModelWanted(self))
+
+    @property
+    def model(self) -> str:
+        return self.session.model
+
+    def show_model(self) -> None:
+        """The status line names the pane's model where panes may differ (a server)."""
+        self.status.model = self.model if self.session.backend.per_pane_model else ""
+        self.status.show(self.status.state)
+
+    def use_model(self, model_id: str) -> None:
+        self.session.use_model(model_id)
+        self.show_model()
+
+    # ------------------------------------------------------------------ PaneView (the session's view)
+    @property
+    def draft(self) -> str:
+        return self.prompt_input.text
+
+    def wake(self) -> None:
+        self.post_message(self.Woken())
+
+    def give_back(self, text: str) -> None:
+        self.prompt_input.give_back(text)
+
+    def key_name(self, action: str) -> str:
+        return key_named(self.app, PANE_KEYS, action)
+
+    def show_state(
+        self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
+    ) -> None:
+        self.status.show(state, metrics, prefill)
+
+    async def show_conversation(self, conversation: Conversation) -> None:
+        await self.transcript.show(conversation.messages)
+        if conversation.draft:
+            self.prompt_input.restore(strip_control(conversation.draft))
+        self.status.reset()
+
+    async def show_messages(self, messages: list[ChatMessage]) -> None:
+        await self.transcript.show(messages)
+
+    async def add_user(self, text: str) -> None:
+        await self.transcript.add_user(text)
+
+    async def open_reply(self) -> Reply:
+        return await self.transcript.add_reply()
+
+    async def add_notice(self, text: str, before: ReplyView | None = None) -> None:
+        await self.transcript.add_notice(text, before=before if isinstance(before, Reply) else None)
+
+    def changed(self) -> None:
+        """The border: plain text, never markup (the title is the user's own first message)."""
+        session = self.session
+        mark = "● " if self.marked else ""
+        title = for_display(self.conversation.title) or "new chat"
+        self.border_title = Content(f"{mark}{self.label} · {title}")
+        used = session.context_used
+        shown = "?" if used is None else f"{'~' * session.context_estimated}{used}"
+        limit = session.backend.max_model_len or "?"
+        preset = self.conversation.settings.preset
+        held = session.attachments.summary()
+        self.border_subtitle = Content(
+            f"ctx {shown}/{limit}" + (f" · {preset}" if preset else "") + (f" · {held}" if held else "")
+        )

@@ -1,0 +1,147 @@
+"""The scrolling record of one pane's conversation: user turns, streamed replies, notices.
+
+It scrolls from the keyboard (the pane binds PageUp/PageDown, ctrl+Home/End) and has a
+selection: ctrl+↑/↓ walk over the messages and, inside replies, each code block, so any of
+them can be copied, not only the last reply. Replies fold their thinking (`Reply`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from textual.containers import VerticalScroll
+from textual.widget import Widget
+from textual.widgets import Static
+from textual.widgets.markdown import MarkdownFence
+
+from app.core.conversation import ChatMessage
+from app.core.sanitize import for_display, strip_control, without_disputed_widths
+from app.ui.widgets.reply import Reply
+
+SELECTED = "-selected"
+
+
+class UserMessage(Static):
+    """A user turn; keeps its text for copying (Static's render is not the source)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = strip_control(text)
+        super().__init__(without_disputed_widths(self.text), classes="user", markup=False)
+
+
+def copy_text(widget: Widget) -> str:
+    """What copying a selectable widget gives: a message's text, a reply's answer, or a block's code."""
+    if isinstance(widget, UserMessage):
+        return widget.text
+    if isinstance(widget, MarkdownFence):
+        return widget.code
+    assert isinstance(widget, Reply)
+    return widget.answer
+
+
+class Transcript(VerticalScroll, can_focus=False):
+    """Messages top to bottom, anchored to the end so a stream stays in view.
+
+    Not focusable: Tab moves between panes' inputs, and the keys above scroll it.
+    Every text is drawn through `for_display` (here or in `Reply`); copies keep `strip_control`'s text.
+    """
+
+    def __init__(self, messages: Iterable[ChatMessage]) -> None:
+        self.show_thinking = False
+        super().__init__(*self.widgets_for(messages))
+        self.selected: Widget | None = None
+
+    def on_mount(self) -> None:
+        self.anchor()
+
+    def widgets_for(self, messages: Iterable[ChatMessage]) -> list[Widget]:
+        """One widget per message; used at compose time so a restored pane is complete when mounted."""
+        return [
+            UserMessage(m.content) if m.role == "user" else Reply(m.content, self.show_thinking)
+            for m in messages
+        ]
+
+    async def show(self, messages: Iterable[ChatMessage]) -> None:
+        """Replace everything with these messages (after an edit, a regenerate, a clear)."""
+        self.select(None)
+        await self.remove_children()
+        await self.mount_all(self.widgets_for(messages))
+        self.anchor()
+
+    async def add_user(self, text: str) -> None:
+        await self.mount(UserMessage(text))
+        self.anchor()
+
+    async def add_reply(self, text: str = "") -> Reply:
+        """A reply block; an empty one is the target of a stream."""
+        reply = Reply(text, self.show_thinking)
+        await self.mount(reply)
+        self.anchor()
+        return reply
+
+    async def add_notice(self, text: str, before: Widget | None = None) -> None:
+        """A one-off remark from the app (context full, request error), styled apart from the chat;
+        `before` a reply still streaming, so the remark is not pushed down by it."""
+        await self.mount(Static(for_display(text), classes="notice", markup=False), before=before)
+        self.anchor()
+
+    @property
+    def replies(self) -> list[Reply]:
+        return list(self.query_children(Reply))
+
+    def set_thinking_shown(self, shown: bool) -> None:
+        """Open (or fold) the thinking of every reply, and of the replies to come."""
+        self.show_thinking = shown
+        for reply in self.replies:
+            reply.set_thinking_shown(shown)
+
+    # ------------------------------------------------------------------ keyboard
+    def page(self, pages: int) -> None:
+        self.scroll_relative(y=pages * max(1, self.scrollable_content_region.height - 1), animate=False)
+
+    def jump(self, to_end: bool) -> None:
+        if to_end:
+            self.select(None)
+            self.scroll_end(animate=False)
+            self.anchor()
+        else:
+            self.scroll_home(animate=False)
+
+    def selectables(self) -> list[Widget]:
+        """Messages in order, each reply followed by its code blocks."""
+        items: list[Widget] = []
+        for child in self.children:
+            if isinstance(child, UserMessage | Reply):
+                items.append(child)
+                items.extend(child.query(MarkdownFence) if isinstance(child, Reply) else ())
+        return items
+
+    def selected_message(self) -> int | None:
+        """Index of the message the selection is in (a code block belongs to its reply), if any."""
+        selected = self.selected
+        if selected is None:
+            return None
+        messages = [c for c in self.children if isinstance(c, UserMessage | Reply)]
+        owner = next((a for a in selected.ancestors_with_self if a in messages), None)
+        return None if owner is None else messages.index(owner)
+
+    def move_selection(self, step: int) -> Widget | None:
+        """Select the previous (-1) or next (+1) item; from no selection, -1 starts at the last."""
+        items = self.selectables()
+        if not items:
+            return None
+        if self.selected in items:
+            index = items.index(self.selected) + step  # type: ignore[arg-type]
+        else:
+            index = len(items) - 1 if step < 0 else 0
+        self.select(items[max(0, min(index, len(items) - 1))])
+        return self.selected
+
+    def select(self, widget: Widget | None) -> None:
+        if self.selected is not None:
+            self.selected.remove_class(SELECTED)
+        self.selected = widget
+        if widget is not None:
+            widget.add_class(SELECTED)
+            self.release_anchor()
+            self.scroll_to_widget(widget, animate=False, top=widget.outer_size.height > self.size.height)

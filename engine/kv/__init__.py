@@ -1,0 +1,1 @@
+"""Who owns which KV block: the block pool and the prefix cache over full blocks."""

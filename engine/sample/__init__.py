@@ -1,0 +1,1 @@
+"""Choosing tokens: the batched sampler, logprobs and logit bias."""

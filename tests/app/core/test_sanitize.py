@@ -1,0 +1,91 @@
+"""Model output never carries a terminal control sequence to the screen."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.cells import cell_len
+
+from app.core.sanitize import StreamStripper, for_display, strip_control
+
+
+@pytest.mark.parametrize(
+    ("raw", "shown"),
+    [
+        ("a\x1b[31mred\x1b[0m", "ared"),  # SGR colours
+        ("x\x1b]0;new title\x07y", "xy"),  # window title (OSC, BEL-terminated)
+        ("x\x1b]52;c;cm0gLXJm\x1b\\y", "xy"),  # clipboard write (OSC 52, ST-terminated)
+        ("\x1bP+q544e\x1b\\ok", "ok"),  # DCS query
+        ("k\x1b(0z", "kz"),  # charset switch
+        ("8bit \x9b2J csi", "8bit  csi"),  # C1 CSI
+        ("bell\x07 back\x08space\r cr\x00", "bell backspace cr"),  # C0 controls
+        ("cut at the end \x1b[3", "cut at the end "),  # a sequence split across stream deltas
+        ("unterminated \x1b]0;title", "unterminated "),
+    ],
+)
+def test_control_sequences_are_removed(raw: str, shown: str) -> None:
+    assert strip_control(raw) == shown
+
+
+def test_text_newlines_tabs_and_unicode_are_kept() -> None:
+    text = "def f():\n\treturn '日本語 🙂 café'\n"
+    assert strip_control(text) == text
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    st.text(alphabet="\x1b\x9b\x9c\x9d\x90[]P^_\\;0:m\x07\x00\r\n\ta")
+    | st.text(st.characters(max_codepoint=0x2FF))
+)
+def test_any_text_comes_out_without_controls_and_cleaning_twice_changes_nothing(raw: str) -> None:
+    shown = strip_control(raw)
+    assert not re.search(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]", shown)
+    assert strip_control(shown) == shown
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet="\x1b\x9b\x9c\x9d\x90[]P^_\\;0:m\x07\x00\r\n\ta"), st.lists(st.integers(0, 60)))
+def test_text_cleaned_in_pieces_is_the_text_cleaned_whole(raw: str, cuts: list[int]) -> None:
+    """`lfm-chat -p` prints a reply as it streams and saves it whole: both must be the same text."""
+    stripper, pieces, start = StreamStripper(), [], 0
+    for end in sorted(min(cut, len(raw)) for cut in cuts):
+        pieces.append(stripper.feed(raw[start:end]))
+        start = end
+    pieces += [stripper.feed(raw[start:]), stripper.finish()]
+    assert "".join(pieces) == strip_control(raw)
+
+
+def test_text_after_a_finished_sequence_is_not_held_back() -> None:
+    stripper = StreamStripper()
+    assert stripper.feed("a\x1b[31") == "a"
+    assert stripper.feed("mred") == "red"
+
+
+DISPUTED = "\ufe0f\U0001f3fb\U0001f3fc\U0001f3fd\U0001f3fe\U0001f3ff"
+
+
+@pytest.mark.parametrize(
+    ("raw", "drawn", "cells"),
+    [
+        ("\u26a0\ufe0f careful", "\u26a0 careful", 9),  # tmux and xterm draw "⚠️" in one cell
+        ("\u2764\ufe0f", "\u2764", 1),
+        ("\U0001f44d\U0001f3fd ok", "\U0001f44d ok", 5),  # such terminals draw the tone as a second emoji
+        ("caf\u00e9 \u65e5\u672c \U0001f642", "caf\u00e9 \u65e5\u672c \U0001f642", 12),  # nothing disputed
+    ],
+)
+def test_characters_terminals_disagree_on_are_not_drawn(raw: str, drawn: str, cells: int) -> None:
+    assert for_display(raw) == drawn
+    assert cell_len(for_display(raw)) == cells
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(DISPUTED) | st.characters(exclude_categories=("Cc", "Cs"))))
+def test_only_the_disputed_characters_are_dropped_from_what_is_drawn(raw: str) -> None:
+    drawn = for_display(raw)
+    assert not set(drawn) & set(DISPUTED)
+    assert drawn == "".join(c for c in raw if c not in DISPUTED)
+    assert for_display(drawn) == drawn
+    assert for_display(raw + raw) == drawn + drawn  # a streamed reply may be drawn piece by piece

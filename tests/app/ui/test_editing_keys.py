@@ -1,0 +1,100 @@
+"""The input box's editing keys behave as in a shell and do nothing else (issue 39, item 1): the
+app's actions that sat on them moved, and nothing one keypress does loses a draft."""
+
+from __future__ import annotations
+
+from tests.app.ui.test_typed_keys_and_panes import chat, notes, seed
+
+from app.app import LfmChatApp
+from app.store.database import Store
+from app.ui.screens.chat import ChatScreen
+from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
+
+
+def contents(screen: ChatScreen) -> list[list[str]]:
+    return [[m.content for m in pane.conversation.messages] for pane in screen.panes]
+
+
+async def launch_with_a_chat(make_options: MakeOptions) -> LfmChatApp:
+    options = make_options(panes=2)
+    options.data_dir.mkdir(parents=True)
+    seed(Store(options.store_path), chat("First question"), chat("Other pane"))
+    return LfmChatApp(options)
+
+
+async def test_line_editing_keys_edit_the_box_and_nothing_else(make_options: MakeOptions) -> None:
+    app = await launch_with_a_chat(make_options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        await wait_until(
+            pilot, lambda: contents(screen)[0] == ["First question", "Hi, plainly."], "the chats"
+        )
+        before = contents(screen)
+        prompt = screen.panes[0].prompt_input
+        prompt.focus()
+        prompt.restore("one two three")
+        steps = [
+            (("ctrl+a", "x"), "xone two three"),  # line start
+            (("ctrl+e", "y"), "xone two threey"),  # line end
+            (("ctrl+w",), "xone two "),  # word back deleted
+            (("ctrl+y",), "xone two threey"),  # and put back
+            (("alt+b", "alt+b", "ctrl+k"), "xone "),  # two words back, delete to the end
+            (("ctrl+y", "ctrl+b", "ctrl+d"), "xone two three"),  # yank, char back, delete char
+            (("ctrl+a", "alt+f", "alt+d"), "xone three"),  # word forward, delete word forward
+            (("ctrl+f", "ctrl+u"), "three"),  # char forward, delete to line start
+            (("ctrl+z",), "xone three"),  # undo
+        ]
+        for keys, expected in steps:
+            await pilot.press(*keys)
+            await wait_until(pilot, lambda e=expected: prompt.text == e, f"{keys} to leave {expected!r}")
+        assert len(screen.panes) == 2
+        assert contents(screen) == before
+        assert app.focused is prompt
+
+
+async def test_the_moved_actions_run_on_their_new_keys(make_options: MakeOptions) -> None:
+    app = await launch_with_a_chat(make_options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        await wait_until(
+            pilot, lambda: contents(screen)[0] == ["First question", "Hi, plainly."], "the chats"
+        )
+        screen.panes[0].prompt_input.focus()
+        await pilot.press("alt+n")
+        await wait_until(pilot, lambda: len(screen.panes) == 3, "alt+n to open a pane")
+        await pilot.press("alt+w")
+        await wait_until(pilot, lambda: len(screen.panes) == 2, "alt+w to close the empty pane")
+        await pilot.press("f9")
+        assert not screen.dashboard_wanted
+        first = screen.panes[0]
+        first.prompt_input.focus()
+        await pilot.press("alt+e")
+        await wait_until(pilot, lambda: first.prompt_input.text == "First question", "alt+e to edit")
+        second = screen.panes[1]
+        second.prompt_input.focus()
+        await pilot.press("alt+l")
+        await wait_until(pilot, lambda: second.conversation.messages == [], "alt+l to clear")
+
+
+async def test_a_draft_survives_closing_and_editing_over_it(make_options: MakeOptions) -> None:
+    app = await launch_with_a_chat(make_options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        await wait_until(
+            pilot, lambda: contents(screen)[0] == ["First question", "Hi, plainly."], "the chats"
+        )
+        first = screen.panes[0]
+        first.prompt_input.focus()
+        await pilot.press(*"draft")
+        await pilot.press("alt+w")
+        await wait_until(pilot, lambda: "has a message not sent" in notes(app), "the close to ask first")
+        assert len(screen.panes) == 2
+        assert first.prompt_input.text == "draft"
+
+        await pilot.press("alt+e")
+        await wait_until(pilot, lambda: first.prompt_input.text == "First question", "the edit")
+        await pilot.press("ctrl+z")
+        await wait_until(pilot, lambda: first.prompt_input.text == "draft", "undo to give the draft back")
+
+        await pilot.press("alt+w", "alt+w")
+        await wait_until(pilot, lambda: len(screen.panes) == 1, "a second press to close it")

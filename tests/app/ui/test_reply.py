@@ -1,0 +1,101 @@
+"""A reply's parts while it streams: thinking shows as it is written and folds when the answer starts."""
+
+from __future__ import annotations
+
+import pytest
+from textual.app import App, ComposeResult
+
+from app.core.export import reply_markdown
+from app.core.reply_parts import Part, answer_text, split_reply
+from app.ui.widgets.reply import AnswerMarkdown, Reply, ThinkingBlock, ToolCallBlock
+
+
+@pytest.mark.parametrize(
+    ("text", "parts"),
+    [
+        ("plain", [Part("text", "plain")]),
+        ("<think>still", [Part("thinking", "still", closed=False)]),
+        ("<think>a b</think>Answer", [Part("thinking", "a b"), Part("text", "Answer")]),
+        # a template that opens <think> in the prompt leaves only the closing tag in the reply
+        ("reasoning</think>\n\nAnswer", [Part("thinking", "reasoning"), Part("text", "\n\nAnswer")]),
+        (
+            "Call:<|tool_call_start|>[f(x=1)]<|tool_call_end|>ok",
+            [Part("text", "Call:"), Part("tool_call", "[f(x=1)]"), Part("text", "ok")],
+        ),
+        ("<|tool_call_start|>[f(", [Part("tool_call", "[f(", closed=False)]),
+        ("x <|tool_call_end|> y", [Part("text", "x <|tool_call_end|> y")]),  # closes nothing: text
+    ],
+)
+def test_split_reply(text: str, parts: list[Part]) -> None:
+    assert split_reply(text) == parts
+
+
+def test_the_answer_leaves_out_thinking_and_markers() -> None:
+    text = "<think>hidden</think>Use <|tool_call_start|>[f()]<|tool_call_end|>"
+    assert answer_text(text) == "Use [f()]"
+    exported = reply_markdown(text)
+    assert "<details><summary>Thinking</summary>" in exported and "```tool-call\n[f()]\n```" in exported
+    assert "<think>" not in exported and "<|tool_call" not in exported
+
+
+class ReplyHost(App[None]):
+    def __init__(self) -> None:
+        super().__init__()
+        self.reply = Reply()
+
+    def compose(self) -> ComposeResult:
+        yield self.reply
+
+
+async def test_thinking_streams_in_view_then_folds_when_the_answer_starts() -> None:
+    app = ReplyHost()
+    async with app.run_test() as pilot:
+        reply = app.reply
+        await reply.update("<think>Let me")
+        await pilot.pause()
+        thinking = reply.query_one(ThinkingBlock)
+        assert thinking.body.display and "Thinking…" in str(thinking.header.render())
+
+        await reply.update("<think>Let me see</think>The ans")
+        await reply.update("<think>Let me see</think>The answer is 4.")
+        await reply.finish()
+        await pilot.pause()
+        assert reply.query_one(ThinkingBlock) is thinking  # the same block, now folded
+        assert not thinking.body.display and str(thinking.header.render()).startswith("▸ Thought · 3 words")
+        assert reply.query_one(AnswerMarkdown).source == "The answer is 4."
+
+        await pilot.click(ThinkingBlock)
+        assert thinking.body.display  # a click opens it
+        reply.set_thinking_shown(False)
+        assert not thinking.body.display
+
+
+async def test_a_rewritten_reply_is_redrawn_part_by_part() -> None:
+    app = ReplyHost()
+    async with app.run_test() as pilot:
+        reply = app.reply
+        await reply.update("Calling <|tool_call_start|>[f(x=")
+        await reply.update("Calling <|tool_call_start|>[f(x=1)]<|tool_call_end|>")
+        await pilot.pause()
+        call = reply.query_one(ToolCallBlock)
+        assert call.border_title == "tool call" and call.render().plain == "[f(x=1)]"  # type: ignore[union-attr]
+        await reply.update("Something else entirely")  # not an extension: the parts are rebuilt
+        await reply.finish()
+        await pilot.pause()
+        assert not reply.query(ToolCallBlock)
+        assert reply.query_one(AnswerMarkdown).source == "Something else entirely"
+
+
+async def test_a_reply_is_drawn_without_disputed_widths_and_copied_whole() -> None:
+    """A reply's "⚠️" and "👍🏽" are drawn as "⚠" and "👍", whose widths every terminal agrees on
+    (a pane's border stays put in tmux); copying the reply gives the model's characters."""
+    app = ReplyHost()
+    async with app.run_test() as pilot:
+        reply = app.reply
+        text = "\u26a0\ufe0f Careful \U0001f44d\U0001f3fd"
+        await reply.update(text[:3])
+        await reply.update(text)
+        await reply.finish()
+        await pilot.pause()
+        assert reply.query_one(AnswerMarkdown).source == "\u26a0 Careful \U0001f44d"
+        assert reply.answer == text

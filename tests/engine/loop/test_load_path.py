@@ -1,0 +1,97 @@
+"""Loading resolves once: each load reads a checkpoint's config.json once and resolves the engine's
+config once, whichever entry point starts it and whether or not a draft model comes along.
+
+The loads are real (tiny checkpoints); only the two calls are wrapped, to count them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from tests.engine.speculative.test_draft_model import DRAFT_PRESET
+
+from engine import Engine, EngineConfig, ModelSource, SamplingParams, load_engine
+from model.checkpoint.loader import load_model
+from model.text.tokenizer import Tokenizer
+
+CONFIG = {"dtype": "float32", "num_kv_blocks": 64}
+GREEDY = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
+
+
+class Counts:
+    """How often the engine's config was resolved, and each checkpoint's config.json opened."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.resolves = 0
+        self.config_reads: Counter[Path] = Counter()
+        resolve, open_file = EngineConfig.resolve, Path.open
+
+        def counting_resolve(config: EngineConfig, *args, **kwargs) -> EngineConfig:
+            self.resolves += 1
+            return resolve(config, *args, **kwargs)
+
+        def counting_open(path: Path, *args, **kwargs):
+            if path.name == "config.json":  # Path.read_text and read_bytes open through here too
+                self.config_reads[path.parent.resolve()] += 1
+            return open_file(path, *args, **kwargs)
+
+        monkeypatch.setattr(EngineConfig, "resolve", counting_resolve)
+        monkeypatch.setattr(Path, "open", counting_open)
+
+
+@pytest.fixture
+def draft_ckpt(tiny_ckpt_factory) -> Path:
+    """Another model with the tiny checkpoints' tokenizer."""
+    return tiny_ckpt_factory(DRAFT_PRESET)
+
+
+@pytest.mark.parametrize("with_draft", [False, True], ids=["alone", "with-draft"])
+def test_from_pretrained_reads_and_resolves_the_config_once(tiny_ckpt, draft_ckpt, with_draft, monkeypatch):
+    draft = {"draft_model": str(draft_ckpt)} if with_draft else {}
+    counts = Counts(monkeypatch)
+    engine = Engine.from_pretrained(tiny_ckpt, EngineConfig(**CONFIG, **draft))
+    assert counts.resolves == 1
+    expected = {tiny_ckpt.resolve(): 1, **({draft_ckpt.resolve(): 1} if with_draft else {})}
+    assert dict(counts.config_reads) == expected
+    assert len(engine.generate([[20, 21, 22]], GREEDY)[0].token_ids) == 4
+
+
+def test_an_engine_on_a_loaded_model_resolves_once_and_loads_the_draft_once(
+    tiny_ckpt, draft_ckpt, monkeypatch
+):
+    model, tokenizer = load_model(tiny_ckpt, "float32"), Tokenizer.from_pretrained(tiny_ckpt)
+    counts = Counts(monkeypatch)
+    engine = Engine(model, tokenizer, EngineConfig(**CONFIG, draft_model=str(draft_ckpt)))
+    assert counts.resolves == 1
+    assert dict(counts.config_reads) == {draft_ckpt.resolve(): 1}  # the model's was read by its caller
+    engine.generate([[20, 21, 22, 20, 21, 22]], GREEDY)
+    assert engine.metrics.spec_draft_tokens > 0
+
+
+def test_a_launch_reads_and_resolves_once_and_reports_each_stage_in_order(
+    tiny_ckpt, draft_ckpt, tmp_path, monkeypatch
+):
+    """The app's and `serve`'s path (engine/loop/launch.py), the stages as the loading screen shows them."""
+    stages: list[str] = []
+
+    def progress(stage: str, fraction: float | None) -> None:
+        if not stages or stages[-1] != stage:
+            stages.append(stage)
+
+    counts = Counts(monkeypatch)
+    source = ModelSource(model=str(tiny_ckpt))
+    load_engine(source, {**CONFIG, "draft_model": str(draft_ckpt)}, tmp_path, progress)
+    assert counts.resolves == 1
+    assert dict(counts.config_reads) == {tiny_ckpt.resolve(): 1, draft_ckpt.resolve(): 1}
+    kernels = [s for s in stages if s.startswith("building CPU kernels")]
+    assert stages == [
+        "locating checkpoint",  # once: Engine.from_pretrained takes the directory the launch located
+        "importing PyTorch",
+        *kernels,
+        "loading weights",
+        "draft model: locating checkpoint",
+        "draft model: loading weights",
+        "allocating cache",
+    ]
