@@ -8,9 +8,13 @@ lists), never its modules nor model/; server/ uses that API as the app does and 
 app; the command line (cli/) sits above both and talks to the engine through the same API; the
 engine knows nothing above it, nor does the model.
 
-Inside model/, the architectures (model/arch/) are plain PyTorch that reads like the reference:
-the native acceleration (model/native/) builds on them and is swapped in underneath by the
-loader, so arch/ never imports native/.
+Inside each of engine/, app/ and model/ the wings are floors (WINGS): a wing imports only the wings
+on the floors below it, never one beside it or above. Inside model/, the architectures
+(model/arch/) are plain PyTorch that reads like the reference: the native acceleration
+(model/native/) builds on them and is swapped in underneath by the loader, so arch/ never imports
+native/. Inside engine/, core/ is what every part shares and runs no model; the loop (scheduler,
+runner, engine) stands on the parts. Inside app/, only ui/ (and the App in app.py) imports
+Textual: the session (the conversation outside the widget) stands below the ui.
 """
 
 from __future__ import annotations
@@ -74,8 +78,37 @@ def test_imports_point_down_the_layers(package: str) -> None:
     assert not wrong, "imports against the layers (see the docstring):\n" + "\n".join(wrong)
 
 
-# package: the model/ subpackages it must not import
-INNER_RULES = {"model/arch": ("model.native",)}
+# each package's wings from the bottom floor up; wings in one tuple share a floor
+WINGS = {
+    "engine": ["core", ("kv", "sample", "structured"), "speculative", "loop", "worker"],
+    "app": ["core", "backend", "store", "session", "ui"],
+    "model": ["arch", ("native", "text"), "quant", "checkpoint", "tiny"],
+}
+
+
+def inner_rules() -> dict[str, tuple[str, ...]]:
+    """wing folder -> the wings of its package it must not import (its own floor and those above)."""
+    rules = {}
+    for package, floors in WINGS.items():
+        floors = [(f,) if isinstance(f, str) else f for f in floors]
+        for level, floor in enumerate(floors):
+            higher = [w for f in floors[level:] for w in f]
+            for wing in floor:
+                rules[f"{package}/{wing}"] = tuple(f"{package}.{w}" for w in higher if w != wing)
+    for wing in ("core", "backend", "store", "session"):
+        rules[f"app/{wing}"] += ("textual",)
+    return rules
+
+
+INNER_RULES = inner_rules()
+
+
+def test_every_wing_has_a_floor() -> None:
+    """A new folder in engine/, app/ or model/ is placed on a floor, so the rule above covers it."""
+    for package, floors in WINGS.items():
+        placed = {w for f in floors for w in ((f,) if isinstance(f, str) else f)}
+        folders = {p.name for p in (ROOT / package).iterdir() if (p / "__init__.py").is_file()}
+        assert folders == placed, f"{package}/: place each wing on a floor in WINGS"
 
 
 @pytest.mark.parametrize("package", sorted(INNER_RULES))
@@ -83,6 +116,6 @@ def test_inner_packages_point_one_way(package: str) -> None:
     wrong = [
         f"{where}: {module}"
         for where, module in imports(package)
-        if any(module == below or module.startswith(f"{below}.") for below in INNER_RULES[package])
+        if any(module == other or module.startswith(f"{other}.") for other in INNER_RULES[package])
     ]
-    assert not wrong, "imports against the layers inside model/ (see the docstring):\n" + "\n".join(wrong)
+    assert not wrong, "imports against the floors of the wings (see the docstring):\n" + "\n".join(wrong)
