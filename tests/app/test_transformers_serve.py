@@ -15,11 +15,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tests.app.backend.test_remote_backend import run, text
 
 from app.backend.remote import RemoteBackend
 from app.core.conversation import ChatSettings
 from bench.served import served
+from tests.app.backend.test_remote_backend import run, text
 
 pytest.importorskip("fastapi", reason="transformers serve needs transformers[serving]")
 pytestmark = pytest.mark.subprocess  # `transformers serve`, started by bench/served.py

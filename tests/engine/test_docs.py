@@ -107,6 +107,8 @@ def test_the_architecture_file_map_lists_every_engine_module():
 
 def test_every_file_the_architecture_names_exists():
     text = (ROOT / "docs" / "ARCHITECTURE.md").read_text(encoding="utf-8")
-    named = set(re.findall(r"\b((?:engine|app|model|server|cli|bench|tests)/[\w/]+\.(?:py|cpp|h|tcss))", text))
+    named = set(
+        re.findall(r"\b((?:engine|app|model|server|cli|bench|tests)/[\w/]+\.(?:py|cpp|h|tcss))", text)
+    )
     missing = sorted(path for path in named if not (ROOT / path).is_file())
     assert not missing, f"docs/ARCHITECTURE.md names files that do not exist: {missing}"

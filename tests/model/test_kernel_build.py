@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import shutil
 from pathlib import Path
 
@@ -15,12 +16,29 @@ def _copy_sources(folder: Path) -> tuple[Path, ...]:
     return tuple(Path(shutil.copy(source, folder / source.name)) for source in build.SOURCES)
 
 
-def test_two_copies_of_the_same_sources_build_under_two_names(tmp_path):
-    """A checkout and an installed wheel: torch's build file names sources by absolute path, so one
-    shared name would make each rebuild over the other at every launch."""
+def test_two_copies_of_the_same_sources_share_one_build(tmp_path):
+    """A checkout, a fresh clone and an installed wheel build once between them: the name is the
+    contents', and the build compiles copies staged in its own folder, at one absolute path."""
     checkout = _copy_sources(tmp_path / "checkout")
     wheel = _copy_sources(tmp_path / "site-packages")
-    assert build._digest(checkout, "avx2") != build._digest(wheel, "avx2")
+    assert build._digest(checkout, "avx2") == build._digest(wheel, "avx2")
+    folder = tmp_path / "build" / "src"
+    staged = build.stage_sources(checkout, folder)
+    assert [path.read_bytes() for path in staged] == [path.read_bytes() for path in build.SOURCES]
+    assert (folder / "vec" / "avx2.h").read_bytes() == (
+        build.SOURCES[0].parent / "vec" / "avx2.h"
+    ).read_bytes()
+
+
+def test_staging_again_leaves_the_staged_files_alone(tmp_path):
+    """ninja rebuilds a source newer than its object: staging the same sources must not touch them."""
+    folder = tmp_path / "src"
+    staged = build.stage_sources(build.SOURCES, folder)
+    before = [path.stat().st_mtime_ns for path in staged]
+    for path in staged:  # an mtime a rewrite could not keep
+        os.utime(path, ns=(1, 1))
+    build.stage_sources(build.SOURCES, folder)
+    assert [path.stat().st_mtime_ns for path in staged] == [1] * len(staged) != before
 
 
 def test_a_build_is_reused_only_for_the_same_sources_and_flags(tmp_path):

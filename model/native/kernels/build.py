@@ -2,7 +2,9 @@
 
 Builds go through `torch.utils.cpp_extension` and are cached under torch's extensions
 directory, named by instruction set and a digest of the sources, headers and flags: a changed
-source is a new build, and two installs (a checkout and a wheel) never rebuild over each other.
+source is a new build. torch's build file names the sources by absolute path, so they are first
+copied into the build's own folder: every copy of the same sources (a checkout, a fresh clone, an
+installed wheel) then builds once and shares that build instead of rebuilding over the others.
 The flags name the instruction sets' features rather than -march=native, so a cached build
 also runs on the next machine that has them (a shared home directory, a copied cache).
 """
@@ -56,17 +58,35 @@ def _put_ninja_on_path() -> None:
         os.environ["PATH"] = os.pathsep.join((ninja.BIN_DIR, os.environ.get("PATH", "")))
 
 
+def _files(sources: tuple[Path, ...]) -> list[tuple[str, bytes]]:
+    """(name in the build folder, contents) of the sources and of the package's headers."""
+    here = Path(__file__).parent
+    headers = sorted(here.rglob("*.h"))
+    return [(s.name, s.read_bytes()) for s in sources] + [
+        (h.relative_to(here).as_posix(), h.read_bytes()) for h in headers
+    ]
+
+
 def _digest(sources: tuple[Path, ...], isa: str) -> str:
-    """Sources, headers, flags and where the sources are in the build's name: a build is reused only
-    for exactly these. torch's build file names the sources by absolute path, so two copies of the
-    same sources (a checkout and an installed wheel) sharing one name would rebuild over each other."""
-    files = sorted({*sources, *Path(__file__).parent.rglob("*.h")})
+    """Flags, sources and headers by content: a build is reused exactly for these, wherever they are."""
     digest = hashlib.sha256(" ".join(compile_flags(isa)).encode())
-    for source in sources:
-        digest.update(str(source.resolve()).encode())
-    for path in files:
-        digest.update(path.name.encode() + path.read_bytes())
+    for name, data in _files(sources):
+        digest.update(name.encode() + b"\0" + data)
     return digest.hexdigest()[:10]
+
+
+def stage_sources(sources: tuple[Path, ...], folder: Path) -> list[Path]:
+    """Copy the sources and headers into ``folder``; the staged sources. A file already there with the
+    same contents is left alone: a new mtime would make ninja rebuild what is built."""
+    for name, data in _files(sources):
+        target = folder / name
+        if target.is_file() and target.read_bytes() == data:
+            continue
+        target.parent.mkdir(parents=True, exist_ok=True)
+        partial = target.with_name(f".{target.name}.{os.getpid()}.partial")
+        partial.write_bytes(data)
+        os.replace(partial, target)  # another process staging at once sees the whole file or none
+    return [folder / source.name for source in sources]
 
 
 # A build takes a minute or two; torch's lock file older than this was left by a build that was killed
@@ -96,13 +116,15 @@ def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | N
         from torch.utils.cpp_extension import load as load_extension
 
         _put_ninja_on_path()
-        clear_stale_lock(Path(_get_build_directory(name, False)))
+        build_directory = Path(_get_build_directory(name, False))
+        clear_stale_lock(build_directory)
+        staged = stage_sources(sources, build_directory / "src")
         module = load_extension(
             name=name,
-            sources=[str(source) for source in sources],
+            sources=[str(source) for source in staged],
             extra_cflags=compile_flags(isa),
             extra_ldflags=["-fopenmp"],
-            extra_include_paths=[str(Path(__file__).parent)],
+            extra_include_paths=[str(build_directory / "src")],
             verbose=False,
         )
     except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once

@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import httpx
 import pytest
-from tests.app.backend.test_remote_backend import snapshot_when
 
 from app.backend import server_metrics
 from app.backend.remote import RemoteBackend
 from app.backend.server_metrics import NO_METRICS, TOO_LARGE, MetricsPoller, ServerSnapshot
+from tests.app.backend.test_remote_backend import snapshot_when
 from tests.app.fake_openai import VLLM_METRICS, FakeServer
 
 GOOD = VLLM_METRICS % {"running": 2, "generated": 40}

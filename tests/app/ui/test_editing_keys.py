@@ -3,12 +3,11 @@ app's actions that sat on them moved, and nothing one keypress does loses a draf
 
 from __future__ import annotations
 
-from tests.app.ui.test_typed_keys_and_panes import chat, notes, seed
-
 from app.app import LfmChatApp
 from app.store.database import Store
 from app.ui.screens.chat import ChatScreen
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
+from tests.app.ui.test_typed_keys_and_panes import chat, notes, seed
 
 
 def contents(screen: ChatScreen) -> list[list[str]]:

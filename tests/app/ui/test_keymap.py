@@ -8,12 +8,12 @@ from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from tests.app.ui.test_panes import footer_labels
 from textual.binding import Binding
 
 from app.app import LfmChatApp
 from app.ui.keys import MAX_KEYMAP_BYTES, PANE_KEYS, key, parse_keymap, refusal
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
+from tests.app.ui.test_panes import footer_labels
 
 CHAT = [
     *[b for b in PANE_KEYS if isinstance(b, Binding)],

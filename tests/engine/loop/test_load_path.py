@@ -10,11 +10,11 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from tests.engine.speculative.test_draft_model import DRAFT_PRESET
 
 from engine import Engine, EngineConfig, ModelSource, SamplingParams, load_engine
 from model.checkpoint.loader import load_model
 from model.text.tokenizer import Tokenizer
+from tests.engine.speculative.test_draft_model import DRAFT_PRESET
 
 CONFIG = {"dtype": "float32", "num_kv_blocks": 64}
 GREEDY = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)

@@ -5,11 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.engine.loop.test_scheduler import step
-
 from engine.core.sampling_params import SamplingParams
 from engine.kv.block_manager import BlockManager
 from engine.loop.scheduler import Scheduler
+from tests.engine.loop.test_scheduler import step
 
 BS = 4
 

@@ -11,7 +11,6 @@ from typing import NamedTuple
 
 import pytest
 import torch
-from tests.engine.speculative.test_speculative import SCHEDULES
 
 from engine import Engine, EngineConfig, SamplingParams
 from engine.sample.sampler import SamplingRow
@@ -21,6 +20,7 @@ from model.checkpoint.loader import load_model
 from model.errors import CheckpointError
 from model.text.tokenizer import Tokenizer
 from tests.engine.conftest import random_prompt
+from tests.engine.speculative.test_speculative import SCHEDULES
 
 GREEDY = SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True)
 DRAFT_PRESET = "lfm2_like"  # another model with the tiny LFM2 checkpoints' tokenizer

@@ -15,7 +15,6 @@ from pathlib import Path
 
 from hypothesis import given
 from hypothesis import strategies as st
-from tests.engine.loop.test_scheduler import step
 
 from engine import SamplingParams
 from engine.core.drafting import DISABLE_BY_BATCH_SIZE, MAX_DRAFT_TOKENS, draft_rows
@@ -24,6 +23,7 @@ from engine.kv.block_manager import BlockManager
 from engine.loop.scheduler import Scheduler
 from engine.speculative.ngram import NgramIndex, NgramProposer
 from tests.engine.conftest import random_prompt
+from tests.engine.loop.test_scheduler import step
 
 ROOT = Path(__file__).resolve().parents[2]
 BS = 4
