@@ -245,7 +245,7 @@ def test_a_killed_process_leaves_a_sound_database_and_no_lock(path: Path) -> Non
                 print("saving", flush=True)
         """
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     process = subprocess.Popen(
         [sys.executable, "-c", child, str(path)], cwd=root, stdout=subprocess.PIPE, text=True
     )

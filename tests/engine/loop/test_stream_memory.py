@@ -64,7 +64,7 @@ def test_a_20k_token_reply_leaves_under_50_mib_behind(tiny_ckpt_factory):
     path = tiny_ckpt_factory(
         "default", num_hidden_layers=2, layer_types=[CONV, ATTENTION], max_position_embeddings=32768
     )
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     done = subprocess.run(
         [sys.executable, "-c", SCENARIO, str(path), str(REPLY_TOKENS)],
         cwd=root,

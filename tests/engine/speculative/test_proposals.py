@@ -25,7 +25,7 @@ from engine.speculative.ngram import NgramIndex, NgramProposer
 from tests.engine.conftest import random_prompt
 from tests.engine.loop.test_scheduler import step
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 BS = 4
 PROPOSED = list(range(100, 100 + MAX_DRAFT_TOKENS))
 
@@ -48,7 +48,7 @@ def decoding(s: Scheduler, new_request, count: int, prompt_len: int = 3, **param
 
 
 def test_the_scheduler_imports_no_torch_and_no_model_code() -> None:
-    source = (ROOT / "engine" / "scheduler.py").read_text(encoding="utf-8")
+    source = (ROOT / "engine" / "loop" / "scheduler.py").read_text(encoding="utf-8")
     names = []
     for node in ast.walk(ast.parse(source)):  # nested and TYPE_CHECKING imports count too
         if isinstance(node, ast.Import):
@@ -57,7 +57,7 @@ def test_the_scheduler_imports_no_torch_and_no_model_code() -> None:
             names.append(node.module)
     assert not [name for name in names if name.partition(".")[0] in ("torch", "model")]
     # nor does anything it imports, however deep
-    probe = "import engine.scheduler, sys; print(sorted(m.split('.')[0] for m in sys.modules))"
+    probe = "import engine.loop.scheduler, sys; print(sorted(m.split('.')[0] for m in sys.modules))"
     run = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, check=True)
     assert not {"torch", "model"} & set(ast.literal_eval(run.stdout))
 
