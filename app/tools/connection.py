@@ -11,17 +11,13 @@ hung up) and lines that are not JSON-RPC, which fail the calls in flight with on
 from __future__ import annotations
 
 import asyncio
-import os
-import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import anyio
 from mcp import ClientSession, types
-from mcp.client.stdio import StdioServerParameters, stdio_client
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
@@ -31,11 +27,11 @@ from app.sanitize import strip_control
 from app.tools import cleaning
 from app.tools.config import HttpServer, ServerConfig, StdioServer
 from app.tools.stderr_tail import StderrTail
+from app.tools.stdio import MessageTooLong, stdio_transport
 
 State = Literal["stopped", "starting", "ready", "failed"]
 MAX_TOOLS = 128  # per server, as OpenAI's own limit per request
 MAX_PAGES = 8
-GUARD = Path(__file__).with_name("guard.py")
 
 
 class CallFailed(Exception):
@@ -128,7 +124,7 @@ class Connection:
             raise
         finally:
             self._session = None
-            self._trouble(self._gone_reason())
+            self._trouble(self._gone_reason(" during the call"))
             if self._stderr is not None:
                 self._stderr.close()
 
@@ -144,24 +140,19 @@ class Connection:
             return
         assert isinstance(config, StdioServer)
         self._stderr = StderrTail()
-        guarded = StdioServerParameters(
-            command=sys.executable,
-            args=["-I", "-S", str(GUARD), str(os.getpid()), config.command, *config.args],
-            env=dict(config.env),
-            cwd=config.cwd,
-        )
-        async with stdio_client(guarded, errlog=self._stderr.writer) as streams:  # type: ignore[arg-type]
-            self._stderr.spawned()
+        async with stdio_transport(config, self._stderr) as streams:
             yield streams
 
     async def _relay(self, read: Any, send: Any, ended: anyio.Event) -> None:
         """Transport -> session; a line that is not JSON-RPC fails the calls in flight."""
         async with send:
             async for item in read:
-                if isinstance(item, Exception):
-                    self._trouble(f"{self.name} sent a reply that is not JSON-RPC")
-                    continue
-                await send.send(item)
+                if isinstance(item, MessageTooLong):
+                    self._trouble(f"The server {self.name} sent {item}")
+                elif isinstance(item, Exception):
+                    self._trouble(f"The server {self.name} sent a line that is not JSON-RPC")
+                else:
+                    await send.send(item)
         ended.set()
 
     async def _list_tools(self, session: ClientSession) -> list[ListedTool]:
@@ -188,13 +179,14 @@ class Connection:
         self.reason = "; ".join(notes)
         return tools
 
-    def _gone_reason(self) -> str:
+    def _gone_reason(self, when: str = "") -> str:
         what = "exited" if isinstance(self.config, StdioServer) else "closed the connection"
-        return self._with_stderr(f"{self.name} {what}")
+        return self._with_stderr(f"The server {self.name} {what}{when}")
 
     def _with_stderr(self, sentence: str) -> str:
+        """The sentence, and the last line the server wrote to stderr: often the reason, in its words."""
         said = self._stderr.last_line() if self._stderr is not None else ""
-        return f"{sentence}: {said}" if said else sentence
+        return f"{sentence}; its last words: {said}" if said else sentence
 
     def _trouble(self, reason: str) -> None:
         for trouble in self._troubles:
@@ -207,7 +199,7 @@ class Connection:
         answered with an error). Cancelling the caller cancels the request."""
         session = self._session
         if session is None:
-            raise CallFailed(f"the server {self.name} is not running ({self.reason or self.state})")
+            raise CallFailed(f"The server {self.name} is not running ({self.reason or self.state})")
         trouble: asyncio.Future[str] = asyncio.get_running_loop().create_future()
         request = asyncio.ensure_future(session.call_tool(tool, arguments))
         self._troubles.add(trouble)
@@ -225,14 +217,14 @@ class Connection:
                 return request.result()
             except MCPError as exc:
                 if exc.error.code == CONNECTION_CLOSED:
-                    raise CallFailed(self._gone_reason() + " during the call") from None
+                    raise CallFailed(self._gone_reason(" during the call")) from None
                 said = _sentence(exc.error.message)
-                raise CallFailed(f"{self.name} answered with an error: {said}") from None
+                raise CallFailed(f"The server {self.name} answered with an error: {said}") from None
             except Exception as exc:  # a malformed result is the server's failure
-                raise CallFailed(f"{self.name} failed: {_sentence(exc)}") from None
+                raise CallFailed(f"The server {self.name} failed: {_sentence(exc)}") from None
         if trouble in done:
-            raise CallFailed(trouble.result() + " during the call")
-        raise CallFailed(f"{tool} did not answer within {timeout:g} s; the call was cancelled")
+            raise CallFailed(trouble.result())
+        raise CallFailed(f"The tool {tool} did not answer within {timeout:g} s; the call was cancelled")
 
 
 async def _first(group: anyio.abc.TaskGroup, wait: Callable[[], Any]) -> None:

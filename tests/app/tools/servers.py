@@ -63,11 +63,11 @@ def hostile() -> MCPServer:
         sys.stderr.flush()
         os._exit(3)
 
-    @server.tool(description="Writes a line that is not JSON-RPC.")
-    def garbage() -> str:
-        sys.stdout.write("this is not json\n")
-        sys.stdout.flush()
-        return "after garbage"
+    @server.tool(description="Writes a line that is not JSON-RPC instead of its answer.")
+    async def garbage() -> str:
+        os.write(1, b"this is not json\n")
+        await asyncio.Event().wait()
+        return "never"
 
     @server.tool(description="Floods stderr with 20 MB.")
     def flood() -> str:
