@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 from collections.abc import Iterable
 from dataclasses import replace
 from functools import partial
@@ -28,6 +29,7 @@ from app.ui.screens.loading import LoadingScreen
 if TYPE_CHECKING:  # imports torch-based widgets: loaded after the loading screen is drawn
     from app.backend.base import Backend
     from app.backend.model_choices import ModelChoice
+    from app.tools.toolbox import ToolBox
     from app.ui.screens.chat import ChatScreen
     from app.ui.widgets.chat_pane import ChatPane
 
@@ -57,6 +59,9 @@ class LfmChatApp(App[None]):
         self.chat_screen: ChatScreen | None = None
         self.user_keys: dict[str, str] = {}  # binding id -> keys, as keymap.json set them
         self._switching: AppOptions | None = None  # the options of the model being switched to
+        self._toolbox: ToolBox | None = None
+        self._toolbox_lock = threading.Lock()
+        self.tools_note = ""  # where the MCP servers come from, or why a file was not read
 
     def on_mount(self) -> None:
         if self.store is None:
@@ -223,7 +228,22 @@ class LfmChatApp(App[None]):
             await self.chat_screen.save_all()
         self.exit()
 
+    @property
+    def toolbox(self) -> ToolBox:
+        """The MCP servers of mcp.json and --mcp FILE, shared by every pane. Made on first use, as the
+        SDK takes seconds to import: the first call belongs on a thread."""
+        with self._toolbox_lock:
+            if self._toolbox is None:
+                from app.tools.config import app_servers
+                from app.tools.toolbox import ToolBox
+
+                servers, self.tools_note = app_servers(self.options.data_dir, self.options.mcp_file)
+                self._toolbox = ToolBox(servers)
+            return self._toolbox
+
     def on_unmount(self) -> None:
+        if self._toolbox is not None:
+            self._toolbox.close()  # every MCP server stops with the app
         if self.backend is not None:
             self.backend.close()
         if self.store is not None:

@@ -10,6 +10,7 @@ import argparse
 import re
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from app import __version__
 from app.core.conversation import ChatSettings
@@ -27,6 +28,9 @@ from cli.flags import (
     model_flags,
     whole_number,
 )
+
+if TYPE_CHECKING:
+    from cli.oneshot_tools import ToolUse
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -68,6 +72,22 @@ def build_parser() -> argparse.ArgumentParser:
     )
     one_shot.add_argument(
         "--save", action="store_true", help="keep the -p exchange in the conversation history"
+    )
+    one_shot.add_argument(
+        "--mcp",
+        type=Path,
+        metavar="FILE",
+        help='MCP servers whose tools replies may call, as in mcp.json ({"mcpServers": ...}); with -p: '
+        "only these (else the data dir's mcp.json too)",
+    )
+    one_shot.add_argument(
+        "--yes", action="store_true", help="run every tool call without asking (else: y/n on the terminal)"
+    )
+    one_shot.add_argument(
+        "--tool-choice",
+        choices=("auto", "required"),
+        default="auto",
+        help="required: the first reply must call a tool (default: auto, the model decides)",
     )
     one_shot.add_argument(
         "--json-schema",
@@ -121,6 +141,7 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
     options.chat = ChatSettings.from_dict(chat)  # the fields ChatSettings has; all are in sampling_defaults()
     if args.data_dir is not None:
         options.data_dir = args.data_dir
+    options.mcp_file = args.mcp
     if args.server is not None:
         if args.demo or args.revision is not None:
             raise UsageError(
@@ -172,12 +193,31 @@ def run(argv: list[str]) -> int:
     if message is not None:
         from cli.oneshot import run_oneshot
 
-        return run_oneshot(options, message, store, structure)
+        return run_oneshot(options, message, store, structure, one_shot_tools(parser, args))
     from app.app import LfmChatApp  # Textual is imported only when a UI will run
 
     app = LfmChatApp(options, store)
     app.run()
     return app.return_code or 0
+
+
+def one_shot_tools(parser: argparse.ArgumentParser, args: argparse.Namespace) -> ToolUse | None:
+    """--mcp FILE's servers for -p (started only when the reply is asked for), or None without it."""
+    if args.mcp is None:
+        if args.yes or args.tool_choice != "auto":
+            parser.error(f"--{'yes' if args.yes else 'tool-choice'} goes with --mcp FILE")
+        return None
+    if args.json_schema is not None:
+        parser.error("--json-schema and --mcp both decide what the reply is: use one")
+    from app.tools.config import McpConfigError, load_servers
+    from app.tools.toolbox import ToolBox
+    from cli.oneshot_tools import ToolUse
+
+    try:
+        servers = load_servers(args.mcp)
+    except McpConfigError as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
+    return ToolUse(ToolBox(servers), approve_all=args.yes, required=args.tool_choice == "required")
 
 
 def one_shot_message(parser: argparse.ArgumentParser, question: str) -> str:

@@ -12,7 +12,7 @@ import os
 import queue
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, BinaryIO, TextIO
+from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
 
 from app.backend.startup import STARTUP_ERRORS, load_backend
 from app.core.attachment import AttachmentError, read_stream, with_attachments
@@ -23,7 +23,8 @@ from app.core.sanitize import StreamStripper, strip_control
 if TYPE_CHECKING:
     from app.backend.base import Backend, StreamEvent
     from app.store.database import Store
-    from engine import Structure
+    from cli.oneshot_tools import ToolUse
+    from engine import Structure, ToolCallStream
 
 PROG = "lfm-chat"
 STDIN_NAME = "stdin"
@@ -60,19 +61,30 @@ def loading_progress(stderr: TextIO) -> Callable[[str, float | None], None]:
 
 
 def run_oneshot(
-    options: AppOptions, message: str, store: Store | None, structure: Structure | None = None
+    options: AppOptions,
+    message: str,
+    store: Store | None,
+    structure: Structure | None = None,
+    tools: ToolUse | None = None,
 ) -> int:
     """Load, stream one reply to stdout, save it if asked; the exit code. ``structure`` (--json-schema)
-    constrains the reply."""
+    constrains the reply; with ``tools`` (--mcp) the reply may call them (cli/oneshot_tools.py)."""
     try:
         backend = load_backend(options, loading_progress(sys.stderr))
         if sys.stderr.isatty():
             sys.stderr.write("\r\x1b[K")
         try:
             conversation = Conversation([ChatMessage("user", message)], options.chat)
-            stream_reply(backend, conversation, sys.stdout, structure)
+            if tools is None:
+                stream_reply(backend, conversation, sys.stdout, structure)
+            else:
+                from cli.oneshot_tools import run_tool_turns
+
+                run_tool_turns(backend, conversation, sys.stdout, tools, sys.stderr)
         finally:
             backend.close()
+            if tools is not None:
+                tools.toolbox.close()
     except KeyboardInterrupt:
         return INTERRUPTED
     except STARTUP_ERRORS as exc:
@@ -93,12 +105,19 @@ def fail(sentence: str) -> int:
 
 
 def stream_reply(
-    backend: Backend, conversation: Conversation, out: TextIO, structure: Structure | None = None
+    backend: Backend,
+    conversation: Conversation,
+    out: TextIO,
+    structure: Structure | None = None,
+    *,
+    tools: list[dict[str, Any]] | None = None,
+    calls: ToolCallStream | None = None,
 ) -> None:
     """Write the reply to `out` as it comes and add it to `conversation`; OneShotError on failure.
-    Ctrl+C cancels the request before the KeyboardInterrupt goes on."""
+    Ctrl+C cancels the request before the KeyboardInterrupt goes on. With ``tools`` offered, the
+    reply's calls go to ``calls`` (not to `out`), and the message keeps them as LFM2 writes them."""
     try:
-        prompt = backend.prepare(conversation)
+        prompt = backend.prepare(conversation, tools) if tools else backend.prepare(conversation)
     except ValueError as exc:  # the tokenizer's ChatTemplateError
         raise OneShotError(f"The model's chat template refused this prompt: {exc}") from None
     settings, limit, used = conversation.settings, backend.max_model_len, prompt.tokens
@@ -109,25 +128,38 @@ def stream_reply(
     max_tokens = min(settings.max_tokens, room)
     handle = backend.submit(prompt, settings, max_tokens, "one-shot", events.put, structure=structure)
     try:
-        reply, ids, last = print_stream(events, out)
+        reply, ids, last = print_stream(events, out, calls)
     except BaseException:  # Ctrl+C, or a closed stdout: the engine must not go on for no one
         handle.cancel()
         raise
     if last.finish_reason == "error":
         raise OneShotError(last.error or "the request failed")
+    if calls is not None:  # the text shown is not the text generated: the prompt cache cannot key it
+        from engine import render_tool_calls
+
+        made = [(call.name, call.argument_values) for call in calls.calls]
+        block = render_tool_calls(made) if made else ""
+        conversation.messages.append(ChatMessage("assistant", reply + block))
+        return
     conversation.messages.append(ChatMessage("assistant", reply))
     backend.remember(conversation, prompt, reply, ids)
 
 
-def print_stream(events: queue.SimpleQueue[StreamEvent], out: TextIO) -> tuple[str, list[int], StreamEvent]:
+def print_stream(
+    events: queue.SimpleQueue[StreamEvent], out: TextIO, calls: ToolCallStream | None = None
+) -> tuple[str, list[int], StreamEvent]:
     """Print events up to the final one, cleaned as they come; (the reply cleaned, its ids, the final
-    event). The printed text is the returned reply, ended by a newline."""
+    event). The printed text is the returned reply, ended by a newline. With ``calls``, the text goes
+    through it first: its calls are kept there, only its content is printed."""
     raw, ids, stripper = "", [], StreamStripper()
     while True:
         event = events.get()
-        raw += event.text
+        text = event.text if calls is None else _content(calls.feed(event.text))
+        if event.finished and calls is not None:
+            text += _content(calls.finish())
+        raw += text
         ids.extend(event.token_ids)
-        if shown := stripper.feed(event.text) + (stripper.finish() if event.finished else ""):
+        if shown := stripper.feed(text) + (stripper.finish() if event.finished else ""):
             out.write(shown)
             out.flush()
         if event.finished:
@@ -136,3 +168,8 @@ def print_stream(events: queue.SimpleQueue[StreamEvent], out: TextIO) -> tuple[s
     if reply and not reply.endswith("\n"):
         out.write("\n")
     return reply, ids, event
+
+
+def _content(events: list[Any]) -> str:
+    """The text among a ToolCallStream's events (the others are calls, which it keeps)."""
+    return "".join(event for event in events if isinstance(event, str))

@@ -44,7 +44,14 @@ if TYPE_CHECKING:
     from model.checkpoint.progress import Progress
     from model.errors import ChatTemplateError, CheckpointError, ModelNotAvailableError
     from model.text.model_cards import SAMPLING_OFF, FamilySampling, checkpoint_sampling
-    from model.text.tool_calls import IndexedCall, ToolCall, ToolCallStream, new_call_id
+    from model.text.tool_calls import (
+        IndexedCall,
+        ToolCall,
+        ToolCallStream,
+        calls_schema,
+        new_call_id,
+        render_tool_calls,
+    )
     from model.tiny.lfm2 import write_tiny_checkpoint
 
 _MODULES = {
@@ -90,6 +97,8 @@ _MODULES = {
     "ToolCall": "model.text.tool_calls",
     "ToolCallStream": "model.text.tool_calls",
     "new_call_id": "model.text.tool_calls",
+    "calls_schema": "model.text.tool_calls",
+    "render_tool_calls": "model.text.tool_calls",
     "download_checkpoint": "model.checkpoint.hub",
     "is_repo_id": "model.checkpoint.hub",
     "resolve_checkpoint": "model.checkpoint.hub",

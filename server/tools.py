@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import IndexedCall, ToolCall, ToolCallStream, new_call_id
+from engine import IndexedCall, ToolCall, ToolCallStream, calls_schema, new_call_id
 from server.errors import bad_request
 
 MAX_TOOLS = 128  # OpenAI's own limit
@@ -61,19 +61,7 @@ class ToolPlan:
             return schemas[self.named]
         if self.choice != "required":
             return None
-        calls = [
-            {
-                "type": "object",
-                "properties": {"name": {"const": name}, "parameters": parameters},
-                "required": ["name", "parameters"],
-                "additionalProperties": False,
-            }
-            for name, parameters in schemas.items()
-        ]
-        array: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
-        if not self.parallel:
-            array["maxItems"] = 1
-        return array
+        return calls_schema(schemas, self.parallel)
 
 
 def _bool(body: Mapping[str, Any], name: str, default: bool) -> bool:

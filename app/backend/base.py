@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.core.conversation import ChatSettings, Conversation
 
@@ -57,6 +57,7 @@ class Prompt:
     text: str = ""
     ids: list[int] | None = field(default=None)
     estimated_tokens: int | None = None  # without ids: the client's guess, never used to refuse
+    tools: list[dict[str, Any]] | None = None  # the functions offered, in OpenAI's shape
 
     @property
     def tokens(self) -> int | None:
@@ -86,9 +87,10 @@ class Backend(Protocol):
     warning: str | None  # shown once when the chat screen opens (e.g. slow kernels)
     per_pane_model: bool  # a pane's settings.model picks its model (a server's); else model_name for all
 
-    def prepare(self, conversation: Conversation) -> Prompt:
+    def prepare(self, conversation: Conversation, tools: list[dict[str, Any]] | None = None) -> Prompt:
         """Blocking (a Hub chat template can be slow): call off the UI thread. ValueError: the
-        template refused the conversation."""
+        template refused the conversation. ``tools``: the functions the reply may call (OpenAI's
+        ``{"type": "function", "function": {...}}``), listed by the template or sent as ``tools``."""
         ...
 
     def submit(

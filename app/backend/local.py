@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from app.backend.base import OnEvent, Prompt, StreamEvent
 from app.core.conversation import ChatSettings, Conversation
@@ -48,10 +48,10 @@ class LocalBackend:
             else None
         )
 
-    def prepare(self, conversation: Conversation) -> Prompt:
+    def prepare(self, conversation: Conversation, tools: list[dict[str, Any]] | None = None) -> Prompt:
         messages = conversation.chat_messages()
-        text, ids = conversation.prompt_cache.build(self.engine.tokenizer, messages)
-        return Prompt(messages, text, ids)
+        text, ids = conversation.prompt_cache.build(self.engine.tokenizer, messages, tools)
+        return Prompt(messages, text, ids, tools=tools)
 
     def submit(
         self,

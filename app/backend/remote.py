@@ -191,11 +191,11 @@ class RemoteBackend:
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    def prepare(self, conversation: Conversation) -> Prompt:
+    def prepare(self, conversation: Conversation, tools: list[dict[str, Any]] | None = None) -> Prompt:
         """Only the server can count tokens; until its usage figures come, the pane shows a guess."""
         messages = conversation.chat_messages()
         characters = sum(len(m["content"]) for m in messages)
-        return Prompt(messages, estimated_tokens=-(-characters // CHARS_PER_TOKEN))
+        return Prompt(messages, estimated_tokens=-(-characters // CHARS_PER_TOKEN), tools=tools)
 
     def submit(
         self,
@@ -209,6 +209,8 @@ class RemoteBackend:
         request_id = f"chat-{uuid.uuid4().hex[:12]}"
         model = settings.model or self.model_name  # a pane may ask for a model of its own
         body = chat_body(model, prompt.messages, sampling_fields(settings, max_tokens))
+        if prompt.tools:
+            body["tools"] = prompt.tools
         if structure is not None:  # OpenAI's structured outputs; -p --json-schema makes json_schema ones only
             schema = {"name": "reply", "schema": structure.value, "strict": True}
             body["response_format"] = {"type": "json_schema", "json_schema": schema}

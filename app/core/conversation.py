@@ -25,7 +25,9 @@ class ChatTokenizer(Protocol):
 
     stop_token_ids: frozenset[int]
 
-    def render_chat(self, messages: Sequence[dict[str, str]]) -> str: ...
+    def render_chat(
+        self, messages: Sequence[dict[str, str]], *, tools: Sequence[dict[str, Any]] | None = None
+    ) -> str: ...
     def encode(self, text: str) -> list[int]: ...
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str: ...
 
@@ -100,12 +102,18 @@ class PromptCache:
         """An independent cache (a fork's): segments are replaced, never changed in place."""
         return PromptCache(list(self.entries))
 
-    def build(self, tokenizer: ChatTokenizer, messages: Sequence[dict[str, str]]) -> tuple[str, list[int]]:
+    def build(
+        self,
+        tokenizer: ChatTokenizer,
+        messages: Sequence[dict[str, str]],
+        tools: Sequence[dict[str, Any]] | None = None,
+    ) -> tuple[str, list[int]]:
         """(prompt text, prompt ids): the ids of every segment the render repeats whole, then of the
         first one it leaves, those that decode to a prefix of what the render kept of it, then the rest
         encoded. A render that leaves a segment part way is an edited message, or a template that
-        strips past thinking from the previous reply."""
-        text = tokenizer.render_chat(messages)
+        strips past thinking from the previous reply. ``tools`` (OpenAI's function schemas) are listed
+        by the template."""
+        text = tokenizer.render_chat(messages, tools=tools) if tools else tokenizer.render_chat(messages)
         ids: list[int] = []
         at = 0
         for segment_text, segment_ids in self.entries:

@@ -45,6 +45,7 @@ class AppOptions:
     snapshot_interval: float = 0.25  # seconds between dashboard refreshes
     server: str | None = None  # an OpenAI-compatible server's base URL: no local model at all
     api_key: str | None = None  # the server's bearer token
+    mcp_file: Path | None = None  # --mcp FILE: MCP servers beside the data directory's mcp.json
 
     @property
     def source(self) -> ModelSource:

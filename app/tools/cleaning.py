@@ -12,7 +12,7 @@ from typing import Any
 
 from mcp import types
 
-from app.sanitize import strip_control
+from app.core.sanitize import strip_control
 
 MAX_NAME = 64  # OpenAI's limit on a function name
 MAX_DESCRIPTION = 1024

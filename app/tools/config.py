@@ -65,6 +65,22 @@ def default_config_path(data_dir: Path) -> Path:
     return data_dir / CONFIG_NAME
 
 
+def app_servers(data_dir: Path, extra: Path | None) -> tuple[list[ServerConfig], str]:
+    """The chat's servers: the data directory's mcp.json, then --mcp FILE's (a name in both is
+    FILE's); and a line for the servers screen saying where they come from, or why a file was not
+    read (the other file's servers still count)."""
+    servers: dict[str, ServerConfig] = {}
+    problems = []
+    paths = [default_config_path(data_dir), *([extra] if extra is not None else [])]
+    for path in paths:
+        try:
+            servers |= {s.name: s for s in load_servers(path, missing_ok=path != extra)}
+        except McpConfigError as exc:
+            problems.append(str(exc))
+    note = " ".join(problems) or "From " + " and ".join(str(p) for p in paths) + "."
+    return list(servers.values()), note
+
+
 def load_servers(path: Path, *, missing_ok: bool = False) -> list[ServerConfig]:
     """The servers in `path`, in the file's order; [] when it is absent and `missing_ok` (the data
     directory's mcp.json is optional, a --mcp FILE is not)."""

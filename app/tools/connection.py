@@ -23,7 +23,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 
-from app.sanitize import strip_control
+from app.core.sanitize import strip_control
 from app.tools import cleaning
 from app.tools.config import HttpServer, ServerConfig, StdioServer
 from app.tools.stderr_tail import StderrTail

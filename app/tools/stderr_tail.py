@@ -10,7 +10,7 @@ import os
 import threading
 from typing import BinaryIO
 
-from app.sanitize import strip_control
+from app.core.sanitize import strip_control
 
 TAIL_BYTES = 4096
 READ_BYTES = 65536

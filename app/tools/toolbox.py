@@ -102,9 +102,9 @@ class ToolBox:
         await asyncio.get_running_loop().run_in_executor(None, self.close)
 
     # -------------------------------------------------------------------------- beyond the contract
-    def restart(self, server: str) -> None:
-        """Start `server` again (the screen's key for a failed server): it answers in servers()."""
-        self._submit(self._restart(server))
+    def start(self, server: str) -> None:
+        """Start `server` unless it runs (a failed one is tried again); servers() follows it."""
+        self._submit(self._start(server))
 
     def close(self) -> None:
         """aclose() for callers without an event loop (the -p path, exit handlers)."""
@@ -149,12 +149,10 @@ class ToolBox:
         await asyncio.gather(*(c.settled() for c in chosen))
         return [tool for c in chosen for tool in self._states[c.name].tools]
 
-    async def _restart(self, server: str) -> None:
+    async def _start(self, server: str) -> None:
         config = next((c for c in self._configs if c.name == server), None)
         if config is not None:
-            connection = self._connection(config)
-            await connection.stop()
-            connection.start()
+            self._connection(config).start()
 
     async def _stop_all(self) -> None:
         await asyncio.gather(*(c.stop() for c in self._connections.values()))

@@ -499,6 +499,25 @@ def _python_literal(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
+def calls_schema(parameters: Mapping[str, Mapping[str, Any]], parallel: bool = True) -> dict[str, Any]:
+    """The JSON schema of a bare call list (``[{"name", "parameters"}, ...]``) of these functions (name ->
+    parameters schema): what a reply that must call a tool (OpenAI's ``tool_choice="required"``) is
+    constrained to, as vLLM does; ``ToolCallStream(in_block=True)`` reads it."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"const": name}, "parameters": dict(schema)},
+            "required": ["name", "parameters"],
+            "additionalProperties": False,
+        }
+        for name, schema in parameters.items()
+    ]
+    array: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"anyOf": calls}}
+    if not parallel:
+        array["maxItems"] = 1
+    return array
+
+
 def render_tool_calls(calls: Iterable[tuple[str, Mapping[str, Any]]], style: str = "python") -> str:
     """A call block as LFM2 writes it: Pythonic (``style="python"``) or a JSON list (``"json"``)."""
     if style == "json":

@@ -53,6 +53,7 @@ class ChatScreen(Screen[None]):
         key("alt+w", "close_pane", "Close", "Close the active pane (its chat stays in history)"),
         key("ctrl+g", "history", "History", "History: reopen a saved conversation"),
         key("f9", "toggle_dashboard", "Dashboard", "Show or hide the engine dashboard"),
+        key("f8", "mcp_servers", "Tools", "MCP servers: their state and tools", show=False),
         key("tab", "focus_pane(1)", "Next pane", "Focus the next pane", id="next_pane"),
         key("shift+tab", "focus_pane(-1)", "Back", "Focus the previous pane", show=False, id="previous_pane"),
     ]
@@ -322,6 +323,15 @@ class ChatScreen(Screen[None]):
         target = panes[(panes.index(self.active_pane) + step) % len(panes)]
         self.active_pane_id = target.id
         self.set_focus(target.prompt_input)
+
+    @work(thread=True, exclusive=True, group="mcp-servers")
+    def action_mcp_servers(self) -> None:
+        """On a thread: the first use of the ToolBox imports the MCP SDK, which takes seconds."""
+        from app.ui.screens.mcp_servers import McpServersScreen
+
+        app = self.app
+        toolbox = app.toolbox  # type: ignore[attr-defined]
+        app.call_from_thread(app.push_screen, McpServersScreen(toolbox, app.tools_note))  # type: ignore[attr-defined]
 
     def action_history(self) -> None:
         open_ids = {p.conversation.id for p in self.panes}

@@ -1,7 +1,9 @@
 """MCP servers for the tests, written with the SDK's own server API: a well-behaved one and a hostile
 one. Run as `python servers.py KIND [stdio | http PORT]`.
 
-    calc     add(a, b), echo(text), slow(seconds) -- what a well-behaved server offers
+    calc     add(a, b), echo(text), slow(seconds), pid() -- what a well-behaved server offers
+    weather  weather(city), a schema a random model fills in a few tokens (for forced calls)
+    sleeper  sleep(), which writes the server's pid to $SLEEPER_PID_FILE and never answers
     hostile  names and results with escape sequences, a 50 MB result, a tool that never answers,
              a crash mid-call, a line that is not JSON-RPC, a flood of stderr
 """
@@ -11,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
+from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
 
@@ -38,6 +41,36 @@ def calc() -> MCPServer:
     def pid() -> str:
         return str(os.getpid())
 
+    return server
+
+
+def closed(server: MCPServer, name: str) -> None:
+    """No properties beyond the listed ones: random weights, forced to call, then end in a few tokens."""
+    server._tool_manager.get_tool(name).parameters["additionalProperties"] = False
+
+
+def weather() -> MCPServer:
+    server = MCPServer("weather")
+
+    @server.tool(description="The weather in a city.")
+    def weather(city: Literal["Paris", "Oslo"]) -> str:
+        return f"WEATHER-RESULT: sunny in {city}"
+
+    closed(server, "weather")
+    return server
+
+
+def sleeper() -> MCPServer:
+    server = MCPServer("sleeper")
+
+    @server.tool(description="Sleeps for ever.")
+    async def sleep() -> str:
+        with open(os.environ["SLEEPER_PID_FILE"], "w") as file:
+            file.write(str(os.getpid()))
+        await asyncio.Event().wait()
+        return "never"
+
+    closed(server, "sleep")
     return server
 
 
@@ -86,7 +119,7 @@ def hostile() -> MCPServer:
 
 if __name__ == "__main__":
     kind, transport = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "stdio"
-    server = {"calc": calc, "hostile": hostile}[kind]()
+    server = {"calc": calc, "hostile": hostile, "weather": weather, "sleeper": sleeper}[kind]()
     if transport == "http":
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]), log_level="WARNING")
     else:

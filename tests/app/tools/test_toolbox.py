@@ -24,9 +24,10 @@ async def test_tools_start_lazily_and_are_listed_cleaned(toolbox: ToolBox) -> No
     assert [s.state for s in toolbox.servers()] == ["ready", "ready"]
     assert tools["add"].server == "calc"
     assert tools["add"].parameters["properties"].keys() == {"a", "b"}
-    assert tools["add"].as_openai() == {
+    add = tools["add"]
+    assert add.as_openai() == {
         "type": "function",
-        "function": {"name": "add", "description": "Add two integers.", "parameters": tools["add"].parameters},
+        "function": {"name": "add", "description": "Add two integers.", "parameters": add.parameters},
     }
     # the hostile server's "add" is another tool: offered under its server's name
     assert tools["hostile_add"].server == "hostile"
@@ -74,7 +75,8 @@ async def test_a_50_mb_result_is_cut_and_says_so(toolbox: ToolBox) -> None:
 async def test_a_tool_that_never_answers_ends_at_its_timeout(toolbox: ToolBox) -> None:
     await toolbox.tools()
     result = await toolbox.call("hang", {}, timeout=0.5, max_chars=100)
-    assert result.is_error and result.text == "The tool hang did not answer within 0.5 s; the call was cancelled."
+    assert result.is_error
+    assert result.text == "The tool hang did not answer within 0.5 s; the call was cancelled."
     assert (await toolbox.call("hostile_add", {"a": 1, "b": 1}, timeout=30, max_chars=10)).text == "hostile 2"
 
 
@@ -99,7 +101,7 @@ async def test_a_stderr_flood_is_drained_and_forgotten(toolbox: ToolBox) -> None
     await toolbox.tools()
     result = await toolbox.call("flood", {}, timeout=300, max_chars=100)
     assert result.text == "flooded"
-    tail = toolbox._connections["hostile"]._stderr  # noqa: SLF001 - the bound is the point
+    tail = toolbox._connections["hostile"]._stderr  # the bound is the point
     assert tail is not None and len(tail.text()) <= 4096
 
 

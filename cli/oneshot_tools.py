@@ -1,0 +1,121 @@
+"""`lfm-chat -p "question" --mcp FILE [--yes]`: the reply may call the tools of FILE's MCP servers.
+
+    reply -> its calls -> approval -> each call runs -> its result as a `tool` message -> reply ...
+
+up to STEP_LIMIT rounds of calls. The reply's text goes to stdout as without tools; each call, its
+approval and a line about its result go to stderr. A call runs when --yes approves them all, or
+when the user answers y on the terminal (/dev/tty, so piped stdin and stdout still work); with
+neither, it is refused, the model is told so, and so is the user. `--tool-choice required` makes the
+first reply a call (constrained, as OpenAI's tool_choice="required"); later ones may answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, TextIO
+
+from app.core.conversation import ChatMessage, Conversation
+from app.core.sanitize import strip_control
+from app.tools.toolbox import ToolBox, ToolResult, ToolSpec
+
+if TYPE_CHECKING:
+    from app.backend.base import Backend
+    from engine import ToolCall
+
+PROG = "lfm-chat"
+STEP_LIMIT = 8  # rounds of calls in one -p run: a model that keeps calling is stopped
+CALL_TIMEOUT = 120.0  # seconds for one call
+RESULT_CHARS = 16_000  # of one result, sent to the model (the rest is cut, and it is told)
+SHOWN_CHARS = 200  # of a call's arguments or a result's first line, on stderr
+
+# The user's answer to "run this call?": True yes, False no, None no one can be asked.
+Ask = Callable[[str], "bool | None"]
+
+
+@dataclass(slots=True)
+class ToolUse:
+    """What -p was told about tools."""
+
+    toolbox: ToolBox
+    approve_all: bool = False  # --yes
+    required: bool = False  # --tool-choice required: the first reply must call a tool
+
+
+def ask_on_terminal(question: str) -> bool | None:
+    """y/n on the controlling terminal, whatever stdin and stdout are; None when there is none."""
+    try:
+        with open("/dev/tty", "r+", encoding="utf-8", errors="replace") as tty:
+            tty.write(f"{question} [y/N] ")
+            tty.flush()
+            answer = tty.readline(64)
+    except OSError:
+        return None
+    return answer.strip().lower() in ("y", "yes")
+
+
+def run_tool_turns(
+    backend: Backend,
+    conversation: Conversation,
+    out: TextIO,
+    use: ToolUse,
+    err: TextIO,
+    ask: Ask = ask_on_terminal,
+) -> None:
+    """Replies and calls until a reply calls nothing (or STEP_LIMIT); OneShotError as stream_reply."""
+    from cli.oneshot import stream_reply
+    from engine import Structure, ToolCallStream, calls_schema
+
+    specs = asyncio.run(use.toolbox.tools())
+    for server in use.toolbox.servers():
+        if server.state == "failed":
+            err.write(f"{PROG}: the MCP server {server.name} failed: {server.reason}\n")
+    offered = [spec.as_openai() for spec in specs]
+    if not offered:
+        stream_reply(backend, conversation, out)
+        return
+    for step in range(STEP_LIMIT + 1):
+        forced = use.required and step == 0
+        structure = Structure("json_schema", calls_schema(_parameters(specs))) if forced else None
+        calls = ToolCallStream(in_block=forced)
+        stream_reply(backend, conversation, out, structure, tools=offered, calls=calls)
+        if not calls.calls:
+            return
+        if step == STEP_LIMIT:
+            err.write(f"{PROG}: stopped after {STEP_LIMIT} rounds of tool calls; the last ones did not run\n")
+            return
+        for call in calls.calls:
+            result = run_call(call, use, err, ask)
+            conversation.messages.append(ChatMessage("tool", result.text))
+
+
+def _parameters(specs: list[ToolSpec]) -> dict[str, dict[str, object]]:
+    return {spec.name: spec.parameters for spec in specs}
+
+
+def run_call(call: ToolCall, use: ToolUse, err: TextIO, ask: Ask) -> ToolResult:
+    """The call's result, or why it did not run: what the model is told either way."""
+    shown = f"{call.name}({_bounded(strip_control(call.arguments))})"
+    err.write(f"{PROG}: tool call {shown}\n")
+    err.flush()
+    if not use.approve_all:
+        answer = ask(f"{PROG}: run {shown}?")
+        if answer is None:
+            err.write(f"{PROG}: refused {call.name}: no --yes, and no terminal to ask on\n")
+            return ToolResult("The user's approval could not be asked for, so the call did not run.", True)
+        if not answer:
+            err.write(f"{PROG}: denied {call.name}\n")
+            return ToolResult("The user denied this call.", True)
+    result = asyncio.run(
+        use.toolbox.call(call.name, call.argument_values, timeout=CALL_TIMEOUT, max_chars=RESULT_CHARS)
+    )
+    first = result.text.strip().split("\n", 1)[0]
+    size = f"{result.truncated_from or len(result.text):,} characters"
+    outcome = "failed" if result.is_error else "returned"
+    err.write(f"{PROG}: {call.name} {outcome} {size}: {_bounded(first)}\n")
+    return result
+
+
+def _bounded(text: str) -> str:
+    return text if len(text) <= SHOWN_CHARS else text[: SHOWN_CHARS - 1] + "…"

@@ -1,0 +1,145 @@
+"""`lfm-chat -p --mcp FILE`: the model's calls run on real MCP servers (with approval) and the model
+goes on with their results; on the tiny random checkpoint, the first call is forced (--tool-choice
+required) and the test server's schema leaves the random model no free text."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from app.backend.local import LocalBackend
+from app.core.conversation import ChatMessage, Conversation
+from app.tools.toolbox import ToolBox
+from cli.oneshot_tools import ToolUse, run_tool_turns
+from engine import Engine, EngineConfig, ToolCallStream
+from tests.app.pilot_helpers import ENGINE, GREEDY
+from tests.app.tools.conftest import stdio_server
+from tests.app.tools.test_no_orphans import mcp_file
+
+pytestmark = pytest.mark.subprocess
+ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(scope="module")
+def backend(tiny_ckpt: Path) -> Iterator[LocalBackend]:
+    backend = LocalBackend(Engine.from_pretrained(tiny_ckpt, EngineConfig(**ENGINE)), "tiny")
+    yield backend
+    backend.close()
+
+
+@pytest.fixture(scope="module")
+def weather() -> Iterator[ToolBox]:
+    box = ToolBox([stdio_server("weather", "weather")])
+    yield box
+    box.close()
+
+
+def ask_never(question: str) -> bool | None:
+    raise AssertionError(f"asked {question!r} though --yes approves every call")
+
+
+def turns(backend: LocalBackend, use: ToolUse, ask=ask_never) -> tuple[Conversation, str, str]:
+    conversation = Conversation([ChatMessage("user", "Weather in Paris?")], GREEDY)
+    conversation.settings = replace(GREEDY, max_tokens=96)
+    out, err = io.StringIO(), io.StringIO()
+    run_tool_turns(backend, conversation, out, use, err, ask)
+    return conversation, out.getvalue(), err.getvalue()
+
+
+def test_a_forced_call_runs_and_the_model_goes_on(backend: LocalBackend, weather: ToolBox) -> None:
+    conversation, out, err = turns(backend, ToolUse(weather, approve_all=True, required=True))
+    roles = [m.role for m in conversation.messages]
+    assert roles[:3] == ["user", "assistant", "tool"] and roles[-1] == "assistant"
+    call, result = conversation.messages[1], conversation.messages[2]
+    parsed = ToolCallStream()
+    parsed.feed(call.content)
+    parsed.finish()
+    assert [c.name for c in parsed.calls] == ["weather"]  # kept as LFM2 writes a call
+    city = parsed.calls[0].argument_values["city"]
+    assert result.content == f"WEATHER-RESULT: sunny in {city}"
+    assert f'tool call weather({{"city": "{city}"}})' in err and "weather returned" in err
+    assert "WEATHER-RESULT" not in out  # the result is the model's to read, not stdout's
+
+
+def test_the_result_reaches_the_models_prompt(backend: LocalBackend, weather: ToolBox) -> None:
+    conversation, _, _ = turns(backend, ToolUse(weather, approve_all=True, required=True))
+    specs = [s.as_openai() for s in weather.servers()[0].tools]
+    prompt = backend.prepare(conversation, specs)
+    assert "<|tool_list_start|>" in prompt.text and '"name": "weather"' in prompt.text
+    assert "<|tool_response_start|>WEATHER-RESULT: sunny in" in prompt.text
+
+
+def test_no_approval_refuses_the_call_and_says_so(backend: LocalBackend, weather: ToolBox) -> None:
+    conversation, _, err = turns(backend, ToolUse(weather, required=True), ask=lambda question: None)
+    assert conversation.messages[2].content.startswith("The user's approval could not be asked for")
+    assert "refused weather: no --yes, and no terminal to ask on" in err
+
+
+def test_a_denied_call_tells_the_model(backend: LocalBackend, weather: ToolBox) -> None:
+    asked: list[str] = []
+
+    def deny(question: str) -> bool:
+        asked.append(question)
+        return False
+
+    conversation, _, err = turns(backend, ToolUse(weather, required=True), ask=deny)
+    assert asked and asked[0].startswith("lfm-chat: run weather(")
+    assert conversation.messages[2].content == "The user denied this call."
+    assert "denied weather" in err
+
+
+def test_the_command_line(tiny_ckpt: Path, tmp_path: Path) -> None:
+    """A real lfm-chat: --mcp FILE --yes --tool-choice required; stdin and stdout are pipes and there
+    is no terminal (a new session), so without --yes the call would be refused."""
+    argv = ["--model", str(tiny_ckpt), "-p", "Weather?", "--mcp", str(mcp_file(tmp_path, "weather"))]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LFM_CHAT_DATA_DIR": str(tmp_path)}
+    for approval, ran in (["--yes"], "weather returned"), ([], "refused weather"):
+        done = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "cli",
+                *argv,
+                *approval,
+                "--tool-choice",
+                "required",
+                "--max-tokens",
+                "24",
+            ],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            timeout=600,
+            start_new_session=True,
+        )
+        assert done.returncode == 0, done.stderr
+        assert ran in done.stderr.decode()
+
+
+def test_tool_flags_need_mcp(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LFM_CHAT_DATA_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "--demo", "-p", "hi", "--yes"], env=env, cwd=ROOT, capture_output=True
+    )
+    assert done.returncode == 2 and b"--yes goes with --mcp FILE" in done.stderr
+    broken = tmp_path / "mcp.json"
+    broken.write_text(json.dumps({"mcpServers": {"x": {"command": 3}}}))
+    done = subprocess.run(
+        [sys.executable, "-m", "cli", "--demo", "-p", "hi", "--mcp", str(broken)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr.decode()
+        == f"lfm-chat: error: {broken}: mcpServers.x.command must be a non-empty string.\n"
+    )
