@@ -81,6 +81,8 @@ def run_tool_turns(
         calls = ToolCallStream(in_block=forced)
         stream_reply(backend, conversation, out, structure, tools=offered, calls=calls)
         if not calls.calls:
+            if forced:
+                err.write(f"{PROG}: the reply ended before its tool call did (a larger --max-tokens?)\n")
             return
         if step == STEP_LIMIT:
             err.write(f"{PROG}: stopped after {STEP_LIMIT} rounds of tool calls; the last ones did not run\n")

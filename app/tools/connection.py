@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import anyio
+import httpx2  # the MCP SDK's HTTP client: its transport takes one to carry the headers
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
-from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from mcp.types import CONNECTION_CLOSED
 
@@ -32,6 +32,7 @@ from app.tools.stdio import MessageTooLong, stdio_transport
 State = Literal["stopped", "starting", "ready", "failed"]
 MAX_TOOLS = 128  # per server, as OpenAI's own limit per request
 MAX_PAGES = 8
+HTTP_TIMEOUT = httpx2.Timeout(30.0, read=None)  # a call's own timeout bounds the wait for its answer
 
 
 class CallFailed(Exception):
@@ -133,7 +134,7 @@ class Connection:
         config = self.config
         if isinstance(config, HttpServer):
             async with (
-                create_mcp_http_client(headers=dict(config.headers)) as client,
+                httpx2.AsyncClient(headers=dict(config.headers), timeout=HTTP_TIMEOUT) as client,
                 streamable_http_client(config.url, http_client=client) as streams,
             ):
                 yield streams
