@@ -32,6 +32,7 @@ from app.tools.stdio import MessageTooLong, stdio_transport
 State = Literal["stopped", "starting", "ready", "failed"]
 MAX_TOOLS = 128  # per server, as OpenAI's own limit per request
 MAX_PAGES = 8
+STDERR_DRAIN_SECONDS = 2.0  # for the last words of a server that exited to be read
 HTTP_TIMEOUT = httpx2.Timeout(30.0, read=None)  # a call's own timeout bounds the wait for its answer
 
 
@@ -113,6 +114,7 @@ class Connection:
             if self._stop.is_set():
                 self._set("stopped", "")
             else:
+                await self._stderr_drained()
                 self._set("failed", self._gone_reason())
         except Exception as exc:  # any failure of a server is its state, never the app's
             cause = _leaf(exc)
@@ -180,6 +182,10 @@ class Connection:
         self.reason = "; ".join(notes)
         return tools
 
+    async def _stderr_drained(self) -> None:
+        if self._stderr is not None:
+            await asyncio.get_running_loop().run_in_executor(None, self._stderr.drained, STDERR_DRAIN_SECONDS)
+
     def _gone_reason(self, when: str = "") -> str:
         what = "exited" if isinstance(self.config, StdioServer) else "closed the connection"
         return self._with_stderr(f"The server {self.name} {what}{when}")
@@ -218,6 +224,7 @@ class Connection:
                 return request.result()
             except MCPError as exc:
                 if exc.error.code == CONNECTION_CLOSED:
+                    await self._stderr_drained()
                     raise CallFailed(self._gone_reason(" during the call")) from None
                 said = _sentence(exc.error.message)
                 raise CallFailed(f"The server {self.name} answered with an error: {said}") from None

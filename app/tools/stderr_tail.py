@@ -40,10 +40,18 @@ class StderrTail:
                     self._tail += chunk
                     del self._tail[: -self._limit]
 
+    def drained(self, timeout: float) -> None:
+        """Wait (at most `timeout` s) until everything the exited server wrote has been read: its last
+        words are the reason shown. A child it left behind may hold the pipe open: hence the bound."""
+        self._thread.join(timeout)
+
     def text(self) -> str:
+        """The tail, cleaned line by line: an escape sequence left open eats the rest of its line only
+        (cleaned whole, it would hide every later line, the reason among them)."""
         with self._lock:
             raw = bytes(self._tail)
-        return strip_control(raw.decode("utf-8", errors="replace"))
+        lines = raw.decode("utf-8", errors="replace").split("\n")
+        return "\n".join(strip_control(line) for line in lines)
 
     def last_line(self) -> str:
         """The last non-empty line, cleaned; "" when the server said nothing."""

@@ -6,8 +6,10 @@ any loop, several at once, and cancelling the awaiting task (Esc) cancels the ca
 on first use; nothing here raises for a server's or a tool's failure: a call that fails is a
 ToolResult with is_error, one sentence saying why.
 
-A tool's name is what a model calls it by: cleaned, and unique across all servers. The first server
-to list a name keeps it; another server's tool of the same name is offered as "server_name".
+A tool's name is what a model calls it by: cleaned, and unique across all servers. Of servers that
+start together, the one first in mcp.json keeps a name they share, the others' tools are offered as
+"server_name"; a name once given stays (a conversation's calls keep working), so a server started
+later that lists a taken name gets the prefix.
 """
 
 from __future__ import annotations
@@ -136,9 +138,7 @@ class ToolBox:
 
     def _connection(self, config: ServerConfig) -> Connection:
         if config.name not in self._connections:
-            self._connections[config.name] = Connection(
-                config, self._start_timeout, lambda: self._publish(config.name)
-            )
+            self._connections[config.name] = Connection(config, self._start_timeout, self._publish)
         return self._connections[config.name]
 
     async def _tools(self, wanted: set[str] | None) -> list[ToolSpec]:
@@ -146,7 +146,9 @@ class ToolBox:
         for connection in chosen:
             if connection.state == "stopped":
                 connection.start()
-        await asyncio.gather(*(c.settled() for c in chosen))
+        # Names are given in the file's order once the servers before have settled: wait for those too.
+        starting = [c for c in self._connections.values() if c.state == "starting"]
+        await asyncio.gather(*(c.settled() for c in {*chosen, *starting}))
         return [tool for c in chosen for tool in self._states[c.name].tools]
 
     async def _start(self, server: str) -> None:
@@ -157,12 +159,19 @@ class ToolBox:
     async def _stop_all(self) -> None:
         await asyncio.gather(*(c.stop() for c in self._connections.values()))
 
-    def _publish(self, server: str) -> None:
-        """A server's state changed: name its tools and make the new state what servers() returns."""
-        connection = self._connections[server]
-        tools = tuple(self._spec(server, t) for t in connection.tools) if connection.state == "ready" else ()
-        config = connection.config
-        self._states[server] = ServerState(server, connection.state, connection.reason, config.source, tools)
+    def _publish(self) -> None:
+        """A server's state changed: what servers() returns follows. Tools are named in the file's
+        order; a ready server after one still starting waits for it (its tools are not shown yet)."""
+        waiting = False
+        for config in self._configs:
+            connection = self._connections.get(config.name)
+            if connection is None:
+                continue
+            naming = connection.state == "ready" and not waiting
+            tools = tuple(self._spec(config.name, t) for t in connection.tools) if naming else ()
+            state = ServerState(config.name, connection.state, connection.reason, config.source, tools)
+            self._states[config.name] = state
+            waiting = waiting or connection.state == "starting"
 
     def _spec(self, server: str, tool: ListedTool) -> ToolSpec:
         key = (server, tool.original)

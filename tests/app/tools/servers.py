@@ -17,6 +17,7 @@ from typing import Literal
 
 from mcp.server.mcpserver import MCPServer
 
+WIRE = os.dup(1)  # the SDK diverts fd 1 to stderr while it serves: this copy still reaches the client
 ESC_NAME = "\x1b]0;pwned\x07evil\x1b[31mname"
 BIG = 50 * 2**20
 
@@ -98,7 +99,7 @@ def hostile() -> MCPServer:
 
     @server.tool(description="Writes a line that is not JSON-RPC instead of its answer.")
     async def garbage() -> str:
-        os.write(1, b"this is not json\n")
+        os.write(WIRE, b"this is not json\n")
         await asyncio.Event().wait()
         return "never"
 
@@ -121,6 +122,6 @@ if __name__ == "__main__":
     kind, transport = sys.argv[1], sys.argv[2] if len(sys.argv) > 2 else "stdio"
     server = {"calc": calc, "hostile": hostile, "weather": weather, "sleeper": sleeper}[kind]()
     if transport == "http":
-        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]), log_level="WARNING")
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[3]))
     else:
         server.run()
