@@ -112,7 +112,7 @@ def test_the_command_line(tiny_ckpt: Path, tmp_path: Path) -> None:
                 "--tool-choice",
                 "required",
                 "--max-tokens",
-                "24",
+                "96",
             ],
             env=env,
             cwd=ROOT,
