@@ -79,8 +79,8 @@ class McpServersScreen(ModalScreen[None]):
         self.options.add_options(Option(server_text(s), id=s.name) for s in servers)
         if not servers:
             self.options.add_option(Option("No MCP servers are configured.", disabled=True))
-        elif highlighted is not None:
-            self.options.highlighted = min(highlighted, len(servers) - 1)
+        else:
+            self.options.highlighted = min(highlighted or 0, len(servers) - 1)
 
     def on_option_list_option_selected(self, event: OptionList.OptionSelected) -> None:
         if event.option.id is not None:
