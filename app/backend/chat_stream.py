@@ -21,6 +21,7 @@ from app.backend.base import OnEvent, StreamEvent
 from app.backend.http_errors import status_problem
 from app.backend.server_text import server_text
 from app.backend.sse import Chunk, LineSplitter, StreamFault, parse_line
+from app.backend.tool_deltas import CallDeltas
 
 # Fields vLLM, SGLang and llama-server take beyond the OpenAI API; others may refuse them.
 EXTENSIONS = ("top_k", "min_p", "repetition_penalty")
@@ -76,6 +77,7 @@ class ChatStream:
         self.first: float | None = None
         self.metrics = RemoteMetrics()
         self.received = 0  # characters of reply text so far
+        self.calls = CallDeltas()  # the reply's tool calls, given as text when it ends
 
     def emit(self, **fields: Any) -> None:
         self.on_event(StreamEvent(self.request_id, metrics=self.metrics, **fields))
@@ -102,6 +104,8 @@ class ChatStream:
         except Exception as exc:  # a bug here must still end the reply, not leave the pane waiting
             self.fail(f"the reply failed: {type(exc).__name__}: {server_text(exc)}")
         else:
+            if block := self.calls.as_text():
+                self.emit(text=block)
             self.emit(finished=True, finish_reason=reason)
 
     async def _attempts(self) -> str:
@@ -151,9 +155,11 @@ class ChatStream:
                 cached_prompt_tokens=usage.cached_tokens,
                 generated_tokens=usage.completion_tokens or self.metrics.generated_tokens,
             )
-        if text := chunk.text:
+        if chunk.tool_calls:
+            self.calls.add(chunk.tool_calls)
+        if (text := chunk.text) or chunk.tool_calls:
             self.received += len(text)
-            if self.received > REPLY_CHARS:
+            if self.received + self.calls.size > REPLY_CHARS:
                 limit = f"{REPLY_CHARS / (1 << 20):g} MiB"
                 raise StreamFault(f"the reply passed {limit} of text; the rest was not read")
             self.first = self.first or now
@@ -162,7 +168,8 @@ class ChatStream:
             self.metrics = replace(
                 self.metrics, generated_tokens=generated, ttft=self.first - self.start, tokens_per_s=rate
             )
-            self.emit(text=text)
+            if text:
+                self.emit(text=text)
         return chunk.finish_reason
 
 

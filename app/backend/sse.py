@@ -39,6 +39,7 @@ class Chunk:
     finish_reason: str | None = None
     usage: Usage | None = None
     done: bool = False
+    tool_calls: list[Any] | None = None  # the delta's tool-call parts, unchecked (tool_deltas.py)
 
 
 class LineSplitter:
@@ -97,7 +98,11 @@ def parse_chunk(chunk: Any) -> Chunk:
     delta = choice.get("delta") or {}
     if not isinstance(delta, dict):
         raise StreamFault("the server sent a chunk whose delta is not an object")
-    return Chunk(_content(delta.get("content")), _finish_reason(choice.get("finish_reason")), _usage(chunk))
+    calls = delta.get("tool_calls")
+    if calls is not None and not isinstance(calls, list):
+        raise StreamFault("the server sent tool calls that are not a list")
+    content, reason = _content(delta.get("content")), _finish_reason(choice.get("finish_reason"))
+    return Chunk(content, reason, _usage(chunk), tool_calls=calls)
 
 
 def _content(content: Any) -> str:

@@ -96,6 +96,26 @@ def test_a_denied_call_tells_the_model(backend: LocalBackend, weather: ToolBox) 
     assert "denied weather" in err
 
 
+def test_against_serve_the_calls_come_back_as_tool_calls(tiny_ckpt: Path, weather: ToolBox) -> None:
+    """--server: the tools go as `tools`, the forced reply as a JSON-schema response, and the calls
+    the server streams back (delta.tool_calls, or the constrained list) run as the local ones do."""
+    from app.backend.remote import RemoteBackend
+    from server.app import create_app
+    from server.config import ServerConfig
+    from tests.asgi_server import serving
+
+    engine = Engine.from_pretrained(tiny_ckpt, EngineConfig(**ENGINE))
+    with serving(create_app(engine, ServerConfig(model_name="tiny"))) as url:
+        remote = RemoteBackend.connect(url, None, None)
+        try:
+            conversation, _, err = turns(remote, ToolUse(weather, approve_all=True, required=True))
+        finally:
+            remote.close()
+    assert [m.role for m in conversation.messages][:3] == ["user", "assistant", "tool"]
+    assert conversation.messages[2].content.startswith("WEATHER-RESULT: sunny in")
+    assert "weather returned" in err
+
+
 def test_the_command_line(tiny_ckpt: Path, tmp_path: Path) -> None:
     """A real lfm-chat: --mcp FILE --yes --tool-choice required; stdin and stdout are pipes and there
     is no terminal (a new session), so without --yes the call would be refused."""
