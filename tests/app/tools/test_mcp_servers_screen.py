@@ -10,8 +10,8 @@ from textual.widgets import OptionList
 
 import app
 from app.app import LfmChatApp
-from app.screens.mcp_servers import McpServersScreen
 from app.tools.toolbox import ToolBox
+from app.ui.screens.mcp_servers import McpServersScreen
 from tests.app.pilot_helpers import wait_until
 from tests.app.tools.conftest import stdio_server
 
