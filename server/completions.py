@@ -19,7 +19,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from engine import Engine, PromptTooLong, RequestError, SamplingParamsError, TokenEvent
+from engine import Engine, PromptTooLong, RequestError, SamplingParamsError, StructureError, TokenEvent
 from server.bridge import Admitted, EngineBridge, Overloaded, OverShare, client_of
 from server.choices import Choices
 from server.config import ServerConfig
@@ -212,7 +212,7 @@ async def _unless_refused(stream: Admitted, structure_param: str | None) -> Asyn
     if structure_param is None:
         return stream
     first = await anext(aiter(stream))
-    if first.finished and first.finish_reason == "error" and "structure" in (first.error or ""):
+    if first.rejected_by is not None and issubclass(first.rejected_by, StructureError):
         raise bad_request(f"{structure_param}: {first.error}", structure_param)
 
     async def replay() -> AsyncIterator[TokenEvent]:

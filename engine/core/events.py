@@ -32,3 +32,6 @@ class TokenEvent:
     metrics: RequestMetrics
     index: int = 0  # which of the request's n samples this event is about
     logprobs: tuple[TokenLogprob, ...] = ()  # one per token id, when the request asked for them
+    # the error the request was refused with before it entered the engine (StructureError,
+    # PromptTooLong, SamplingParamsError...), so a caller can tell bad input apart by type
+    rejected_by: type[Exception] | None = None

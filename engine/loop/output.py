@@ -41,13 +41,16 @@ class RequestOutput:
     # one per token of token_ids when SamplingParams.logprobs asked for them, else None
     logprobs: list[TokenLogprob] | None = None
     new_logprobs: list[TokenLogprob] = field(default_factory=list)  # those of new_token_ids
+    rejected_by: type[Exception] | None = None  # what refused it at the door (bad input), if anything
 
     @classmethod
     def rejected(
-        cls, request_id: str, tag: object, error: str, metrics: RequestMetrics, index: int = 0
+        cls, request_id: str, tag: object, reason: Exception, metrics: RequestMetrics, index: int = 0
     ) -> RequestOutput:
         """The final output of a request that never entered the engine (bad input)."""
-        return cls(request_id, tag, [], [], "", [], "", True, "error", error, metrics, index)
+        out = cls(request_id, tag, [], [], "", [], "", True, "error", str(reason), metrics, index)
+        out.rejected_by = type(reason)
+        return out
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from engine.core.errors import RequestError
 from engine.core.events import TokenEvent
 from engine.core.metrics import RequestMetrics
 from engine.core.prompts import Prompt
@@ -50,6 +51,7 @@ def _event(out: RequestOutput) -> TokenEvent:
         metrics=out.metrics,
         index=out.index,
         logprobs=tuple(out.new_logprobs),
+        rejected_by=out.rejected_by,
     )
 
 
@@ -125,7 +127,7 @@ class EngineWorker:
         """
         handle = StreamHandle(self, f"stream-{next(self._ids)}", tag, on_event, n)
         if not self._post(lambda: self._start(handle, prompt, params)):
-            _reject(handle, "the engine worker has shut down")
+            _reject(handle, RequestError("the engine worker has shut down"))
         return handle
 
     def stream(
@@ -198,7 +200,7 @@ class EngineWorker:
         try:
             self.engine.add_request(prompt, params, request_id=handle.request_id, tag=handle.tag, n=handle.n)
         except Exception as exc:  # bad input: RequestError, SamplingParamsError, or worse
-            _reject(handle, str(exc))
+            _reject(handle, exc)
             return
         for index in range(handle.n):
             self._handles[branch_id(handle.request_id, index)] = handle
@@ -233,10 +235,10 @@ def _lower_this_thread(nice: int) -> None:
         logger.info("could not lower the engine thread's priority", exc_info=True)
 
 
-def _reject(handle: StreamHandle, error: str) -> None:
-    """Each sample's final event, with ``error``."""
+def _reject(handle: StreamHandle, reason: Exception) -> None:
+    """Each sample's final event, refused with ``reason``."""
     now = time.monotonic()
     metrics = RequestMetrics(arrival_time=now, prompt_tokens=0, finished_time=now)
     for index in range(handle.n):
         request_id = branch_id(handle.request_id, index)
-        handle._deliver(RequestOutput.rejected(request_id, handle.tag, error, metrics, index))
+        handle._deliver(RequestOutput.rejected(request_id, handle.tag, reason, metrics, index))

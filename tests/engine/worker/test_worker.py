@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from engine import EngineWorker, SamplingParams
+from engine import EngineWorker, PromptTooLong, RequestError, SamplingParams, Structure, StructureError
 from tests.engine.streams import joined, submit
 from tests.waiting import wait_for
 
@@ -83,10 +83,21 @@ def test_bad_requests_get_an_error_event_while_others_stream_on(worker):
     _, empty = submit(worker, "", PARAMS[0])
     _, huge = submit(worker, [20] * 5000, PARAMS[0])
     _, wrong = submit(worker, [20, 21], params="greedy please")
-    for stream, message in [(empty, "empty"), (huge, "context"), (wrong, "SamplingParams")]:
+    _, unparsable = submit(worker, TEXTS[1], SamplingParams(structure=Structure("regex", "(unclosed")))
+    refusals = [
+        (empty, "empty", RequestError),
+        (huge, "context", PromptTooLong),
+        (wrong, "SamplingParams", RequestError),
+        (unparsable, "regex", StructureError),
+    ]
+    for stream, message, kind in refusals:
         (event,) = stream.until_finished()
         assert event.finished and event.finish_reason == "error" and message in event.error
-    assert good.until_finished()[-1].finish_reason == "length"
+        assert event.rejected_by is not None and issubclass(
+            event.rejected_by, kind
+        )  # a caller tests the type
+    events = good.until_finished()
+    assert events[-1].finish_reason == "length" and all(e.rejected_by is None for e in events)
 
 
 def test_shutdown_aborts_streams_in_flight_and_later_submits_fail_cleanly(worker):
@@ -96,7 +107,7 @@ def test_shutdown_aborts_streams_in_flight_and_later_submits_fail_cleanly(worker
     assert stream.until_finished()[-1].finish_reason == "abort"
     _, late = submit(worker, TEXTS[0], PARAMS[0])
     (event,) = late.until_finished()
-    assert event.error == "the engine worker has shut down"
+    assert event.error == "the engine worker has shut down" and event.rejected_by is RequestError
     assert late.threads == {threading.current_thread().name}  # rejected at once, on the caller's thread
 
 
