@@ -8,6 +8,8 @@ soon as the answer starts (click its header, or alt+t in the pane, to open it ag
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.content import Content
@@ -19,6 +21,8 @@ from textual.widgets.markdown import MarkdownStream
 from app.core.reply_parts import Part, answer_text, split_reply
 from app.core.sanitize import strip_control, without_disputed_widths
 from app.ui.keys import PANE_KEYS, key_named
+from app.ui.widgets.answer_segments import ALL_PLAIN, LIMITS, DrawingLimits, Segment, SegmentPlan
+from app.ui.widgets.plain_text import PlainText
 
 
 class ThinkingBlock(Vertical):
@@ -29,7 +33,7 @@ class ThinkingBlock(Vertical):
         self.part = part
         self.opened = shown  # the user's choice (alt+t or a click); a thought being written shows anyway
         self.header = Static(classes="thinking-header", markup=False)
-        self.body = Static(part.text.strip(), classes="thinking-body", markup=False)
+        self.body = PlainText(part.text.strip(), classes="thinking-body")
 
     def compose(self) -> ComposeResult:
         yield self.header
@@ -40,7 +44,11 @@ class ThinkingBlock(Vertical):
 
     def show(self, part: Part) -> None:
         if part.text != self.part.text:
-            self.body.update(part.text.strip())
+            shown, text = self.body.source, part.text.strip()
+            if text.startswith(shown):  # streaming: only the new text is wrapped
+                self.body.append(text[len(shown) :])
+            else:
+                self.body.set_text(text)
         self.part = part
         self._refresh()
 
@@ -81,33 +89,136 @@ class ToolCallBlock(Static):
         self.border_title = "tool call" if part.closed else "tool call…"
 
 
-class AnswerMarkdown(Markdown):
-    """Answer text as Markdown; links are not opened on click (the text is untrusted).
+class MarkdownSegment(Markdown):
+    """A segment of the answer small enough for Markdown; links are not opened on click (the text
+    is untrusted). Appends go through a MarkdownStream, which merges bursts faster than the widget
+    can parse, and re-parse only the segment's last block."""
 
-    Appends go through a MarkdownStream, which merges bursts faster than the widget can parse.
-    """
-
-    def __init__(self, text: str) -> None:
-        super().__init__(text, classes="answer", open_links=False)
-        self.shown = text
+    def __init__(self, segment: Segment, text: str) -> None:
+        super().__init__(text, classes="answer-segment", open_links=False)
+        self.start, self.end = segment.start, segment.end
         self._stream: MarkdownStream | None = None
 
-    async def show(self, part: Part) -> None:
-        if part.text == self.shown:
-            return
-        if part.text.startswith(self.shown):
-            if self._stream is None:
-                self._stream = Markdown.get_stream(self)
-            await self._stream.write(part.text[len(self.shown) :])
-        else:  # not an extension (a control sequence completed across deltas): redraw
-            await self.stop()
-            await self.update(part.text)
-        self.shown = part.text
+    async def extend(self, text: str, end: int) -> None:
+        if self._stream is None:
+            self._stream = Markdown.get_stream(self)
+        await self._stream.write(text)
+        self.end = end
 
     async def stop(self) -> None:
         if self._stream is not None:
             stream, self._stream = self._stream, None
             await stream.stop()
+
+
+class PlainSegment(PlainText):
+    """A segment too big to draw as Markdown (or folded far from the live end), as plain text; a
+    reply restored but not seen yet is plain text too, without the notice (`Reply.unfold`)."""
+
+    def __init__(self, segment: Segment, text: str, folded: bool) -> None:
+        super().__init__(text, classes="answer-folded" if folded else "answer-plain")
+        self.start, self.end = segment.start, segment.end
+        if not folded:
+            self.border_title = "plain text: too big to draw as Markdown"
+
+    async def extend(self, text: str, end: int) -> None:
+        self.append(text)
+        self.end = end
+
+    async def stop(self) -> None:
+        pass
+
+
+SegmentView = MarkdownSegment | PlainSegment
+
+
+class AnswerMarkdown(Vertical):
+    """The answer text: Markdown where it is small, plain text where it is too big (the policy is
+    app/ui/widgets/answer_segments.py). An update that extends the text extends the live segment
+    (or adds one); any other text starts over."""
+
+    limits: ClassVar[DrawingLimits] = LIMITS  # bench.key_latency --unbounded draws as before them
+
+    def __init__(self, text: str, folded: bool = False) -> None:
+        super().__init__(classes="answer")
+        self.folded = folded
+        self._plan = SegmentPlan(ALL_PLAIN if folded else self.limits)
+        self._plan.extend(text)
+        self._segments: list[SegmentView] = [self._segment_view(s) for s in self._plan.segments]
+
+    def compose(self) -> ComposeResult:
+        yield from self._segments
+
+    @property
+    def source(self) -> str:
+        return self._plan.text
+
+    @property
+    def segments(self) -> list[SegmentView]:
+        return list(self._segments)
+
+    async def show(self, part: Part) -> None:
+        text = part.text
+        if text == self._plan.text:
+            return
+        if not text.startswith(self._plan.text):  # a control sequence completed across deltas
+            await self._restart()
+        self._plan.extend(text)
+        await self._follow_plan()
+
+    async def unfold(self) -> None:
+        """Draw a folded answer as a shown one is drawn (Markdown within the limits)."""
+        if self.folded:
+            self.folded = False
+            text = self._plan.text
+            await self._restart()
+            self._plan.extend(text)
+            await self._follow_plan()
+
+    async def _restart(self) -> None:
+        await self.stop()
+        await self.remove_children()
+        self._segments = []
+        self._plan = SegmentPlan(ALL_PLAIN if self.folded else self.limits)
+
+    async def _follow_plan(self) -> None:
+        """Bring the segment views in line with the plan: extend the ones it kept, replace the rest."""
+        text = self._plan.text
+        old = {view.start: view for view in self._segments}
+        views: list[SegmentView] = []
+        for segment in self._plan.segments:
+            view = old.get(segment.start)
+            if (
+                view is not None
+                and isinstance(view, PlainSegment) == segment.plain
+                and view.end <= segment.end
+            ):
+                del old[segment.start]
+                if view.end < segment.end:
+                    await view.extend(text[view.end : segment.end], segment.end)
+            else:
+                view = self._segment_view(segment)
+            views.append(view)
+        for view in [*views[:-1], *old.values()]:
+            await view.stop()  # a segment followed by another is complete
+        if old:
+            await self.remove_children(list(old.values()))
+        previous: SegmentView | None = None
+        for view in views:
+            if not view.is_attached:
+                await (self.mount(view, after=previous) if previous else self.mount(view, before=0))
+            previous = view
+        self._segments = views
+
+    async def stop(self) -> None:
+        for view in self._segments:
+            await view.stop()
+
+    def _segment_view(self, segment: Segment) -> SegmentView:
+        text = self._plan.text[segment.start : segment.end]
+        if segment.plain:
+            return PlainSegment(segment, text, self.folded)
+        return MarkdownSegment(segment, text)
 
 
 PartView = ThinkingBlock | ToolCallBlock | AnswerMarkdown
@@ -121,10 +232,12 @@ KINDS: dict[str, type[PartView]] = {
 class Reply(Vertical):
     """A reply's parts, kept in step with its text by `update`."""
 
-    def __init__(self, text: str = "", show_thinking: bool = False) -> None:
+    def __init__(self, text: str = "", show_thinking: bool = False, folded: bool = False) -> None:
+        """`folded`: a restored reply the transcript draws as plain text until it scrolls into view."""
         super().__init__(classes="reply")
         self.source = strip_control(text)
         self.show_thinking = show_thinking
+        self.folded = folded
         drawn = split_reply(without_disputed_widths(self.source))
         self._views: list[PartView] = [self._view(p) for p in drawn]
 
@@ -137,7 +250,7 @@ class Reply(Vertical):
         return answer_text(self.source)
 
     @property
-    def markdown_parts(self) -> list[Markdown]:
+    def markdown_parts(self) -> list[AnswerMarkdown]:
         return [v for v in self._views if isinstance(v, AnswerMarkdown)]
 
     @property
@@ -166,6 +279,11 @@ class Reply(Vertical):
         for view in self.markdown_parts:
             await view.stop()
 
+    async def unfold(self) -> None:
+        self.folded = False
+        for view in self.markdown_parts:
+            await view.unfold()
+
     def set_thinking_shown(self, shown: bool) -> None:
         self.show_thinking = shown
         for view in self._views:
@@ -183,7 +301,7 @@ class Reply(Vertical):
             return ThinkingBlock(part, self.show_thinking)
         if part.kind == "tool_call":
             return ToolCallBlock(part)
-        return AnswerMarkdown(part.text)
+        return AnswerMarkdown(part.text, self.folded)
 
 
 async def _show(view: Widget, part: Part) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from textual.app import App, ComposeResult
+from textual.widgets.markdown import MarkdownFence
 
 from app.core.export import reply_markdown
 from app.core.reply_parts import Part, answer_text, split_reply
@@ -99,3 +102,25 @@ async def test_a_reply_is_drawn_without_disputed_widths_and_copied_whole() -> No
         await pilot.pause()
         assert reply.query_one(AnswerMarkdown).source == "\u26a0 Careful \U0001f44d"
         assert reply.answer == text
+
+
+class NarrowHost(App[None]):
+    CSS_PATH = Path(__file__).parents[3] / "app" / "lfm_chat.tcss"  # the app's own rules for replies
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.reply = Reply("```python\n" + "x = " + "1 + " * 40 + "1\n```\n")
+
+    def compose(self) -> ComposeResult:
+        yield self.reply
+
+
+async def test_a_code_block_wider_than_a_narrow_pane_scrolls_sideways() -> None:
+    app = NarrowHost()
+    async with app.run_test(size=(40, 20)) as pilot:
+        await pilot.pause()
+        fence = app.reply.query_one(MarkdownFence)
+        assert fence.max_scroll_x > 0 and fence.show_horizontal_scrollbar
+        fence.scroll_right(animate=False)
+        await pilot.pause()
+        assert fence.scroll_x > 0
