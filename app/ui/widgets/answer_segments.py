@@ -6,8 +6,9 @@ the app for minutes, a 900 KB code block was highlighted again at every token. S
 cut into segments at block boundaries (a blank line outside a code fence, before an unindented
 line), and each is drawn as Markdown only while it is small:
 
-- a segment grows while it is under `segment_min_chars`, then ends at the next boundary, so the
-  live segment (the one a stream appends to) stays small and only it is parsed again;
+- a segment grows while it is under `segment_min_chars` and `segment_min_lines`, then ends at the
+  next boundary, so the live segment (the one a stream appends to) stays small and only it is
+  parsed again;
 - a segment that outgrows `segment_chars`, `segment_lines` or `segment_cells` with no boundary
   (a huge table, code block or paragraph) is drawn as plain text from then on;
 - a reply holds at most `reply_chars` and `reply_lines` of Markdown: past that the oldest
@@ -27,6 +28,7 @@ _FENCE_CHARS = "`~"
 @dataclass(frozen=True, slots=True)
 class DrawingLimits:
     segment_min_chars: int = 2_000
+    segment_min_lines: int = 40
     segment_chars: int = 8_000
     segment_lines: int = 120
     segment_cells: int = 1_000  # table cells, counted as "|" characters
@@ -102,7 +104,10 @@ class SegmentPlan:
             self._after_blank
             and self._fence is None
             and not self.text[start].isspace()
-            and start - live.start >= self.limits.segment_min_chars
+            and (
+                start - live.start >= self.limits.segment_min_chars
+                or live.lines >= self.limits.segment_min_lines
+            )
         ):
             live.end = start
             self.segments.append(Segment(start, start, plain=False))

@@ -40,6 +40,7 @@ class ChatPane(PaneActions, Vertical):
     """A chat with the shared backend. Actions act on this pane only (Esc stops only this one)."""
 
     BINDINGS: ClassVar[list[BindingType]] = PANE_KEYS
+    ALLOW_MAXIMIZE = True  # the zoom key (ChatScreen.action_zoom)
 
     class Woken(Message):
         """Token events are waiting in the session's inbox (posted from the backend's thread)."""
@@ -100,7 +101,7 @@ class ChatPane(PaneActions, Vertical):
         self.prompt_input.focus()
 
     def relabel(self, label: str, force: bool = False) -> None:
-        """Panes are numbered by position: closing pane 2 of 3 makes pane 3 the new 2."""
+        """A new number (the screen numbers panes) or, with `force`, a new title to draw."""
         if force or label != self.label:
             self.label = label
             self.changed()

@@ -280,9 +280,9 @@ class Reply(Vertical):
             await view.stop()
 
     async def unfold(self) -> None:
-        self.folded = False
         for view in self.markdown_parts:
             await view.unfold()
+        self.folded = False
 
     def set_thinking_shown(self, shown: bool) -> None:
         self.show_thinking = shown

@@ -19,6 +19,8 @@ from app.core.sanitize import for_display, strip_control, without_disputed_width
 from app.ui.widgets.reply import Reply
 
 SELECTED = "-selected"
+SHOWN_REPLIES = 4  # a restored transcript draws these last replies as Markdown at once...
+UNFOLD_MARGIN = 1.0  # ...and the others when they come within this many screens of the view
 
 
 class UserMessage(Static):
@@ -55,11 +57,38 @@ class Transcript(VerticalScroll, can_focus=False):
         self.anchor()
 
     def widgets_for(self, messages: Iterable[ChatMessage]) -> list[Widget]:
-        """One widget per message; used at compose time so a restored pane is complete when mounted."""
+        """One widget per message; used at compose time so a restored pane is complete when mounted.
+
+        Restoring draws lazily: all but the last SHOWN_REPLIES replies start folded as plain text
+        (cheap whatever their size) and are drawn as Markdown when scrolled near (`_unfold_near`)."""
+        messages = list(messages)
+        replies = [n for n, m in enumerate(messages) if m.role != "user"]
+        folded = set(replies[:-SHOWN_REPLIES])
         return [
-            UserMessage(m.content) if m.role == "user" else Reply(m.content, self.show_thinking)
-            for m in messages
+            UserMessage(m.content) if m.role == "user" else Reply(m.content, self.show_thinking, n in folded)
+            for n, m in enumerate(messages)
         ]
+
+    def watch_scroll_y(self, old_value: float, new_value: float) -> None:
+        super().watch_scroll_y(old_value, new_value)
+        self.call_after_refresh(self._unfold_near)
+
+    def watch_virtual_size(self) -> None:
+        self.call_after_refresh(self._unfold_near)  # laid out, or grown: what is near may have changed
+
+    async def _unfold_near(self) -> None:
+        """Draw the folded replies within UNFOLD_MARGIN screens of what is shown (once laid out)."""
+        folded = [reply for reply in self.query_children(Reply) if reply.folded]
+        height = self.scrollable_content_region.height
+        if not folded or not height or not self.virtual_size.height:
+            return
+        # anchored, the view is about to be the end whatever scroll_y says yet (the first layouts)
+        shown = self.max_scroll_y if self.is_anchored and not self._anchor_released else self.scroll_y
+        top, bottom = shown - UNFOLD_MARGIN * height, shown + (1 + UNFOLD_MARGIN) * height
+        for reply in folded:
+            region = reply.virtual_region
+            if region.height and region.y < bottom and region.bottom > top:
+                await reply.unfold()
 
     async def show(self, messages: Iterable[ChatMessage]) -> None:
         """Replace everything with these messages (after an edit, a regenerate, a clear)."""

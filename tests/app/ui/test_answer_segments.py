@@ -10,6 +10,7 @@ from app.ui.widgets.answer_segments import ALL_PLAIN, LIMITS, DrawingLimits, Seg
 
 SMALL = DrawingLimits(
     segment_min_chars=20,
+    segment_min_lines=4,
     segment_chars=200,
     segment_lines=10,
     segment_cells=30,
