@@ -16,7 +16,7 @@ from app.app import LfmChatApp
 from app.conversation import ChatMessage
 from app.options import AppOptions
 from app.widgets.chat_pane import ChatPane
-from app.widgets.reply import MarkdownSegment, PlainSegment, Reply
+from app.widgets.reply import MarkdownSegment, PlainSegment
 from app.widgets.transcript import SHOWN_REPLIES, Transcript
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import FakeServer
