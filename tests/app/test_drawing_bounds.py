@@ -13,11 +13,11 @@ from textual import events
 from textual.app import App, ComposeResult
 
 from app.app import LfmChatApp
-from app.conversation import ChatMessage
-from app.options import AppOptions
-from app.widgets.chat_pane import ChatPane
-from app.widgets.reply import MarkdownSegment, PlainSegment
-from app.widgets.transcript import SHOWN_REPLIES, Transcript
+from app.core.conversation import ChatMessage
+from app.core.options import AppOptions
+from app.ui.widgets.chat_pane import ChatPane
+from app.ui.widgets.reply import MarkdownSegment, PlainSegment
+from app.ui.widgets.transcript import SHOWN_REPLIES, Transcript
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import FakeServer
 from tests.app.pilot_helpers import chat_screen, streamed, submit, wait_replied, wait_until

@@ -11,9 +11,9 @@ import pytest
 from textual import events
 
 from app.app import LfmChatApp
-from app.options import AppOptions
-from app.screens.chat import ChatScreen
-from app.screens.model_picker import MAX_SHOWN, ModelPicker, matching
+from app.core.options import AppOptions
+from app.ui.screens.chat import ChatScreen
+from app.ui.screens.model_picker import MAX_SHOWN, ModelPicker, matching
 from engine import DEFAULT_MODEL
 from tests.app import fake_openai
 from tests.app.fake_openai import FakeServer

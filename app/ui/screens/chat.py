@@ -54,6 +54,7 @@ class ChatScreen(Screen[None]):
         key("ctrl+g", "history", "History", "History: reopen a saved conversation"),
         key("f9", "toggle_dashboard", "Dashboard", "Show or hide the engine dashboard"),
         key("f8", "mcp_servers", "Tools", "MCP servers: their state and tools", show=False),
+        key("alt+z", "zoom", "Zoom", "Show the active pane full screen, or every pane again", show=False),
         key("tab", "focus_pane(1)", "Next pane", "Focus the next pane", id="next_pane"),
         key("shift+tab", "focus_pane(-1)", "Back", "Focus the previous pane", show=False, id="previous_pane"),
     ]
@@ -91,6 +92,7 @@ class ChatScreen(Screen[None]):
         self.snapshot_interval = snapshot_interval
         self._initial = list(conversations)
         self._pane_count = 0
+        self._numbers: dict[str, int] = {}  # pane id -> the number it shows, kept until it closes
         self.active_pane_id: str | None = None
         self.dashboard_wanted = True
         self._confirming: tuple[str, float] | None = None  # (what, until): a second press does it
@@ -144,16 +146,19 @@ class ChatScreen(Screen[None]):
         return pane or self.pane(self.active_pane_id or "") or self.panes[0]
 
     def _new_pane(self, conversation: Conversation) -> ChatPane:
+        """A pane takes the lowest number no open pane shows and keeps it until it closes, so forks and
+        closes never renumber the others (ids are never reused: late engine events name a pane by id)."""
         self._pane_count += 1
-        return ChatPane(conversation, self.context, id=f"pane-{self._pane_count}")
+        pane = ChatPane(conversation, self.context, id=f"pane-{self._pane_count}")
+        number = min(set(range(1, len(self._numbers) + 2)) - set(self._numbers.values()))
+        self._numbers[pane.id or ""] = number
+        pane.label = str(number)
+        return pane
 
     def _relayout(self) -> None:
-        """Number the panes 1..N in screen order (the order the saver records them open in) and fit
-        grid, dashboard and guard to the terminal."""
+        """Fit grid, dashboard and guard to the terminal; the saver records the panes open in screen order."""
         panes = self.panes
         self.saving.open = [pane.session for pane in panes]
-        for number, pane in enumerate(panes, start=1):
-            pane.relabel(str(number))
         width, height = self.app.size
         banner = self.demo and height >= BANNER_MIN_HEIGHT  # the title bar says "demo" too
         self.set_class(not banner, "-no-banner")
@@ -256,6 +261,7 @@ class ChatScreen(Screen[None]):
         if len(self.panes) >= MAX_PANES:
             self.notify(f"At most {MAX_PANES} panes fit on screen.", severity="warning")
             return
+        self.minimize()  # a new pane is seen at once, beside the others
         pane = self._new_pane(conversation or Conversation(settings=replace(self.defaults)))
         await self.grid.mount(pane, after=after)
         self._relayout()
@@ -279,6 +285,9 @@ class ChatScreen(Screen[None]):
         if not ready:
             message.pane.prompt_input.give_back(message.text)
             return
+        if len(targets) > 1:
+            for pane in ready:
+                name_broadcast(pane, message.text)
         sessions = [pane.session for pane in ready]
         taken = [session for session in sessions if await session.take_message(message.text)]
         prepared = await asyncio.gather(*(session.prepare_turn() for session in taken))
@@ -305,7 +314,10 @@ class ChatScreen(Screen[None]):
             return
         index = self.panes.index(pane)
         await pane.session.settle()
+        if self.maximized is pane:
+            self.minimize()
         await pane.remove()
+        self._numbers.pop(pane.id or "", None)
         self._relayout()
         pane.session.save()  # its row is no longer among the open ones
         self.set_focus(self.panes[min(index, len(self.panes) - 1)].prompt_input)
@@ -318,10 +330,12 @@ class ChatScreen(Screen[None]):
         """From the pane that holds focus now, not from the last focus event: those queue behind
         token and key messages, so under load they would name a pane the user already left.
         `set_focus` (not `Widget.focus`, which defers) so keys typed right after Tab land in the
-        new pane."""
+        new pane. While a pane is zoomed, the zoom moves with the focus."""
         panes = self.panes
         target = panes[(panes.index(self.active_pane) + step) % len(panes)]
         self.active_pane_id = target.id
+        if isinstance(self.maximized, ChatPane):
+            self.maximize(target, container=False)
         self.set_focus(target.prompt_input)
 
     @work(thread=True, exclusive=True, group="mcp-servers")
@@ -332,6 +346,13 @@ class ChatScreen(Screen[None]):
         app = self.app
         toolbox = app.toolbox  # type: ignore[attr-defined]
         app.call_from_thread(app.push_screen, McpServersScreen(toolbox, app.tools_note))  # type: ignore[attr-defined]
+
+    def action_zoom(self) -> None:
+        """The active pane alone on the screen (Textual's maximize), or every pane again."""
+        if self.maximized is not None:
+            self.minimize()
+        else:
+            self.maximize(self.active_pane, container=False)
 
     def action_history(self) -> None:
         open_ids = {p.conversation.id for p in self.panes}
@@ -385,3 +406,19 @@ class ChatScreen(Screen[None]):
 
     def on_resize(self, event: Resize) -> None:
         self._relayout()
+
+
+def name_broadcast(pane: ChatPane, text: str) -> None:
+    """The chats a broadcast starts all open with the same question: each is named after its pane and
+    sampling, so History tells them apart ("pane 2 · T 0.7 · model · question"). A chat that had
+    messages (or a name) before keeps its title."""
+    conversation = pane.conversation
+    if conversation.name or conversation.messages:
+        return
+    settings = conversation.settings
+    sampling = f"T {settings.temperature:g}"
+    sampling += f" top-p {settings.top_p:g}" if settings.top_p < 1 else ""
+    sampling += f" top-k {settings.top_k}" if settings.top_k else ""
+    sampling += f" min-p {settings.min_p:g}" if settings.min_p else ""
+    parts = [f"pane {pane.label}", sampling, settings.model, " ".join(text.split())]
+    conversation.name = " · ".join(part for part in parts if part)
