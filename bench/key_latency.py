@@ -2,11 +2,16 @@
 
     python -m bench.key_latency                        8 panes stream on --demo, 60 keys at 30 ms into a 9th
     python -m bench.key_latency --streams 4 --keys 100 --interval 0.05
+    python -m bench.key_latency --server               8 panes stream Markdown from a server, 50 tok/s each
+    python -m bench.key_latency --server --compare     before/after the drawing bounds, alternated, in one run
 
-The app runs headless (Textual's test driver) on the --demo engine. Keys come from a separate
-thread, as a terminal driver's reader thread posts them, so a busy UI thread delays their
-handling but not their sending. A key counts as on screen at the first frame the app composes
-(App._display, which the headless driver then discards) after the input holds it.
+The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
+(`--server`). Keys come from a separate thread, as a terminal driver's reader thread posts them, so
+a busy UI thread delays their handling but not their sending. A key counts as on screen at the first
+frame the app composes (App._display, which the headless driver then discards) after the input
+holds it. The TUI's own CPU is the UI thread's (time.thread_time): the --demo engine's threads and
+the server's are left out. `--unbounded` draws every answer as one Markdown widget, as the app did
+before its drawing bounds (app/widgets/answer_segments.py); `--compare` alternates both.
 """
 
 from __future__ import annotations
@@ -26,12 +31,16 @@ from app.app import LfmChatApp
 from app.core.conversation import ChatSettings
 from app.core.options import MAX_PANES, AppOptions
 from app.ui.screens.chat import ChatScreen
+from app.ui.widgets.answer_segments import LIMITS, DrawingLimits
 from app.ui.widgets.chat_pane import ChatPane
+from app.ui.widgets.reply import AnswerMarkdown
 from bench import stats
+from bench.paced_server import MODEL, PacedServer
 
 TYPED = "the quick brown fox jumps over the lazy dog "
 DEMO_ENGINE = {"dtype": "float32", "kv_cache_memory_mb": 64}  # what `lfm-chat --demo` runs (cli/flags.py)
 WAIT_LIMIT_S = 300.0  # only a hung app gets there
+UNBOUNDED = DrawingLimits(*(10**12,) * 7)  # one Markdown widget per answer, never plain text
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,16 +49,20 @@ class KeyLatency:
     keys: int
     interval_s: float
     latencies_s: list[float]  # per key, press to first frame showing it
-    streamed_tokens: int  # tokens the streaming panes drew meanwhile
+    streamed_tokens: int  # tokens the streaming panes received meanwhile
+    ui_cpu_s: float  # the UI thread's CPU time meanwhile
+    wall_s: float
 
     def report(self) -> str:
         def ms(q: float) -> str:
             return f"{stats.percentile(self.latencies_s, q) * 1000:.0f} ms"
 
+        per_token = self.ui_cpu_s / self.streamed_tokens * 1000 if self.streamed_tokens else 0.0
         return (
             f"key-to-screen latency, {self.keys} keys at {self.interval_s * 1000:.0f} ms while "
-            f"{self.streams} panes stream ({self.streamed_tokens} tokens shown meanwhile): "
-            f"p50 {ms(50)}, p95 {ms(95)}, max {max(self.latencies_s) * 1000:.0f} ms"
+            f"{self.streams} panes stream ({self.streamed_tokens} tokens received meanwhile): "
+            f"p50 {ms(50)}, p95 {ms(95)}, p99 {ms(99)}, max {max(self.latencies_s) * 1000:.0f} ms; "
+            f"TUI {self.ui_cpu_s / self.wall_s:.0%} of a core, {per_token:.2f} ms CPU per streamed token"
         )
 
 
@@ -99,10 +112,19 @@ def _received(panes: list[ChatPane]) -> int:
     return sum(len(p.session.turn.ids) for p in panes if p.session.turn is not None)
 
 
-async def measure(streams: int, keys: int, interval: float, max_tokens: int, data: Path) -> KeyLatency:
+async def measure(
+    streams: int, keys: int, interval: float, max_tokens: int, data: Path, server: PacedServer | None
+) -> KeyLatency:
     chat = ChatSettings(temperature=1.0, max_tokens=max_tokens)
-    options = AppOptions(demo=True, panes=streams + 1, engine=DEMO_ENGINE, chat=chat, data_dir=data)
+    if server is None:
+        options = AppOptions(demo=True, panes=streams + 1, engine=DEMO_ENGINE, chat=chat, data_dir=data)
+    else:
+        options = AppOptions(server=server.url, model=MODEL, panes=streams + 1, chat=chat, data_dir=data)
     app = LfmChatApp(options)
+
+    def received(panes: list[ChatPane]) -> int:
+        return _received(panes) if server is None else server.sent
+
     async with app.run_test(size=(200, 60)):
         await _until(lambda: isinstance(app.screen, ChatScreen) and app.screen.is_mounted, "the chat screen")
         screen = app.screen
@@ -111,24 +133,38 @@ async def measure(streams: int, keys: int, interval: float, max_tokens: int, dat
         for pane in streaming:
             await pane.session.send("Tell me a long story.")
         await _until(
-            lambda: all(p.session.turn is not None and p.session.turn.ids for p in streaming), "every stream"
+            lambda: all(p.session.turn is not None and p.session.turn.text for p in streaming), "every stream"
         )
         typing.focus_input()
         await _until(lambda: app.focused is typing.prompt_input, "focus on the typing pane")
         clock = FrameClock(app, lambda: len(typing.prompt_input.text))
-        before = _received(streaming)
+        before, cpu, wall = received(streaming), time.thread_time(), time.perf_counter()
         text = (TYPED * (keys // len(TYPED) + 1))[:keys]
         sent = type_from_thread(app, text, interval)
         await _until(
             lambda: len(sent) == keys and clock.first_showing(keys, sent[-1]) is not None, "the keys"
         )
-        streamed = _received(streaming) - before
+        cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
+        streamed = received(streaming) - before
         if any(p.session.turn is None for p in streaming):
             print("bench.key_latency: a stream ended before the typing did; raise --max-tokens")
         latencies = [clock.first_showing(i + 1, at) - at for i, at in enumerate(sent)]  # type: ignore[operator]
         for pane in streaming:
             await pane.session.settle()
-    return KeyLatency(streams, keys, interval, latencies, streamed)
+    return KeyLatency(streams, keys, interval, latencies, streamed, cpu, wall)
+
+
+def run(args: argparse.Namespace, unbounded: bool) -> KeyLatency:
+    AnswerMarkdown.limits = UNBOUNDED if unbounded else LIMITS
+    with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
+        if not args.server:
+            return asyncio.run(
+                measure(args.streams, args.keys, args.interval, args.max_tokens, Path(data), None)
+            )
+        with PacedServer(args.rate) as server:
+            return asyncio.run(
+                measure(args.streams, args.keys, args.interval, args.max_tokens, Path(data), server)
+            )
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -139,12 +175,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--keys", type=int, default=60)
     parser.add_argument("--interval", type=float, default=0.03, help="seconds between keys")
     parser.add_argument("--max-tokens", type=int, default=4000, help="each stream's reply length")
+    parser.add_argument("--server", action="store_true", help="stream from a local paced server, not --demo")
+    parser.add_argument("--rate", type=float, default=50.0, help="--server: tokens a second per stream")
+    parser.add_argument("--unbounded", action="store_true", help="draw as before the drawing bounds")
+    parser.add_argument(
+        "--compare", type=int, default=0, metavar="N", help="N before/after pairs, alternated"
+    )
     args = parser.parse_args(argv)
-    if not 0 <= args.streams < MAX_PANES or args.keys < 1 or args.interval < 0:
-        parser.error(f"--streams must be 0-{MAX_PANES - 1}, --keys >= 1, --interval >= 0")
-    with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
-        result = asyncio.run(measure(args.streams, args.keys, args.interval, args.max_tokens, Path(data)))
-    print(result.report())
+    if not 0 <= args.streams < MAX_PANES or args.keys < 1 or args.interval < 0 or args.rate <= 0:
+        parser.error(f"--streams must be 0-{MAX_PANES - 1}, --keys >= 1, --interval >= 0, --rate > 0")
+    for _ in range(args.compare):
+        for unbounded in (True, False):
+            print(("before: " if unbounded else "after:  ") + run(args, unbounded).report(), flush=True)
+    if not args.compare:
+        print(run(args, args.unbounded).report())
 
 
 if __name__ == "__main__":
