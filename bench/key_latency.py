@@ -6,12 +6,13 @@
     python -m bench.key_latency --server --compare     before/after the drawing bounds, alternated, in one run
 
 The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
-(`--server`). Keys come from a separate thread, as a terminal driver's reader thread posts them, so
-a busy UI thread delays their handling but not their sending. A key counts as on screen at the first
-frame the app composes (App._display, which the headless driver then discards) after the input
-holds it. The TUI's own CPU is the UI thread's (time.thread_time): the --demo engine's threads and
-the server's are left out. `--unbounded` draws every answer as one Markdown widget, as the app did
-before its drawing bounds (app/widgets/answer_segments.py); `--compare` alternates both.
+(`--server`, in a process of its own). Keys come from a separate thread, as a terminal driver's
+reader thread posts them, so a busy UI thread delays their handling but not their sending. A key
+counts as on screen at the first frame the app composes (App._display, which the headless driver
+then discards) after the input holds it. The TUI's own CPU is the UI thread's (time.thread_time):
+the --demo engine's threads are left out. `--unbounded` draws every answer as one Markdown widget,
+as the app did before its drawing bounds (app/widgets/answer_segments.py); `--compare` alternates
+both.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ from app.ui.widgets.answer_segments import LIMITS, DrawingLimits
 from app.ui.widgets.chat_pane import ChatPane
 from app.ui.widgets.reply import AnswerMarkdown
 from bench import stats
-from bench.paced_server import MODEL, PacedServer
+from bench.paced_server import MODEL, Apart, apart
 
 TYPED = "the quick brown fox jumps over the lazy dog "
 DEMO_ENGINE = {"dtype": "float32", "kv_cache_memory_mb": 64}  # what `lfm-chat --demo` runs (cli/flags.py)
@@ -113,7 +114,7 @@ def _received(panes: list[ChatPane]) -> int:
 
 
 async def measure(
-    streams: int, keys: int, interval: float, max_tokens: int, data: Path, server: PacedServer | None
+    streams: int, keys: int, interval: float, max_tokens: int, data: Path, server: Apart | None
 ) -> KeyLatency:
     chat = ChatSettings(temperature=1.0, max_tokens=max_tokens)
     if server is None:
@@ -161,7 +162,7 @@ def run(args: argparse.Namespace, unbounded: bool) -> KeyLatency:
             return asyncio.run(
                 measure(args.streams, args.keys, args.interval, args.max_tokens, Path(data), None)
             )
-        with PacedServer(args.rate) as server:
+        with apart(args.rate) as server:
             return asyncio.run(
                 measure(args.streams, args.keys, args.interval, args.max_tokens, Path(data), server)
             )

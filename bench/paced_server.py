@@ -4,6 +4,8 @@ What `--server` panes draw in bench.key_latency: a fast server (vLLM on a GPU st
 tokens a second a request) sending what a chat model writes, paragraphs, lists, code blocks and
 a table, so the TUI's drawing is measured on text like a real reply, not on gibberish. Only
 what the TUI asks for is served: GET /v1/models and streamed POST /v1/chat/completions.
+`apart` runs it in a child process, as a real server runs: its threads then take no GIL time
+from the app being measured.
 """
 
 from __future__ import annotations
@@ -11,9 +13,13 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
+import multiprocessing
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from multiprocessing.sharedctypes import Synchronized
 from typing import Any
 
 MODEL = "paced"
@@ -65,10 +71,9 @@ class _QuietServer(ThreadingHTTPServer):
 class PacedServer:
     """Every chat request streams `max_tokens` tokens at `rate` a second; `sent` counts them all."""
 
-    def __init__(self, rate: float) -> None:
+    def __init__(self, rate: float, sent: Synchronized[int] | None = None) -> None:
         self.interval = 1.0 / rate
-        self.sent = 0
-        self._lock = threading.Lock()
+        self._sent = sent if sent is not None else multiprocessing.Value("q", 0)
         self.httpd = _QuietServer(("127.0.0.1", 0), self._handler())
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 
@@ -79,6 +84,10 @@ class PacedServer:
     def __exit__(self, *exc: object) -> None:
         self.httpd.shutdown()
         self.httpd.server_close()
+
+    @property
+    def sent(self) -> int:
+        return int(self._sent.value)
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         server = self
@@ -113,8 +122,8 @@ class PacedServer:
                 due = time.monotonic()
                 for piece in itertools.islice(tokens(), count):
                     self.event({"content": piece}, None)
-                    with server._lock:
-                        server.sent += 1
+                    with server._sent.get_lock():
+                        server._sent.value += 1
                     due += server.interval
                     time.sleep(max(0.0, due - time.monotonic()))
                 self.event({}, "stop")
@@ -127,3 +136,35 @@ class PacedServer:
                 self.wfile.flush()
 
         return Handler
+
+
+@dataclass(frozen=True)
+class Apart:
+    """A PacedServer in another process: its URL, and the tokens it has sent so far."""
+
+    url: str
+    counter: Synchronized[int]
+
+    @property
+    def sent(self) -> int:
+        return int(self.counter.value)
+
+
+def _serve(rate: float, sent: Synchronized[int], urls: multiprocessing.Queue[str]) -> None:
+    with PacedServer(rate, sent) as server:
+        urls.put(server.url)
+        threading.Event().wait()  # until the parent terminates this process
+
+
+@contextlib.contextmanager
+def apart(rate: float) -> Iterator[Apart]:
+    context = multiprocessing.get_context("spawn")
+    sent = context.Value("q", 0)
+    urls = context.Queue()
+    process = context.Process(target=_serve, args=(rate, sent, urls), name="paced-server", daemon=True)
+    process.start()
+    try:
+        yield Apart(urls.get(timeout=60), sent)
+    finally:
+        process.terminate()
+        process.join()
