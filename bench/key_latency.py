@@ -11,7 +11,7 @@ reader thread posts them, so a busy UI thread delays their handling but not thei
 counts as on screen at the first frame the app composes (App._display, which the headless driver
 then discards) after the input holds it. The TUI's own CPU is the UI thread's (time.thread_time):
 the --demo engine's threads are left out. `--unbounded` draws every answer as one Markdown widget,
-as the app did before its drawing bounds (app/widgets/answer_segments.py); `--compare` alternates
+as the app did before its drawing bounds (app/ui/widgets/answer_segments.py); `--compare` alternates
 both.
 """
 
