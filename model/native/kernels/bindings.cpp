@@ -1,6 +1,6 @@
 // The Python module of model/native/kernels: one binding per entry point of cpu_linear.cpp,
-// cpu_linear_int4.cpp, cpu_attention.cpp, cpu_layer_ops.cpp, cpu_moe.cpp and cpu_sampling.cpp
-// (kept apart so each source file holds one kind of kernel, declared in cpu_ops.h), and
+// cpu_linear_bf12.cpp, cpu_linear_int4.cpp, cpu_attention.cpp, cpu_layer_ops.cpp, cpu_moe.cpp and
+// cpu_sampling.cpp (kept apart so each source file holds one kind of kernel, declared in cpu_ops.h), and
 // cpu_decode_stack.cpp's classes.
 
 #include <torch/extension.h>
@@ -16,6 +16,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   // each linear returns x's dtype [M, N], or fills `out` (fp32 [M, N], the values that dtype holds) and returns it
   m.def("linear_bf16", &lfm_kernels::linear_bf16, "x @ W.T: bf16 x [M, K], bf16 W packed in pair panels, N outputs",
         py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());
+  m.def("linear_bf12", &lfm_kernels::linear_bf12, "x @ W.T: bf16 x, bf16 W stored in 12 bits (model/quant/bf12.py)",
+        py::arg("x"), py::arg("bytes"), py::arg("nibbles"), py::arg("tables"), py::arg("starts"),
+        py::arg("positions"), py::arg("values"), py::arg("N"), py::arg("out") = py::none());
   m.def("linear_f32", &lfm_kernels::linear_f32, "x @ W.T: fp32 x [M, K], fp32 or bf16 W packed in G = 1 panels",
         py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());
   m.def("linear_int8", &lfm_kernels::linear_int8, "x @ (W * scales).T: bf16 x, int8 W packed in pair panels",

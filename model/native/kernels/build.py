@@ -22,6 +22,7 @@ logger = logging.getLogger(__name__)
 
 _SOURCE_FILES = (
     "cpu_linear.cpp",
+    "cpu_linear_bf12.cpp",
     "cpu_linear_int4.cpp",
     "cpu_attention.cpp",
     "cpu_layer_ops.cpp",

@@ -16,14 +16,14 @@ LinearRef::LinearRef(const std::string& kind, int64_t out_features, std::vector<
     size_t operands;
   };
   static constexpr Known known[] = {
-      {"bf16", Kind::kBf16, 1}, {"f32", Kind::kF32, 1}, {"int8", Kind::kInt8, 2}, {"w8a8", Kind::kW8A8, 3}, {"int4", Kind::kInt4, 3}};
+      {"bf16", Kind::kBf16, 1}, {"bf12", Kind::kBf12, 6}, {"f32", Kind::kF32, 1}, {"int8", Kind::kInt8, 2}, {"w8a8", Kind::kW8A8, 3}, {"int4", Kind::kInt4, 3}};
   for (const Known& k : known) {
     if (kind != k.name) continue;
     TORCH_CHECK(t_.size() == k.operands, kind, " linear takes ", k.operands, " operands, not ", t_.size());
     kind_ = k.kind;
     return;
   }
-  TORCH_CHECK(false, "unknown linear kind ", kind, " (bf16, f32, int8, w8a8 or int4)");
+  TORCH_CHECK(false, "unknown linear kind ", kind, " (bf16, bf12, f32, int8, w8a8 or int4)");
 }
 
 torch::Tensor LinearRef::operator()(const torch::Tensor& input) const {
@@ -31,6 +31,8 @@ torch::Tensor LinearRef::operator()(const torch::Tensor& input) const {
   switch (kind_) {
     case Kind::kBf16:
       return linear_bf16(x, t_[0], N_, std::nullopt);
+    case Kind::kBf12:
+      return linear_bf12(x, t_[0], t_[1], t_[2], t_[3], t_[4], t_[5], N_, std::nullopt);
     case Kind::kF32:
       return linear_f32(x, t_[0], N_, std::nullopt);
     case Kind::kInt8:

@@ -23,7 +23,7 @@ class LinearRef {
   torch::Tensor operator()(const torch::Tensor& x) const;
 
  private:
-  enum class Kind { kBf16, kF32, kInt8, kW8A8, kInt4 };
+  enum class Kind { kBf16, kBf12, kF32, kInt8, kW8A8, kInt4 };
   Kind kind_;
   int64_t N_;
   std::vector<torch::Tensor> t_;

@@ -57,23 +57,6 @@ struct Int8Panel {
   inline Pairs load(int64_t pair, int j) const { return int8_pairs(w + (pair * PANEL + j * LANES) * 2); }
 };
 
-// R activation rows (bf16, row stride K) against one panel; store(r, j, LANES fp32 sums).
-template <int R, typename Panel, typename Store>
-inline void tile_pairs(const bf16* x, int64_t K, const Panel& panel, Store&& store) {
-  vf acc[R][VECS];
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero();
-  const int64_t pairs = K / 2;
-  for (int64_t p = 0; p < pairs; ++p) {
-    Pairs xb[R];
-    UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_pair(x + r * K + 2 * p);
-    UNROLL for (int j = 0; j < VECS; ++j) {
-      const Pairs w = panel.load(p, j);
-      UNROLL for (int r = 0; r < R; ++r) acc[r][j] = dot_pairs(acc[r][j], xb[r], w);
-    }
-  }
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
-}
-
 // One k of a float32 model's panel: 4 vectors of LANES outputs, fp32 or bf16 (widened, exact).
 template <typename Weight>
 struct WidePanel {

@@ -14,6 +14,9 @@ torch::Tensor linear_bf16(const torch::Tensor& x, const torch::Tensor& w, int64_
                           const std::optional<torch::Tensor>& out);
 torch::Tensor linear_f32(const torch::Tensor& x, const torch::Tensor& w, int64_t N,
                          const std::optional<torch::Tensor>& out);
+torch::Tensor linear_bf12(const torch::Tensor& x, const torch::Tensor& bytes, const torch::Tensor& nibbles,
+                          const torch::Tensor& tables, const torch::Tensor& starts, const torch::Tensor& positions,
+                          const torch::Tensor& values, int64_t N, const std::optional<torch::Tensor>& out);
 torch::Tensor linear_int8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& scales, int64_t N,
                           const std::optional<torch::Tensor>& out);
 torch::Tensor linear_w8a8(const torch::Tensor& x, const torch::Tensor& w, const torch::Tensor& row_sums,

@@ -1,5 +1,6 @@
-// What the linear kernels share: the panel width, the register tiles over activation rows,
-// where the outputs go, and the input check. Included by cpu_linear.cpp and cpu_linear_int4.cpp.
+// What the linear kernels share: the panel width, the register tiles over activation rows, the
+// pair-panel loop, where the outputs go, and the input check. Included by cpu_linear.cpp,
+// cpu_linear_bf12.cpp and cpu_linear_int4.cpp.
 
 #pragma once
 
@@ -51,6 +52,24 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) row_tiles(M, p, tile);
   });
+}
+
+// R activation rows (bf16, row stride K) against one pair panel; store(r, j, LANES fp32 sums).
+// Panel::load(pair, j) gives the pairs of vector j, called once per (pair, j) in increasing order.
+template <int R, typename Panel, typename Store>
+inline void tile_pairs(const bf16* x, int64_t K, const Panel& panel, Store&& store) {
+  vf acc[R][VECS];
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero();
+  const int64_t pairs = K / 2;
+  for (int64_t p = 0; p < pairs; ++p) {
+    Pairs xb[R];
+    UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_pair(x + r * K + 2 * p);
+    UNROLL for (int j = 0; j < VECS; ++j) {
+      const Pairs w = panel.load(p, j);
+      UNROLL for (int r = 0; r < R; ++r) acc[r][j] = dot_pairs(acc[r][j], xb[r], w);
+    }
+  }
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
 }
 
 // Where a product's [M, N] outputs go: a new tensor of x's dtype or, for the head's logits, an

@@ -131,6 +131,25 @@ inline vf dot_pairs(vf acc, Pairs a, Pairs b) {
   return _mm256_fmadd_ps(a.odd, b.odd, _mm256_fmadd_ps(a.even, b.even, acc));
 }
 
+// ---- 12-bit bf16 (cpu_linear_bf12.cpp): per value a byte of sign + 7 mantissa bits and a 4-bit
+// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, rebuilt by two pshufb
+struct Bf12Table {
+  __m128i low, high;  // per index: the exponent's low bit at bit 7 (low byte), its high 7 bits (high byte)
+};
+inline Bf12Table bf12_table(const uint8_t* exponents) {
+  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(exponents));
+  return {_mm_slli_epi16(_mm_and_si128(e, _mm_set1_epi8(1)), 7), _mm_and_si128(_mm_srli_epi16(e, 1), _mm_set1_epi8(0x7F))};
+}
+// 2 * LANES values (LANES pairs) from 2 * LANES bytes and LANES bytes of nibbles (value 2i low, 2i+1 high)
+inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
+  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes));
+  const __m128i n = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(nibbles)), mask = _mm_set1_epi8(0x0F);
+  const __m128i index = _mm_unpacklo_epi8(_mm_and_si128(n, mask), _mm_and_si128(_mm_srli_epi16(n, 4), mask));
+  const __m128i low = _mm_or_si128(_mm_and_si128(b, _mm_set1_epi8(0x7F)), _mm_shuffle_epi8(table.low, index));
+  const __m128i high = _mm_or_si128(_mm_and_si128(b, _mm_set1_epi8(char(0x80))), _mm_shuffle_epi8(table.high, index));
+  return split_pairs(_mm256_set_m128i(_mm_unpackhi_epi8(low, high), _mm_unpacklo_epi8(low, high)));
+}
+
 // ---- int8 quads
 inline Quads load_quads(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }
 inline Quads broadcast_quad(const uint8_t* p) { return _mm256_set1_epi32(load_u32(p)); }

@@ -87,6 +87,28 @@ inline Pairs int8_pairs(const int8_t* p) {
 }
 inline vf dot_pairs(vf acc, Pairs a, Pairs b) { return _mm512_dpbf16_ps(acc, a, b); }
 
+// ---- 12-bit bf16 (cpu_linear_bf12.cpp): per value a byte of sign + 7 mantissa bits and a 4-bit
+// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, rebuilt by two pshufb
+struct Bf12Table {
+  __m256i low, high;  // per index, in both 128-bit lanes: the exponent's low bit at bit 7, its high 7 bits
+};
+inline Bf12Table bf12_table(const uint8_t* exponents) {
+  const __m256i e = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(exponents)));
+  return {_mm256_slli_epi16(_mm256_and_si256(e, _mm256_set1_epi8(1)), 7),
+          _mm256_and_si256(_mm256_srli_epi16(e, 1), _mm256_set1_epi8(0x7F))};
+}
+// 2 * LANES values (LANES pairs) from 2 * LANES bytes and LANES bytes of nibbles (value 2i low, 2i+1 high)
+inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
+  const __m128i n = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)), mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(n, mask), hi = _mm_and_si128(_mm_srli_epi16(n, 4), mask);
+  const __m256i index = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  const __m256i low = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(0x7F)), _mm256_shuffle_epi8(table.low, index));
+  const __m256i high =
+      _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(char(0x80))), _mm256_shuffle_epi8(table.high, index));
+  return (Pairs)_mm512_or_si512(_mm512_cvtepu8_epi16(low), _mm512_slli_epi16(_mm512_cvtepu8_epi16(high), 8));
+}
+
 // ---- int8 quads
 inline Quads load_quads(const int8_t* p) { return _mm512_loadu_si512(p); }
 inline Quads broadcast_quad(const uint8_t* p) { return _mm512_set1_epi32(load_u32(p)); }

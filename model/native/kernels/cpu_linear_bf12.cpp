@@ -1,0 +1,110 @@
+// Linear layers with bf16 weights stored in 12 bits, losslessly (model/quant/bf12.py packs them):
+// out[M, N] = x[M, K] @ W.T, the same bits as linear_bf16 over the same weights.
+//
+// Why: a decode step reads every weight once, so its speed is the memory's; a trained model's bf16
+// exponents take few values (most of a panel's weights share ~10 of them), so each weight is
+// stored as a byte of sign + 7 mantissa bits and a 4-bit index into its panel's 15 commonest
+// exponents: 1.5 bytes instead of 2. The bf16 words are rebuilt in registers (two table lookups
+// per vector: bf12_pairs in vec/) and go into the very dot_pairs sequence of linear_bf16, in the
+// same order, so the sums, and the logits, are bit-identical to the bf16 kernel's.
+//
+// Layout: the bf16 pair panels of linear_bf16 (model/native/kernels/layout.py), value by value in
+// memory order, split into
+//   bytes      u8 [values]          sign << 7 | mantissa
+//   nibbles    u8 [values / 2]      the exponent index of value 2i (low nibble) and 2i + 1 (high)
+//   tables     u8 [panels, 16]      each panel's exponents by index; index 15 marks an exception
+//   starts     i64 [panels]         the first exception at or after each panel's first value
+//   positions  i64 [exceptions + 1] every exception's value position, ascending, then INT64_MAX
+//   values     bf16 [exceptions + 1] their exact bf16 (the last a placeholder)
+// A vector of pairs holding an exception is decoded by the scalar path and patched from the list.
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+
+#include "cpu_panels.h"
+
+namespace lfm_kernels {
+namespace {
+
+using namespace vec;
+
+constexpr int64_t CHUNK = 2 * LANES;  // values per vector of pairs
+constexpr int EXCEPTION = 15;
+
+// One k-pair of a 12-bit panel, decoded; called in increasing (pair, j) order (tile_pairs), so a
+// cursor walks the panel's exceptions once.
+struct Bf12Panel {
+  const uint8_t* bytes;    // the panel's first value's
+  const uint8_t* nibbles;  // likewise
+  const uint8_t* exponents;
+  Bf12Table table;
+  const int64_t* positions;
+  const bf16* values;
+  int64_t first;        // the panel's first value's position
+  mutable int64_t next;  // the next exception's index in positions/values
+
+  inline Pairs load(int64_t pair, int j) const {
+    const int64_t at = (pair * PANEL + j * LANES) * 2;
+    if (positions[next] >= first + at + CHUNK) return bf12_pairs(bytes + at, nibbles + at / 2, table);
+    return patched(at);
+  }
+
+  // The vector at ``at`` word by word, its exceptions put back exactly.
+  __attribute__((noinline)) Pairs patched(int64_t at) const {
+    uint16_t words[CHUNK];
+    for (int64_t i = 0; i < CHUNK; ++i) {
+      const uint8_t b = bytes[at + i];
+      const int index = (nibbles[(at + i) / 2] >> (4 * ((at + i) & 1))) & 0x0F;
+      words[i] = uint16_t(((b & 0x80) << 8) | (exponents[index] << 7) | (b & 0x7F));
+    }
+    for (; positions[next] < first + at + CHUNK; ++next) words[positions[next] - first - at] = values[next].x;
+    return load_pairs(reinterpret_cast<const bf16*>(words));
+  }
+};
+
+void check_bf12(const at::Tensor& bytes, const at::Tensor& nibbles, const at::Tensor& tables,
+                const at::Tensor& starts, const at::Tensor& positions, const at::Tensor& values, int64_t N,
+                int64_t K) {
+  const int64_t panels = (N + PANEL - 1) / PANEL;
+  const auto fits = [](const at::Tensor& t, at::ScalarType dtype, int64_t numel) {
+    return t.is_contiguous() && t.scalar_type() == dtype && t.numel() == numel;
+  };
+  TORCH_CHECK(K % 4 == 0, "K must be a multiple of 4");
+  TORCH_CHECK(fits(bytes, at::kByte, panels * PANEL * K) && fits(nibbles, at::kByte, panels * PANEL * K / 2) &&
+                  fits(tables, at::kByte, panels * 16) && fits(starts, at::kLong, panels),
+              "12-bit weight does not match N=", N, ", K=", K);
+  TORCH_CHECK(positions.numel() >= 1 && fits(positions, at::kLong, positions.numel()) &&
+                  fits(values, at::kBFloat16, positions.numel()) &&
+                  positions.data_ptr<int64_t>()[positions.numel() - 1] == INT64_MAX,
+              "12-bit exceptions: i64 positions ending in INT64_MAX, as many bf16 values");
+}
+
+}  // namespace
+
+at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::Tensor& nibbles,
+                       const at::Tensor& tables, const at::Tensor& starts, const at::Tensor& positions,
+                       const at::Tensor& values, int64_t N, const std::optional<at::Tensor>& out) {
+  const int64_t M = x.size(0), K = x.size(1);
+  check_x(x, K);
+  check_bf12(bytes, nibbles, tables, starts, positions, values, N, K);
+  const Output result(x, N, out);
+  const bf16* xp = x.data_ptr<bf16>();
+  const uint8_t* bp = bytes.data_ptr<uint8_t>();
+  const uint8_t* np = nibbles.data_ptr<uint8_t>();
+  const uint8_t* tp = tables.data_ptr<uint8_t>();
+  const int64_t* sp = starts.data_ptr<int64_t>();
+  const int64_t* pp = positions.data_ptr<int64_t>();
+  const bf16* vp = values.data_ptr<bf16>();
+  for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
+    const int64_t first = p * PANEL * K;
+    const Bf12Panel panel{bp + first, np + first / 2, tp + p * 16, bf12_table(tp + p * 16), pp, vp, first, sp[p]};
+    tile_pairs<R.value>(xp + m0 * K, K, panel, [&](int r, int j, vf sums) {
+      result.store(m0 + r, p * PANEL + LANES * j, sums);
+    });
+  });
+  return result.tensor();
+}
+
+}  // namespace lfm_kernels
