@@ -22,6 +22,7 @@ from engine import (
     QUANTIZATIONS,
     SAMPLING_OFF,
     SPECULATIVE,
+    WEIGHTS_12BIT,
     ModelSource,
     SamplingParams,
     SamplingParamsError,
@@ -98,6 +99,13 @@ def add_engine_flags(parser: argparse.ArgumentParser) -> None:
         choices=QUANTIZATIONS,
         help="CPU linears: int8 = int8 weights (closest to bf16); w8a8 = int8 activations too; "
         "int4 = 4-bit weights (fastest decode, least exact)",
+    )
+    model.add_argument(
+        "--weights-12bit",
+        default="auto",
+        choices=WEIGHTS_12BIT,
+        help="CPU bf16 linears stored in 12 bits, the same logits bit for bit (default: auto = where "
+        "this CPU's kernels measured faster with them)",
     )
     engine = parser.add_argument_group("engine")
     engine.add_argument(
@@ -264,6 +272,7 @@ def model_flags(args: argparse.Namespace) -> ModelFlags:
         "device": args.device,
         "dtype": args.dtype,
         "quantize": args.quantize,
+        "weights_12bit": args.weights_12bit,
         "max_num_seqs": args.max_num_seqs,
         "max_num_batched_tokens": args.max_num_batched_tokens,
         "speculative": args.speculative,

@@ -15,7 +15,7 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.core.choices import DEFAULT_SPECULATIVE, DTYPES, QUANTIZATIONS, SPECULATIVE
+    from engine.core.choices import DEFAULT_SPECULATIVE, DTYPES, QUANTIZATIONS, SPECULATIVE, WEIGHTS_12BIT
     from engine.core.config import EngineConfig
     from engine.core.errors import PromptTooLong, RequestError
     from engine.core.events import TokenEvent, TokenLogprob
@@ -57,6 +57,7 @@ if TYPE_CHECKING:
 _MODULES = {
     "DTYPES": "engine.core.choices",
     "QUANTIZATIONS": "engine.core.choices",
+    "WEIGHTS_12BIT": "engine.core.choices",
     "SPECULATIVE": "engine.core.choices",
     "DEFAULT_SPECULATIVE": "engine.core.choices",
     "Engine": "engine.loop.engine",

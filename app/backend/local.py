@@ -35,6 +35,8 @@ class LocalBackend:
         self.max_model_len: int | None = engine.max_model_len
         config = engine.config
         weights = config.dtype if config.quantize == "none" else f"{config.dtype} {config.quantize}"
+        if engine.packed_12bit:
+            weights += " 12-bit"
         self.architecture: str | None = engine.model_config.summary
         drafting = "" if config.draft_model is None else f" · draft {Path(config.draft_model).name}"
         self.title = (

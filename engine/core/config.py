@@ -7,12 +7,20 @@ from dataclasses import dataclass
 
 import torch
 
-from engine.core.choices import DEFAULT_SPECULATIVE, DTYPES, ENGINE_DTYPES, QUANTIZATIONS, SPECULATIVE
+from engine.core.choices import (
+    DEFAULT_SPECULATIVE,
+    DTYPES,
+    ENGINE_DTYPES,
+    QUANTIZATIONS,
+    SPECULATIVE,
+    WEIGHTS_12BIT,
+)
 from engine.core.drafting import MAX_DRAFT_TOKENS
 from model.arch.cache import HybridCache
 from model.arch.lfm2_config import Lfm2Config
 from model.checkpoint.loader import parse_dtype
 from model.native import kernels as native_kernels
+from model.quant.bf12 import FASTER_ON
 
 DEFAULT_MAX_MODEL_LEN = 32768
 
@@ -41,6 +49,9 @@ class EngineConfig:
     kv_cache_memory_mb: int = 1024
     enable_prefix_caching: bool = True
     quantize: str = "none"  # "int8" (weight-only int8 linears), "w8a8" (int8 activations too) or "int4"
+    # bf16 linears stored losslessly in 12 bits (model/quant/bf12.py), same logits: "on", "off", or
+    # "auto": on where the kernels' instruction set measured faster with them (resolve decides)
+    weights_12bit: str = "auto"
     num_threads: int | None = None
     seed: int = 0
     # "ngram": decoding requests draft from their own context and verify the drafts in the batch
@@ -56,6 +67,11 @@ class EngineConfig:
         if self.quantize not in QUANTIZATIONS:
             raise ValueError(
                 f"EngineConfig.quantize must be one of {', '.join(QUANTIZATIONS)}, not {self.quantize!r}"
+            )
+        if self.weights_12bit not in WEIGHTS_12BIT:
+            choices = ", ".join(WEIGHTS_12BIT)
+            raise ValueError(
+                f"EngineConfig.weights_12bit must be one of {choices}, not {self.weights_12bit!r}"
             )
         if self.speculative not in SPECULATIVE:
             raise ValueError(
@@ -103,7 +119,7 @@ class EngineConfig:
         return parse_dtype(self.dtype)
 
     def resolve(self, model_config: Lfm2Config, model_dtype: torch.dtype | None = None) -> EngineConfig:
-        """A copy with dtype, num_kv_blocks, num_sliding_blocks and max_model_len decided.
+        """A copy with dtype, num_kv_blocks, num_sliding_blocks, max_model_len and weights_12bit decided.
 
         dtype "auto" takes ``model_dtype`` when a model is already loaded, else the machine's best.
 
@@ -124,8 +140,23 @@ class EngineConfig:
         positions = model_config.max_position_embeddings
         limit = min(self.max_model_len or DEFAULT_MAX_MODEL_LEN, positions, blocks * self.block_size)
         return dataclasses.replace(
-            self, dtype=dtype, num_kv_blocks=blocks, num_sliding_blocks=sliding, max_model_len=limit
+            self,
+            dtype=dtype,
+            num_kv_blocks=blocks,
+            num_sliding_blocks=sliding,
+            max_model_len=limit,
+            weights_12bit=self._weights_12bit(dtype),
         )
+
+    def _weights_12bit(self, dtype: str) -> str:
+        """ "on" where 12-bit weights would be loaded: a bf16, unquantized model on the CPU kernels,
+        asked for or (auto) where their instruction set measured faster with them; else "off"."""
+        if self.weights_12bit == "off" or self.quantize != "none" or dtype != "bfloat16":
+            return "off"
+        if not native_kernels.wanted_for(torch.bfloat16, self.device):
+            return "off"
+        isa, _ = native_kernels.chosen_isa()
+        return "on" if self.weights_12bit == "on" or isa in FASTER_ON else "off"
 
     def _sliding_blocks(self, window: int | None) -> int:
         """The sliding-window pool: every running sequence's window plus what a step's chunks add,

@@ -40,6 +40,7 @@ from model.checkpoint.loader import load_model
 from model.checkpoint.progress import Progress
 from model.errors import CheckpointError
 from model.native import kernels as native_kernels
+from model.quant.bf12 import packed_12bit
 from model.text.tokenizer import Tokenizer
 
 
@@ -69,6 +70,7 @@ def load_parts(
         progress=report,
         quantize=resolved.quantize,
         config=model_config,
+        weights_12bit=resolved.weights_12bit == "on",
     )
     tokenizer = Tokenizer.from_pretrained(path, extra_stop_ids=model_config.eos_token_id)
     return _finish(model, tokenizer, resolved, None, report)
@@ -122,7 +124,14 @@ def _load_draft_model(
             f"the draft model {name_or_path} has another tokenizer than the model: "
             "its drafts would be other tokens (use one of the same family)"
         )
-    return load_model(path, config.dtype, config.device, progress=draft_report, quantize=config.quantize)
+    return load_model(
+        path,
+        config.dtype,
+        config.device,
+        progress=draft_report,
+        quantize=config.quantize,
+        weights_12bit=config.weights_12bit == "on",
+    )
 
 
 @dataclass(slots=True)
@@ -134,6 +143,7 @@ class EngineParts:
     runner: ModelRunner
     outputs: OutputProcessor
     kernel_fallback: str | None  # why the model runs on PyTorch's slower kernels (None: it doesn't)
+    packed_12bit: int  # linears whose bf16 weights are held in 12 bits (model/quant/bf12.py)
     model_config: Lfm2Config
     tokenizer: Tokenizer
 
@@ -171,6 +181,7 @@ def build_parts(
         runner=ModelRunner(model, cache, config.device, proposer),
         outputs=OutputProcessor(tokenizer),
         kernel_fallback=native_kernels.unavailable_reason() if wants_kernels else None,
+        packed_12bit=packed_12bit(model)[0],
         model_config=model.config,
         tokenizer=tokenizer,
     )

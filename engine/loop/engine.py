@@ -66,6 +66,7 @@ class Engine:
         self.runner = parts.runner
         self.outputs = parts.outputs
         self.kernel_fallback = parts.kernel_fallback  # why it runs on slower kernels (None: it doesn't)
+        self.packed_12bit = parts.packed_12bit  # linears holding their bf16 weights in 12 bits
         # prompt tokens the next step may add beside decodes; paced after every step (engine/loop/pacing.py)
         self.prefill_cap = parts.config.max_prefill_with_decodes
         self.metrics = EngineMetrics(time.monotonic())

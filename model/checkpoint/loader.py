@@ -33,8 +33,9 @@ from model.native import kernels as native_kernels
 from model.native.accelerate import use_native_kernels
 from model.native.kernels.layout import native_attention
 from model.native.linears import cpu_linear, replace_linears
-from model.quant import QUANTIZATIONS
+from model.quant import BF12, QUANTIZATIONS
 from model.quant.apply import quantize_linears
+from model.quant.bf12 import packed_12bit
 
 
 def parse_dtype(name: str | torch.dtype) -> torch.dtype:
@@ -106,6 +107,7 @@ def load_model(
     quantize: str = "none",
     quantized_cache: Path | None = None,
     config: Lfm2Config | None = None,
+    weights_12bit: bool = False,
 ) -> Lfm2ForCausalLM:
     """Read config.json and the safetensors weights of a local LFM2 checkpoint.
 
@@ -118,7 +120,9 @@ def load_model(
     in ``quantized_cache`` (a directory; default: model/checkpoint/quantized_cache.py's), and a later load
     reads it from there instead of quantizing again. Where the head no longer needs the plain
     embedding table, embedding rows are read from the checkpoint file instead of kept in memory
-    (model/checkpoint/file_embedding.py).
+    (model/checkpoint/file_embedding.py). ``weights_12bit``: a bf16 model's linears the kernels run
+    are stored in 12 bits where that is lossless enough (model/quant/bf12.py), the same numbers,
+    converted once and cached as quantized weights are; elsewhere it changes nothing.
 
     ``progress(stage, fraction)`` names each stage ("loading weights", "quantizing weights
     (int8)", "loading cached int8 weights"...), with the fraction done or None.
@@ -139,12 +143,19 @@ def load_model(
     from_file = (
         table is not None and widens_exactly(table.dtype, torch_dtype) and on_cpu and FILE_READS_SUPPORTED
     )
-    if quantize != "none":  # the head gets its own quantized copy
+    twelve_bits = (
+        quantize == "none" and weights_12bit and kernels is not None and torch_dtype == torch.bfloat16
+    )
+    scheme = BF12 if twelve_bits else quantize
+    if scheme != "none":  # the head gets its own quantized (or 12-bit) copy
         cache_dir = (quantized_cache or quantized.default_dir()) if on_cpu else None
         # the quantized kernels take bf16 activations: a float32 model's quantized layers stay PyTorch's
         quant_kernels = kernels if torch_dtype == torch.bfloat16 else None
-        load = _QuantizedLoad(checkpoint_dir, config, torch_dtype, quantize, quant_kernels, report)
+        load = _QuantizedLoad(checkpoint_dir, config, torch_dtype, scheme, quant_kernels, report)
         model = load.run(device, cache_dir, embedding=None if from_file else table)
+        if twelve_bits:
+            packed, total = packed_12bit(model)
+            report(f"bf16 weights in 12 bits: {packed} of {total} tensors packed", None)
     else:
         make_linear = cpu_linear(kernels, torch_dtype) if wants_kernels else None
         # A repacked tied head needs its own copy of the table (128 MB at 350M), paid back by
@@ -184,19 +195,24 @@ class _QuantizedLoad:
     kernels: ModuleType | None
     report: Progress
 
+    @property
+    def label(self) -> str:
+        """The weights' name in a stage: the scheme's, or "12-bit bf16"."""
+        return "12-bit bf16" if self.scheme == BF12 else self.scheme
+
     def run(
         self, device: torch.device | str, cache_dir: Path | None, embedding: TensorLocation | None
     ) -> Lfm2ForCausalLM:
         """``embedding``: the table to hold in memory, or None when the caller reads rows from the file."""
         if cache_dir is None:
             return self.quantize(device)
-        self.report(f"checking for cached {self.scheme} weights", None)
+        self.report(f"checking for cached {self.label} weights", None)
         key = quantized.CacheKey.of(self.checkpoint_dir, self.scheme, self.kernels, self.dtype, cache_dir)
         path = cache_dir / key.file_name
         model = self.from_cache(path, key, embedding)
         if model is None:
             model = self.quantize(device)
-            self.report(f"saving the {self.scheme} weights for the next launch", None)
+            self.report(f"saving the {self.label} weights for the next launch", None)
             quantized.write(path, key, model, self.scheme, skip=(EMBEDDING,))
         return model
 
@@ -207,7 +223,7 @@ class _QuantizedLoad:
 
         Built on the meta device (no memory, no work), then given the cached layers and tensors.
         """
-        stage = f"loading cached {self.scheme} weights"
+        stage = f"loading cached {self.label} weights"
         cached = quantized.read(path, key, lambda fraction: self.report(stage, fraction))
         if cached is None:
             return None
@@ -227,7 +243,7 @@ class _QuantizedLoad:
         """Read and quantize the checkpoint a layer at a time (build_model)."""
         self.report("loading weights", 0.0)
         source = CheckpointTensors(self.checkpoint_dir, self.config).read
-        stage = f"quantizing weights ({self.scheme})"
+        stage = "packing weights in 12 bits" if self.scheme == BF12 else f"quantizing weights ({self.scheme})"
         self.report(stage, 0.0)
         return build_model(
             self.config,

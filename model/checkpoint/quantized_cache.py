@@ -44,7 +44,7 @@ from model.checkpoint.progress import FractionDone
 from model.checkpoint.weights import file_tensors, read_tensor
 from model.errors import CheckpointError
 from model.native.kernels import layout
-from model.quant.apply import QUANTIZED_LINEARS
+from model.quant.apply import CONVERTED_LINEARS
 from model.quant.linear import QuantizedLinear
 
 logger = logging.getLogger(__name__)
@@ -111,7 +111,7 @@ class CacheKey:
 
 def _code_digest(scheme: str) -> str:
     """The source files of the scheme's class and its model/ base classes, and of the panel layout."""
-    classes = [c for c in inspect.getmro(QUANTIZED_LINEARS[scheme]) if c.__module__.startswith("model.")]
+    classes = [c for c in inspect.getmro(CONVERTED_LINEARS[scheme]) if c.__module__.startswith("model.")]
     sources = {inspect.getsourcefile(c) for c in classes} | {inspect.getsourcefile(layout)}
     files = sorted(cast(set[str], sources))  # model/'s own modules: each has its source file
     digest = hashlib.sha256()
@@ -171,7 +171,7 @@ def write(path: Path, key: CacheKey, model: nn.Module, scheme: str, skip: tuple[
 
     No fsync: a file cut short by a crash fails its checksum on the next read and is rebuilt.
     """
-    tensors, layers = _snapshot(model, QUANTIZED_LINEARS[scheme], skip)
+    tensors, layers = _snapshot(model, CONVERTED_LINEARS[scheme], skip)
     record = json.dumps(layers, sort_keys=True)
     metadata = {**key.metadata(), _LAYERS: record, _CHECKSUM: checksum(tensors, record)}
     try:
@@ -235,7 +235,7 @@ def restore(
     tensors = dict(cached.tensors)
     layers = {}
     for name, linear in linears.items():
-        layer = _rebuilt(QUANTIZED_LINEARS[scheme], cached.layers[name], kernels, _take(tensors, f"{name}."))
+        layer = _rebuilt(CONVERTED_LINEARS[scheme], cached.layers[name], kernels, _take(tensors, f"{name}."))
         if (layer.in_features, layer.out_features) != (linear.in_features, linear.out_features):
             raise StaleCache(f"holds {name} for another shape")
         layers[name] = layer

@@ -8,7 +8,8 @@ from types import ModuleType
 from torch import nn
 
 from model.native.linears import replace_linears
-from model.quant import SCHEMES
+from model.quant import BF12, SCHEMES
+from model.quant.bf12 import Bf12Linear
 from model.quant.int4 import Int4Linear
 from model.quant.int8 import Int8Linear, W8A8Linear
 from model.quant.linear import QuantizedLinear
@@ -19,6 +20,8 @@ from model.quant.linear import QuantizedLinear
 QUANTIZED_LINEARS: dict[str, type[QuantizedLinear]] = dict(
     zip(SCHEMES, (Int8Linear, W8A8Linear, Int4Linear), strict=True)
 )
+# Every form the loader converts linears to and caches: the schemes', and BF12's lossless 12 bits.
+CONVERTED_LINEARS: dict[str, type[QuantizedLinear]] = {**QUANTIZED_LINEARS, BF12: Bf12Linear}
 
 
 def quantize_linears(
@@ -32,7 +35,7 @@ def quantize_linears(
     ``progress(fraction)`` after each layer, the fraction counted in weights done (the head alone
     is a fifth of LFM2-350M's).
     """
-    make = QUANTIZED_LINEARS[scheme]
+    make = CONVERTED_LINEARS[scheme]
     total = sum(m.weight.numel() for m in model.modules() if isinstance(m, nn.Linear))
     done = 0
 

@@ -26,6 +26,9 @@ from model.quant.linear import QuantizedLinear
 
 EXCEPTION = 15  # the index that marks a value whose exponent is not in its panel's table
 EXCEPTION_LIMIT = 1 / 1024  # of a weight's values; beyond it the weight stays bf16
+# The kernels' instruction sets where 12-bit weights decode faster than bf16 ones (EngineConfig's
+# "auto"), as `python -m bench.bf12` measured them: docs/PERFORMANCE.md has the figures.
+FASTER_ON: frozenset[str] = frozenset()
 _VALUES_PER_CHUNK = 1 << 22  # values converted at once: int64 temporaries of a whole head would be ~4 GB
 
 
@@ -113,7 +116,7 @@ class Bf12Linear(QuantizedLinear):
             self.register_buffer("weight", weight)
             return
         panels = pack_panels(weight.to(torch.bfloat16), PAIR, kernels.PANEL)
-        packed = pack_bf12(panels)
+        packed = pack_bf12(panels, EXCEPTION_LIMIT)
         if packed is None:
             self.native_kind = "bf16"
             self.register_buffer("packed_weight", panels)
@@ -131,3 +134,9 @@ class Bf12Linear(QuantizedLinear):
 
     def torch_matmul(self, flat: torch.Tensor) -> torch.Tensor:
         return F.linear(flat, self.weight.to(flat.dtype))
+
+
+def packed_12bit(model: nn.Module) -> tuple[int, int]:
+    """How many of ``model``'s 12-bit-capable linears hold their weight in 12 bits, and of how many."""
+    layers = [module for module in model.modules() if isinstance(module, Bf12Linear)]
+    return sum(layer.in_12_bits for layer in layers), len(layers)

@@ -34,6 +34,7 @@ def test_help_lists_the_documented_flags(capsys: pytest.CaptureFixture[str]) -> 
         "--device",
         "--dtype",
         "--quantize",
+        "--weights-12bit",
         "--max-num-seqs",
         "--max-num-batched-tokens",
         "--system",
@@ -82,6 +83,8 @@ def test_flags_become_engine_and_chat_options() -> None:
     assert (options.chat.system_prompt, options.chat.temperature) == ("Be brief.", 0.0)
     quantized = options_from_args(build_parser().parse_args(["--quantize", "int8"]))
     assert EngineConfig(**quantized.engine).quantize == "int8"
+    plain = options_from_args(build_parser().parse_args(["--weights-12bit", "off"]))
+    assert EngineConfig(**plain.engine).weights_12bit == "off"
 
 
 def test_sampling_follows_the_model_card_and_each_flag_replaces_one_value() -> None:

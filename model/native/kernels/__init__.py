@@ -49,7 +49,7 @@ def wanted_for(dtype: torch.dtype, device: torch.device | str) -> bool:
     return dtype in (torch.bfloat16, torch.float32) and torch.device(device).type == "cpu"
 
 
-def _chosen_isa() -> tuple[str | None, str | None]:
+def chosen_isa() -> tuple[str | None, str | None]:
     """The instruction set to build (LFM_CHAT_ISA, else the widest runnable), or None and why not."""
     forced = os.environ.get(ISA_ENV, "").strip().lower()
     if forced:
@@ -71,7 +71,7 @@ def availability(isa: str | None = None) -> tuple[ModuleType | None, str | None]
     if os.environ.get(DISABLE_ENV) == "0":
         return None, None
     if isa is None:
-        isa, reason = _chosen_isa()
+        isa, reason = chosen_isa()
         if isa is None:
             logger.info("native CPU kernels off: %s", reason)
             return None, reason

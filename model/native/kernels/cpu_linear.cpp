@@ -45,12 +45,6 @@ using namespace vec;
 
 // ---------------------------------------------------------------- weight groups as bf16 pairs
 
-// One k-pair of a bf16 panel: 4 vectors of LANES outputs x 2 k.
-struct Bf16Panel {
-  const bf16* w;
-  inline Pairs load(int64_t pair, int j) const { return load_pairs(w + (pair * PANEL + j * LANES) * 2); }
-};
-
 // One k-pair of an int8 panel, widened (times INT8_PAIR_SCALE, exact).
 struct Int8Panel {
   const int8_t* w;

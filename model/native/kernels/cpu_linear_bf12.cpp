@@ -17,11 +17,15 @@
 //   positions  i64 [exceptions + 1] every exception's value position, ascending, then INT64_MAX
 //   values     bf16 [exceptions + 1] their exact bf16 (the last a placeholder)
 // A vector of pairs holding an exception is decoded by the scalar path and patched from the list.
+// Up to one register tile of rows (MR) decodes in registers; more rows would decode every weight
+// once per tile, so each panel is decoded once into linear_bf16's layout and multiplied from there.
 
+#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 #include "cpu_panels.h"
 
@@ -31,10 +35,9 @@ namespace {
 using namespace vec;
 
 constexpr int64_t CHUNK = 2 * LANES;  // values per vector of pairs
-constexpr int EXCEPTION = 15;
 
-// One k-pair of a 12-bit panel, decoded; called in increasing (pair, j) order (tile_pairs), so a
-// cursor walks the panel's exceptions once.
+// A 12-bit panel, decoded vector by vector in increasing order (tile_pairs' loads, or all of it at
+// once), so a cursor walks the panel's exceptions once.
 struct Bf12Panel {
   const uint8_t* bytes;    // the panel's first value's
   const uint8_t* nibbles;  // likewise
@@ -42,25 +45,37 @@ struct Bf12Panel {
   Bf12Table table;
   const int64_t* positions;
   const bf16* values;
-  int64_t first;        // the panel's first value's position
+  int64_t first;         // the panel's first value's position
   mutable int64_t next;  // the next exception's index in positions/values
 
-  inline Pairs load(int64_t pair, int j) const {
-    const int64_t at = (pair * PANEL + j * LANES) * 2;
-    if (positions[next] >= first + at + CHUNK) return bf12_pairs(bytes + at, nibbles + at / 2, table);
-    return patched(at);
-  }
+  inline bool exceptional(int64_t at) const { return positions[next] < first + at + CHUNK; }
 
   // The vector at ``at`` word by word, its exceptions put back exactly.
-  __attribute__((noinline)) Pairs patched(int64_t at) const {
-    uint16_t words[CHUNK];
+  __attribute__((noinline)) void patched(int64_t at, uint16_t* words) const {
     for (int64_t i = 0; i < CHUNK; ++i) {
       const uint8_t b = bytes[at + i];
       const int index = (nibbles[(at + i) / 2] >> (4 * ((at + i) & 1))) & 0x0F;
       words[i] = uint16_t(((b & 0x80) << 8) | (exponents[index] << 7) | (b & 0x7F));
     }
-    for (; positions[next] < first + at + CHUNK; ++next) words[positions[next] - first - at] = values[next].x;
+    for (; exceptional(at); ++next) words[positions[next] - first - at] = values[next].x;
+  }
+
+  inline Pairs load(int64_t pair, int j) const {
+    const int64_t at = (pair * PANEL + j * LANES) * 2;
+    if (!exceptional(at)) return bf12_pairs(bytes + at, nibbles + at / 2, table);
+    uint16_t words[CHUNK];
+    patched(at, words);
     return load_pairs(reinterpret_cast<const bf16*>(words));
+  }
+
+  // The whole panel (``count`` values) as linear_bf16's panel, into ``out``.
+  void decode(int64_t count, bf16* out) const {
+    for (int64_t at = 0; at < count; at += CHUNK) {
+      if (exceptional(at))
+        patched(at, reinterpret_cast<uint16_t*>(out + at));
+      else
+        store_words(out + at, bf12_words(bytes + at, nibbles + at / 2, table));
+    }
   }
 };
 
@@ -97,12 +112,30 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
   const int64_t* sp = starts.data_ptr<int64_t>();
   const int64_t* pp = positions.data_ptr<int64_t>();
   const bf16* vp = values.data_ptr<bf16>();
-  for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
+  const auto panel = [&](int64_t p) {
     const int64_t first = p * PANEL * K;
-    const Bf12Panel panel{bp + first, np + first / 2, tp + p * 16, bf12_table(tp + p * 16), pp, vp, first, sp[p]};
-    tile_pairs<R.value>(xp + m0 * K, K, panel, [&](int r, int j, vf sums) {
-      result.store(m0 + r, p * PANEL + LANES * j, sums);
+    return Bf12Panel{bp + first, np + first / 2, tp + p * 16, bf12_table(tp + p * 16), pp, vp, first, sp[p]};
+  };
+  const int64_t panels = (N + PANEL - 1) / PANEL;
+  if (M <= MR) {  // one register tile: each weight decoded once, in registers
+    for_each_tile(M, panels, [&](auto R, int64_t m0, int64_t p) {
+      tile_pairs<R.value>(xp + m0 * K, K, panel(p), [&](int r, int j, vf sums) {
+        result.store(m0 + r, p * PANEL + LANES * j, sums);
+      });
     });
+    return result.tensor();
+  }
+  // more rows: each panel decoded once into linear_bf16's form (L2-sized), then its tiles over it
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<bf16> decoded(PANEL * K);
+    for (int64_t p = p0; p < p1; ++p) {
+      panel(p).decode(PANEL * K, decoded.data());
+      row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
+        tile_pairs<R.value>(xp + m0 * K, K, Bf16Panel{decoded.data()}, [&](int r, int j, vf sums) {
+          result.store(m0 + r, p * PANEL + LANES * j, sums);
+        });
+      });
+    }
   });
   return result.tensor();
 }

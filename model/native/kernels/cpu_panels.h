@@ -54,6 +54,12 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
   });
 }
 
+// One k-pair of a bf16 panel: 4 vectors of LANES outputs x 2 k.
+struct Bf16Panel {
+  const bf16* w;
+  inline Pairs load(int64_t pair, int j) const { return load_pairs(w + (pair * PANEL + j * LANES) * 2); }
+};
+
 // R activation rows (bf16, row stride K) against one pair panel; store(r, j, LANES fp32 sums).
 // Panel::load(pair, j) gives the pairs of vector j, called once per (pair, j) in increasing order.
 template <int R, typename Panel, typename Store>

@@ -68,3 +68,23 @@ def test_max_model_len_is_capped_by_positions_and_by_the_pool():
 def test_invalid_settings_are_rejected(fields):
     with pytest.raises(ValueError, match="EngineConfig"):
         EngineConfig(**fields)
+
+
+@pytest.mark.parametrize(
+    ("fields", "expected"),
+    [
+        ({"weights_12bit": "off"}, "off"),
+        ({"weights_12bit": "on", "quantize": "int8"}, "off"),  # int8 weights are not bf16
+        ({"weights_12bit": "on", "dtype": "float32"}, "off"),
+        ({"weights_12bit": "on"}, "on"),
+    ],
+)
+def test_12bit_weights_resolve_on_only_for_a_bf16_model_on_the_kernels(fields, expected):
+    if expected == "on" and not kernels.runnable_isas():
+        pytest.skip(f"native CPU kernels cannot run on this machine: {kernels.unavailable_reason()}")
+    assert EngineConfig(**{"dtype": "bfloat16", **fields}).resolve(CONFIG).weights_12bit == expected
+
+
+def test_12bit_weights_take_only_auto_on_or_off():
+    with pytest.raises(ValueError, match=r"EngineConfig\.weights_12bit must be one of auto, on, off"):
+        EngineConfig(weights_12bit="yes")

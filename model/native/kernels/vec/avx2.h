@@ -140,14 +140,19 @@ inline Bf12Table bf12_table(const uint8_t* exponents) {
   const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(exponents));
   return {_mm_slli_epi16(_mm_and_si128(e, _mm_set1_epi8(1)), 7), _mm_and_si128(_mm_srli_epi16(e, 1), _mm_set1_epi8(0x7F))};
 }
-// 2 * LANES values (LANES pairs) from 2 * LANES bytes and LANES bytes of nibbles (value 2i low, 2i+1 high)
-inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
+using Words = __m256i;  // 2 * LANES bf16 words
+inline void store_words(bf16* p, Words words) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), words); }
+// 2 * LANES bf16 words from 2 * LANES bytes and LANES bytes of nibbles (value 2i low, 2i+1 high)
+inline Words bf12_words(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
   const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes));
   const __m128i n = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(nibbles)), mask = _mm_set1_epi8(0x0F);
   const __m128i index = _mm_unpacklo_epi8(_mm_and_si128(n, mask), _mm_and_si128(_mm_srli_epi16(n, 4), mask));
   const __m128i low = _mm_or_si128(_mm_and_si128(b, _mm_set1_epi8(0x7F)), _mm_shuffle_epi8(table.low, index));
   const __m128i high = _mm_or_si128(_mm_and_si128(b, _mm_set1_epi8(char(0x80))), _mm_shuffle_epi8(table.high, index));
-  return split_pairs(_mm256_set_m128i(_mm_unpackhi_epi8(low, high), _mm_unpacklo_epi8(low, high)));
+  return _mm256_set_m128i(_mm_unpackhi_epi8(low, high), _mm_unpacklo_epi8(low, high));
+}
+inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
+  return split_pairs(bf12_words(bytes, nibbles, table));
 }
 
 // ---- int8 quads

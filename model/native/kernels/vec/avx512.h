@@ -97,8 +97,10 @@ inline Bf12Table bf12_table(const uint8_t* exponents) {
   return {_mm256_slli_epi16(_mm256_and_si256(e, _mm256_set1_epi8(1)), 7),
           _mm256_and_si256(_mm256_srli_epi16(e, 1), _mm256_set1_epi8(0x7F))};
 }
-// 2 * LANES values (LANES pairs) from 2 * LANES bytes and LANES bytes of nibbles (value 2i low, 2i+1 high)
-inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
+using Words = __m512i;  // 2 * LANES bf16 words
+inline void store_words(bf16* p, Words words) { _mm512_storeu_si512(p, words); }
+// 2 * LANES bf16 words from 2 * LANES bytes and LANES bytes of nibbles (value 2i low, 2i+1 high)
+inline Words bf12_words(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
   const __m128i n = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)), mask = _mm_set1_epi8(0x0F);
   const __m128i lo = _mm_and_si128(n, mask), hi = _mm_and_si128(_mm_srli_epi16(n, 4), mask);
@@ -106,7 +108,10 @@ inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12
   const __m256i low = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(0x7F)), _mm256_shuffle_epi8(table.low, index));
   const __m256i high =
       _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(char(0x80))), _mm256_shuffle_epi8(table.high, index));
-  return (Pairs)_mm512_or_si512(_mm512_cvtepu8_epi16(low), _mm512_slli_epi16(_mm512_cvtepu8_epi16(high), 8));
+  return _mm512_or_si512(_mm512_cvtepu8_epi16(low), _mm512_slli_epi16(_mm512_cvtepu8_epi16(high), 8));
+}
+inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
+  return (Pairs)bf12_words(bytes, nibbles, table);
 }
 
 // ---- int8 quads
