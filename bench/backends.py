@@ -36,7 +36,7 @@ def load_backend(name: str, settings: RunSettings) -> Backend:
     if name == "ours":
         from bench.ours import OursBackend
 
-        return OursBackend(checkpoint, dtype, settings.quantize, settings.sampling)
+        return OursBackend(checkpoint, dtype, settings.quantize, settings.sampling, settings.weights_12bit)
     if name == "transformers":
         from bench.hf import TransformersBackend
 

@@ -129,6 +129,12 @@ def build_parser() -> argparse.ArgumentParser:
         f"transformers: --dtype; {quality.NAME}: the one scheme to compare (default: every one)",
     )
     parser.add_argument(
+        "--weights-12bit",
+        choices=["on", "off"],
+        default="off",
+        help="our engine's bf16 linears stored in 12 bits, the same logits (model/quant/bf12.py)",
+    )
+    parser.add_argument(
         "--sampling",
         choices=SAMPLING,
         default="greedy",
@@ -238,6 +244,7 @@ def main(argv: list[str] | None = None) -> int:
             quantize=args.quantize,
             hf_dtype=args.hf_dtype,
             sampling=args.sampling,
+            weights_12bit=args.weights_12bit == "on",
         )
         dtypes = dtype if args.hf_dtype is None else f"{dtype} (transformers: {args.hf_dtype})"
         machine = describe(threads, dtypes)
@@ -262,7 +269,12 @@ def main(argv: list[str] | None = None) -> int:
             "poisson_rate": settings.poisson_rate,
             "sampling": describe_sampling(args.sampling),
         },
-        "engine": {**ours.describe(), "quantize": args.quantize, "native kernels": isa},
+        "engine": {
+            **ours.describe(),
+            "quantize": args.quantize,
+            "weights 12-bit": args.weights_12bit,
+            "native kernels": isa,
+        },
         "command": shlex.join(["lfm-chat", "bench", *argv]),
         "bandwidth": {
             "GB/s": bandwidth.gb_per_s,

@@ -9,6 +9,10 @@ process. The table gives each figure's median over the rounds with its range, an
 ratio to each llama.cpp format: 1-stream decode (tg128 / single decode), 8 streams aggregate
 (S_TG / batch8 decode) and a 128-token prompt (pp128 / single prefill). Run it on a quiet
 machine: every figure is a speed.
+
+With ``--quantize none`` lfm-chat runs twice a round, plain bf16 weights then 12-bit ones
+(model/quant/bf12.py, the same logits), and the ratios are the 12-bit run's, to plain bf16 too.
+Each round measures the read bandwidth first; the rounds' figures are printed under the table.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench.bandwidth import measure_read_bandwidth
 from bench.report import render_table
 from model.quant import QUANTIZATIONS
 
@@ -38,8 +43,9 @@ def llama_commands(binary_dir: Path, gguf: Path, threads: int) -> list[list[str]
     ]
 
 
-def ours_command(quantize: str, threads: int, out: Path) -> list[str]:
+def ours_command(quantize: str, threads: int, out: Path, weights_12bit: bool = False) -> list[str]:
     workloads = ["--engines", "ours", "--workloads", "single,batch8", "--repeats", "1"]
+    workloads += ["--weights-12bit", "on" if weights_12bit else "off"]
     return [
         sys.executable,
         "-m",
@@ -128,23 +134,35 @@ def main(argv: list[str] | None = None) -> int:
     missing = [suffix for suffix, path in ggufs.items() if path is None]
     if missing:
         parser.error(f"no *-{missing[0]}.gguf in {args.gguf_dir}")
-    ours = f"lfm-chat {args.quantize}"
+    # each lfm-chat run: its name and whether its weights are 12-bit; the last is the one compared
+    runs = {f"lfm-chat {args.quantize}": False}
+    if args.quantize == "none":
+        runs = {"lfm-chat bf16-plain": False, "lfm-chat bf16-12bit": True}
+    ours = list(runs)[-1]
+    bandwidths = []
     with tempfile.TemporaryDirectory(prefix="lfm-speed-") as scratch:
         out = Path(scratch) / "ours.json"
         if args.dry_run:
             for gguf in ggufs.values():
                 for command in llama_commands(args.llama_bin, gguf, args.threads):
                     print(" ".join(command))
-            print(" ".join(ours_command(args.quantize, args.threads, out)))
+            for twelve in runs.values():
+                print(" ".join(ours_command(args.quantize, args.threads, out, twelve)))
             return 0
-        rounds: dict[str, list[dict[str, float]]] = {f"llama.cpp {s}": [] for s in ggufs} | {ours: []}
+        rounds: dict[str, list[dict[str, float]]] = {f"llama.cpp {s}": [] for s in ggufs} | {
+            n: [] for n in runs
+        }
         for _ in range(args.rounds):
+            bandwidths.append(measure_read_bandwidth(args.threads))
             for suffix, gguf in ggufs.items():
                 outputs = [_run(command) for command in llama_commands(args.llama_bin, gguf, args.threads)]
                 rounds[f"llama.cpp {suffix}"].append(llama_figures(*outputs))
-            _run(ours_command(args.quantize, args.threads, out))
-            rounds[ours].append(ours_figures(json.loads(out.read_text())))
+            for name, twelve in runs.items():
+                _run(ours_command(args.quantize, args.threads, out, twelve))
+                rounds[name].append(ours_figures(json.loads(out.read_text())))
     print(render_table(*summary(rounds, ours), markdown=True))
+    for number, bandwidth in enumerate(bandwidths, 1):
+        print(f"round {number}: read bandwidth {bandwidth.describe()}")
     return 0
 
 

@@ -33,14 +33,22 @@ class OursBackend:
     name = "ours"
 
     def __init__(
-        self, checkpoint: Path, dtype: str, quantize: str = "none", sampling: str = "greedy"
+        self,
+        checkpoint: Path,
+        dtype: str,
+        quantize: str = "none",
+        sampling: str = "greedy",
+        weights_12bit: bool = False,
     ) -> None:
         config = load_config(checkpoint)
-        self.model = load_model(checkpoint, dtype, quantize=quantize, config=config)
+        self.model = load_model(
+            checkpoint, dtype, quantize=quantize, config=config, weights_12bit=weights_12bit
+        )
         self.tokenizer = Tokenizer.from_pretrained(checkpoint, extra_stop_ids=config.eos_token_id)
         self.dtype = dtype
         self.quantize = quantize
         self.sampling = sampling
+        self.weights_12bit = weights_12bit
 
     def engine_config(self, num_kv_blocks: int | None = None) -> EngineConfig:
         """The settings every run uses (reported with the results)."""
@@ -51,6 +59,7 @@ class OursBackend:
             block_size=BLOCK_SIZE,
             num_kv_blocks=num_kv_blocks,
             quantize=self.quantize,
+            weights_12bit="on" if self.weights_12bit else "off",
         )
 
     def run(self, scenario: Scenario) -> list[RequestTrace]:

@@ -21,11 +21,14 @@ class RunSettings:
     quantize: str = "none"  # our engine's linears: "none", "int8" (weight-only), "w8a8" or "int4"
     hf_dtype: str | None = None  # transformers' dtype where it differs (its fastest on this CPU)
     sampling: str = "greedy"  # bench/sampling.py: "greedy" or "chat" (the app's defaults), both engines
+    weights_12bit: bool = False  # our engine's bf16 linears in 12 bits (model/quant/bf12.py), same logits
 
     @property
     def scheme(self) -> str:
-        """Our engine's weight format: the dtype, and the quantization where there is one."""
-        return self.dtype if self.quantize == "none" else f"{self.dtype} + {self.quantize}"
+        """Our engine's weight format: the dtype, and the quantization (or 12 bits) where there is one."""
+        if self.quantize != "none":
+            return f"{self.dtype} + {self.quantize}"
+        return f"{self.dtype} 12-bit" if self.weights_12bit else self.dtype
 
     def dtype_of(self, engine: str) -> str:
         return self.hf_dtype if engine == "transformers" and self.hf_dtype else self.dtype
