@@ -36,7 +36,7 @@ _VALUES_PER_CHUNK = 1 << 22  # values converted at once: int64 temporaries of a 
 class Bf12Weight:
     """One weight's 12-bit form, in linear_bf12's operand order (cpu_linear_bf12.cpp has the layout)."""
 
-    bytes: torch.Tensor  # u8 per value: sign << 7 | mantissa
+    bytes: torch.Tensor  # u8 per value: sign << 7 | mantissa (each 32 in the kernels' order)
     nibbles: torch.Tensor  # u8 per two values: exponent indices, the even value's low
     tables: torch.Tensor  # u8 [panels, 16]: exponents by index
     starts: torch.Tensor  # i64 [panels]: the first exception at or after the panel's first value
@@ -48,14 +48,15 @@ class Bf12Weight:
         return self.positions.numel() - 1
 
 
-def pack_bf12(panels: torch.Tensor, limit: float = EXCEPTION_LIMIT) -> Bf12Weight | None:
+def pack_bf12(panels: torch.Tensor, swap_middle: bool, limit: float = EXCEPTION_LIMIT) -> Bf12Weight | None:
     """linear_bf16's packed weight [panels, ...] (bf16) in 12 bits, or None when more than ``limit``
-    of its values would be exceptions."""
+    of its values would be exceptions. ``swap_middle``: the kernels' ``BF12_SWAP_MIDDLE``, the order
+    their decode reads each 32 values' bytes in (AVX2: values 0-7, 16-23, 8-15, 24-31)."""
     count = panels.shape[0]
     words = panels.reshape(count, -1).view(torch.int16)
     per_panel = words.shape[1]
     step = max(1, _VALUES_PER_CHUNK // per_panel)
-    parts = [_pack_chunk(words[start : start + step]) for start in range(0, count, step)]
+    parts = [_pack_chunk(words[start : start + step], swap_middle) for start in range(0, count, step)]
     positions, values = [], []
     for start, (_, _, _, chunk_positions, chunk_values) in zip(range(0, count, step), parts, strict=True):
         positions.append(chunk_positions + start * per_panel)
@@ -75,9 +76,9 @@ def pack_bf12(panels: torch.Tensor, limit: float = EXCEPTION_LIMIT) -> Bf12Weigh
     )
 
 
-def _pack_chunk(words: torch.Tensor) -> tuple[torch.Tensor, ...]:
+def _pack_chunk(words: torch.Tensor, swap_middle: bool) -> tuple[torch.Tensor, ...]:
     """Panels of bf16 bits (int16 [n, values]) -> bytes, nibbles, tables, exception positions within
-    the chunk, exception values (int16)."""
+    the chunk (in value order), exception values (int16)."""
     n = words.shape[0]
     bits = words.to(torch.int32) & 0xFFFF
     exponents = (bits >> 7) & 0xFF
@@ -90,8 +91,11 @@ def _pack_chunk(words: torch.Tensor) -> tuple[torch.Tensor, ...]:
     index = lookup.gather(1, exponents.to(torch.int64))
     missing = (index == EXCEPTION).reshape(-1)
     tables = torch.cat((ranked, torch.zeros(n, 1, dtype=torch.int64)), dim=1).to(torch.uint8)
+    stored = ((bits >> 8) & 0x80) | (bits & 0x7F)
+    if swap_middle:
+        stored, index = (t.view(n, -1, 4, 8)[:, :, (0, 2, 1, 3)].reshape(n, -1) for t in (stored, index))
     return (
-        (((bits >> 8) & 0x80) | (bits & 0x7F)).to(torch.uint8),
+        stored.to(torch.uint8),
         (index[:, 0::2] | (index[:, 1::2] << 4)).to(torch.uint8),
         tables,
         missing.nonzero().reshape(-1),
@@ -116,7 +120,7 @@ class Bf12Linear(QuantizedLinear):
             self.register_buffer("weight", weight)
             return
         panels = pack_panels(weight.to(torch.bfloat16), PAIR, kernels.PANEL)
-        packed = pack_bf12(panels, EXCEPTION_LIMIT)
+        packed = pack_bf12(panels, kernels.BF12_SWAP_MIDDLE, EXCEPTION_LIMIT)
         if packed is None:
             self.native_kind = "bf16"
             self.register_buffer("packed_weight", panels)

@@ -9,14 +9,15 @@
 // same order, so the sums, and the logits, are bit-identical to the bf16 kernel's.
 //
 // Layout: the bf16 pair panels of linear_bf16 (model/native/kernels/layout.py), value by value in
-// memory order, split into
+// memory order (within each group of 32, in the order vec/'s bf12_decode reads: BF12_SWAP_MIDDLE),
+// split into
 //   bytes      u8 [values]          sign << 7 | mantissa
 //   nibbles    u8 [values / 2]      the exponent index of value 2i (low nibble) and 2i + 1 (high)
 //   tables     u8 [panels, 16]      each panel's exponents by index; index 15 marks an exception
 //   starts     i64 [panels]         the first exception at or after each panel's first value
 //   positions  i64 [exceptions + 1] every exception's value position, ascending, then INT64_MAX
 //   values     bf16 [exceptions + 1] their exact bf16 (the last a placeholder)
-// A vector of pairs holding an exception is decoded by the scalar path and patched from the list.
+// A group of 32 values holding an exception is decoded by the scalar path and patched from the list.
 // Up to one register tile of rows (MR) decodes in registers; more rows would decode every weight
 // once per tile, so each panel is decoded once into linear_bf16's layout and multiplied from there.
 
@@ -24,6 +25,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <vector>
 
@@ -34,9 +36,17 @@ namespace {
 
 using namespace vec;
 
-constexpr int64_t CHUNK = 2 * LANES;  // values per vector of pairs
+constexpr int64_t GROUP = 32;  // values a decode step rebuilds: BF12_VECTORS vectors of pairs
+static_assert(GROUP == BF12_VECTORS * 2 * LANES, "a decode step gives whole vectors of pairs");
 
-// A 12-bit panel, decoded vector by vector in increasing order (tile_pairs' loads, or all of it at
+// Where value i of a group is stored (vec/: AVX2 swaps the middle two blocks of 8).
+inline int64_t stored_at(int64_t i) {
+  if constexpr (!BF12_SWAP_MIDDLE) return i;
+  const int64_t block = (i >> 3) & 3;
+  return block == 1 ? i + 8 : block == 2 ? i - 8 : i;
+}
+
+// A 12-bit panel, decoded group by group in increasing order (tile_pairs' loads, or all of it at
 // once), so a cursor walks the panel's exceptions once.
 struct Bf12Panel {
   const uint8_t* bytes;    // the panel's first value's
@@ -47,34 +57,40 @@ struct Bf12Panel {
   const bf16* values;
   int64_t first;         // the panel's first value's position
   mutable int64_t next;  // the next exception's index in positions/values
+  mutable Words words[BF12_VECTORS] = {};  // the group tile_pairs is in
 
-  inline bool exceptional(int64_t at) const { return positions[next] < first + at + CHUNK; }
+  inline bool exceptional(int64_t at) const { return positions[next] < first + at + GROUP; }
 
-  // The vector at ``at`` word by word, its exceptions put back exactly.
-  __attribute__((noinline)) void patched(int64_t at, uint16_t* words) const {
-    for (int64_t i = 0; i < CHUNK; ++i) {
-      const uint8_t b = bytes[at + i];
-      const int index = (nibbles[(at + i) / 2] >> (4 * ((at + i) & 1))) & 0x0F;
-      words[i] = uint16_t(((b & 0x80) << 8) | (exponents[index] << 7) | (b & 0x7F));
+  // The group at ``at``, word by word in value order, its exceptions put back exactly.
+  __attribute__((noinline)) void patched(int64_t at, uint16_t* out) const {
+    for (int64_t i = 0; i < GROUP; ++i) {
+      const int64_t s = at + stored_at(i);
+      const uint8_t b = bytes[s];
+      const int index = (nibbles[s / 2] >> (4 * (s & 1))) & 0x0F;
+      out[i] = uint16_t(((b & 0x80) << 8) | (exponents[index] << 7) | (b & 0x7F));
     }
-    for (; exceptional(at); ++next) words[positions[next] - first - at] = values[next].x;
+    for (; exceptional(at); ++next) out[positions[next] - first - at] = values[next].x;
+  }
+
+  inline void decode_group(int64_t at, Words (&out)[BF12_VECTORS]) const {
+    if (!exceptional(at)) return bf12_decode(bytes + at, nibbles + at / 2, table, out);
+    uint16_t group[GROUP];
+    patched(at, group);
+    std::memcpy(out, group, sizeof(group));
   }
 
   inline Pairs load(int64_t pair, int j) const {
-    const int64_t at = (pair * PANEL + j * LANES) * 2;
-    if (!exceptional(at)) return bf12_pairs(bytes + at, nibbles + at / 2, table);
-    uint16_t words[CHUNK];
-    patched(at, words);
-    return load_pairs(reinterpret_cast<const bf16*>(words));
+    const int slot = j % BF12_VECTORS;
+    if (slot == 0) decode_group((pair * PANEL + j * LANES) * 2, words);
+    return words_pairs(words[slot]);
   }
 
   // The whole panel (``count`` values) as linear_bf16's panel, into ``out``.
   void decode(int64_t count, bf16* out) const {
-    for (int64_t at = 0; at < count; at += CHUNK) {
-      if (exceptional(at))
-        patched(at, reinterpret_cast<uint16_t*>(out + at));
-      else
-        store_words(out + at, bf12_words(bytes + at, nibbles + at / 2, table));
+    Words group[BF12_VECTORS];
+    for (int64_t at = 0; at < count; at += GROUP) {
+      decode_group(at, group);
+      for (int v = 0; v < BF12_VECTORS; ++v) store_words(out + at + v * 2 * LANES, group[v]);
     }
   }
 };

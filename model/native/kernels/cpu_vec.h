@@ -26,8 +26,9 @@
 //     (acc += a.even * b.even + a.odd * b.odd per lane); INT8_PAIR_SCALE is what int8_pairs
 //     multiplies weights by (exact powers of two; the caller divides it back out)
 //   12-bit bf16 (cpu_linear_bf12.cpp): Bf12Table, bf12_table (16 exponents -> lookup tables),
-//     bf12_words (2 * LANES bf16 words rebuilt from as many sign/mantissa bytes and their index
-//     nibbles: Words, store_words), bf12_pairs (the same as LANES pairs)
+//     bf12_decode (32 values' bf16 words rebuilt from their sign/mantissa bytes and index
+//     nibbles, as BF12_VECTORS Words of 2 * LANES), BF12_SWAP_MIDDLE (the bytes' stored order),
+//     store_words, words_pairs
 //   Quads: LANES groups of 4 int8 -- quad activations are stored + QUAD_OFFSET (as u8 where
 //     the instruction multiplies unsigned by signed); broadcast_quad, dot_quads (exact int32)
 //   Nibbles (int4 weights): load_nibbles splits 4 * LANES bytes into two Quads of u8 in [0, 15]

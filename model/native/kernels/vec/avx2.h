@@ -132,28 +132,35 @@ inline vf dot_pairs(vf acc, Pairs a, Pairs b) {
 }
 
 // ---- 12-bit bf16 (cpu_linear_bf12.cpp): per value a byte of sign + 7 mantissa bits and a 4-bit
-// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, rebuilt by two pshufb
+// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, rebuilt by two pshufb.
+// 32 values a step, in 256-bit registers: their bytes are stored with the middle two 8-value
+// blocks swapped (values 0-7, 16-23, 8-15, 24-31), so the in-lane byte interleave gives values
+// 0-15 and 16-31 in order; the nibbles follow the stored order.
+constexpr bool BF12_SWAP_MIDDLE = true;
+using Words = __m256i;  // 2 * LANES bf16 words: one vector of pairs
+constexpr int BF12_VECTORS = 2;  // vectors of pairs a decode step gives
 struct Bf12Table {
-  __m128i low, high;  // per index: the exponent's low bit at bit 7 (low byte), its high 7 bits (high byte)
+  __m256i low, high;  // per index, in both 128-bit lanes: the exponent's low bit at bit 7, its high 7 bits
 };
 inline Bf12Table bf12_table(const uint8_t* exponents) {
-  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(exponents));
-  return {_mm_slli_epi16(_mm_and_si128(e, _mm_set1_epi8(1)), 7), _mm_and_si128(_mm_srli_epi16(e, 1), _mm_set1_epi8(0x7F))};
+  const __m256i e = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(exponents)));
+  return {_mm256_slli_epi16(_mm256_and_si256(e, _mm256_set1_epi8(1)), 7),
+          _mm256_and_si256(_mm256_srli_epi16(e, 1), _mm256_set1_epi8(0x7F))};
 }
-using Words = __m256i;  // 2 * LANES bf16 words
+// 32 values from 32 stored bytes and 16 bytes of nibbles (stored value 2i low, 2i + 1 high)
+inline void bf12_decode(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table, Words (&out)[2]) {
+  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
+  const __m128i n = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)), mask = _mm_set1_epi8(0x0F);
+  const __m128i lo = _mm_and_si128(n, mask), hi = _mm_and_si128(_mm_srli_epi16(n, 4), mask);
+  const __m256i index = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
+  const __m256i low = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(0x7F)), _mm256_shuffle_epi8(table.low, index));
+  const __m256i high =
+      _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(char(0x80))), _mm256_shuffle_epi8(table.high, index));
+  out[0] = _mm256_unpacklo_epi8(low, high);
+  out[1] = _mm256_unpackhi_epi8(low, high);
+}
 inline void store_words(bf16* p, Words words) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), words); }
-// 2 * LANES bf16 words from 2 * LANES bytes and LANES bytes of nibbles (value 2i low, 2i+1 high)
-inline Words bf12_words(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
-  const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(bytes));
-  const __m128i n = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(nibbles)), mask = _mm_set1_epi8(0x0F);
-  const __m128i index = _mm_unpacklo_epi8(_mm_and_si128(n, mask), _mm_and_si128(_mm_srli_epi16(n, 4), mask));
-  const __m128i low = _mm_or_si128(_mm_and_si128(b, _mm_set1_epi8(0x7F)), _mm_shuffle_epi8(table.low, index));
-  const __m128i high = _mm_or_si128(_mm_and_si128(b, _mm_set1_epi8(char(0x80))), _mm_shuffle_epi8(table.high, index));
-  return _mm256_set_m128i(_mm_unpackhi_epi8(low, high), _mm_unpacklo_epi8(low, high));
-}
-inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
-  return split_pairs(bf12_words(bytes, nibbles, table));
-}
+inline Pairs words_pairs(Words words) { return split_pairs(words); }
 
 // ---- int8 quads
 inline Quads load_quads(const int8_t* p) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)); }

@@ -88,7 +88,11 @@ inline Pairs int8_pairs(const int8_t* p) {
 inline vf dot_pairs(vf acc, Pairs a, Pairs b) { return _mm512_dpbf16_ps(acc, a, b); }
 
 // ---- 12-bit bf16 (cpu_linear_bf12.cpp): per value a byte of sign + 7 mantissa bits and a 4-bit
-// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, rebuilt by two pshufb
+// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, rebuilt by two pshufb,
+// 32 values (one vector of pairs) a step, stored in order.
+constexpr bool BF12_SWAP_MIDDLE = false;
+using Words = __m512i;  // 2 * LANES bf16 words: one vector of pairs
+constexpr int BF12_VECTORS = 1;  // vectors of pairs a decode step gives
 struct Bf12Table {
   __m256i low, high;  // per index, in both 128-bit lanes: the exponent's low bit at bit 7, its high 7 bits
 };
@@ -97,10 +101,8 @@ inline Bf12Table bf12_table(const uint8_t* exponents) {
   return {_mm256_slli_epi16(_mm256_and_si256(e, _mm256_set1_epi8(1)), 7),
           _mm256_and_si256(_mm256_srli_epi16(e, 1), _mm256_set1_epi8(0x7F))};
 }
-using Words = __m512i;  // 2 * LANES bf16 words
-inline void store_words(bf16* p, Words words) { _mm512_storeu_si512(p, words); }
-// 2 * LANES bf16 words from 2 * LANES bytes and LANES bytes of nibbles (value 2i low, 2i+1 high)
-inline Words bf12_words(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
+// 32 values from 32 bytes and 16 bytes of nibbles (value 2i low, 2i + 1 high)
+inline void bf12_decode(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table, Words (&out)[1]) {
   const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
   const __m128i n = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)), mask = _mm_set1_epi8(0x0F);
   const __m128i lo = _mm_and_si128(n, mask), hi = _mm_and_si128(_mm_srli_epi16(n, 4), mask);
@@ -108,11 +110,10 @@ inline Words bf12_words(const uint8_t* bytes, const uint8_t* nibbles, const Bf12
   const __m256i low = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(0x7F)), _mm256_shuffle_epi8(table.low, index));
   const __m256i high =
       _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(char(0x80))), _mm256_shuffle_epi8(table.high, index));
-  return _mm512_or_si512(_mm512_cvtepu8_epi16(low), _mm512_slli_epi16(_mm512_cvtepu8_epi16(high), 8));
+  out[0] = _mm512_or_si512(_mm512_cvtepu8_epi16(low), _mm512_slli_epi16(_mm512_cvtepu8_epi16(high), 8));
 }
-inline Pairs bf12_pairs(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table) {
-  return (Pairs)bf12_words(bytes, nibbles, table);
-}
+inline void store_words(bf16* p, Words words) { _mm512_storeu_si512(p, words); }
+inline Pairs words_pairs(Words words) { return (Pairs)words; }
 
 // ---- int8 quads
 inline Quads load_quads(const int8_t* p) { return _mm512_loadu_si512(p); }
