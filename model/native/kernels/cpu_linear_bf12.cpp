@@ -46,6 +46,22 @@ inline int64_t stored_at(int64_t i) {
   return block == 1 ? i + 8 : block == 2 ? i - 8 : i;
 }
 
+// The group of 32 values at ``at`` word by word in value order, its exceptions (from index ``next``
+// on) put back exactly; returns the next exception's index. Out of line and given plain values, so
+// the rare call leaves Bf12Panel's members in registers around it.
+__attribute__((noinline)) int64_t patched(const uint8_t* bytes, const uint8_t* nibbles, const uint8_t* exponents,
+                                          const int64_t* positions, const bf16* values, int64_t end,
+                                          int64_t next, uint16_t* out) {
+  for (int64_t i = 0; i < GROUP; ++i) {
+    const int64_t s = stored_at(i);
+    const uint8_t b = bytes[s];
+    const int index = (nibbles[s / 2] >> (4 * (s & 1))) & 0x0F;
+    out[i] = uint16_t(((b & 0x80) << 8) | (exponents[index] << 7) | (b & 0x7F));
+  }
+  for (; positions[next] < end; ++next) out[positions[next] - (end - GROUP)] = values[next].x;
+  return next;
+}
+
 // A 12-bit panel, decoded group by group in increasing order (tile_pairs' loads, or all of it at
 // once), so a cursor walks the panel's exceptions once.
 struct Bf12Panel {
@@ -59,23 +75,11 @@ struct Bf12Panel {
   mutable int64_t next;  // the next exception's index in positions/values
   mutable Words words[BF12_VECTORS] = {};  // the group tile_pairs is in
 
-  inline bool exceptional(int64_t at) const { return positions[next] < first + at + GROUP; }
-
-  // The group at ``at``, word by word in value order, its exceptions put back exactly.
-  __attribute__((noinline)) void patched(int64_t at, uint16_t* out) const {
-    for (int64_t i = 0; i < GROUP; ++i) {
-      const int64_t s = at + stored_at(i);
-      const uint8_t b = bytes[s];
-      const int index = (nibbles[s / 2] >> (4 * (s & 1))) & 0x0F;
-      out[i] = uint16_t(((b & 0x80) << 8) | (exponents[index] << 7) | (b & 0x7F));
-    }
-    for (; exceptional(at); ++next) out[positions[next] - first - at] = values[next].x;
-  }
-
   inline void decode_group(int64_t at, Words (&out)[BF12_VECTORS]) const {
-    if (!exceptional(at)) return bf12_decode(bytes + at, nibbles + at / 2, table, out);
+    const int64_t end = first + at + GROUP;
+    if (positions[next] >= end) return bf12_decode(bytes + at, nibbles + at / 2, table, out);
     uint16_t group[GROUP];
-    patched(at, group);
+    next = patched(bytes + at, nibbles + at / 2, exponents, positions, values, end, next, group);
     std::memcpy(out, group, sizeof(group));
   }
 
