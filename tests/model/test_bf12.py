@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from model.arch.cache import HybridCache
 from model.batch import SequenceChunk, build_forward_batch
-from model.cache import HybridCache
 from model.checkpoint.loader import load_model
 from model.native.kernels.layout import PAIR, pack_panels
 from model.native.linears import NativeLinear
