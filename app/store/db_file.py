@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import errno
 import os
+import stat
 import time
 from pathlib import Path
 
 from app.core.options import DATA_DIR_ENV
-from app.store.errors import StoreLockedError
+from app.store.errors import StoreError, StoreLockedError
 
 try:
     import fcntl
@@ -41,17 +42,29 @@ def identity(stat: os.stat_result) -> tuple[int, int]:
 
 def lock(path: Path) -> int | None:
     """Hold an exclusive flock on `path` and write our pid in it. The OS drops the lock when the
-    process ends, however it ends (SIGKILL too), so a stale lock file never blocks a launch."""
+    process ends, however it ends (SIGKILL too), so a stale lock file never blocks a launch.
+
+    The pid is written over the file's contents, so `path` must be our own plain file: a symlink
+    planted there would have us overwrite its target, a FIFO would hang the launch."""
     if fcntl is None:
         return None
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    flags = os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
     try:
+        fd = os.open(path, flags, 0o644)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise StoreError(_not_plain(path, "a symbolic link")) from None
+        raise
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise StoreError(_not_plain(path, "not a regular file"))
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.ftruncate(fd, 0)
         os.write(fd, f"{os.getpid()}\n".encode())
     except BlockingIOError:
+        holder = os.pread(fd, 32, 0)
         os.close(fd)
-        raise StoreLockedError(_locked(path)) from None
+        raise StoreLockedError(_locked(path, holder)) from None
     except BaseException:
         os.close(fd)
         raise
@@ -71,11 +84,15 @@ def unlock(fd: int | None) -> None:
         os.close(fd)
 
 
-def _locked(path: Path) -> str:
-    try:
-        pid = path.read_text(encoding="utf-8").strip()
-    except OSError:
-        pid = ""
+def _not_plain(path: Path, what: str) -> str:
+    return (
+        f"The lock file {path} is {what}, which lfm-chat will not write to; "
+        "remove it, or start with --data-dir OTHER_DIR."
+    )
+
+
+def _locked(path: Path, holder: bytes) -> str:
+    pid = holder.decode("ascii", "replace").strip()
     who = f"Another lfm-chat (pid {pid})" if pid.isdigit() else "Another lfm-chat"
     return f"{who} is using {path.parent}. Quit it first, or start this one with --data-dir OTHER_DIR."
 

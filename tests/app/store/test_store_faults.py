@@ -279,3 +279,23 @@ def test_the_open_panes_are_written_after_the_saves_that_create_their_rows(path:
     again = Store(path)
     assert [c.id for c in again.open_conversations()] == [one.id]
     again.close()
+
+
+@pytest.mark.parametrize("planted", ["symlink", "fifo"])
+def test_a_planted_lock_file_is_refused_and_its_target_untouched(path: Path, planted: str) -> None:
+    """The pid is written over the lock file: through a symlink it would overwrite the target
+    (someone's ~/.bashrc), and opening a FIFO could hang the launch."""
+    path.parent.mkdir(parents=True)
+    lock_path = path.with_name(path.name + ".lock")
+    target = path.parent / "precious.txt"
+    target.write_text("keep me\n")
+    if planted == "symlink":
+        lock_path.symlink_to(target)
+        what = "a symbolic link"
+    else:
+        os.mkfifo(lock_path)
+        what = "not a regular file"
+    with pytest.raises(StoreError, match=f"The lock file {re.escape(str(lock_path))} is {what}") as refused:
+        Store(path)
+    assert "\n" not in str(refused.value) and not isinstance(refused.value, StoreLockedError)
+    assert target.read_text() == "keep me\n"
