@@ -15,6 +15,7 @@ from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeGuard, cast
 
+from model.checkpoint.small_file import JSON_BYTES, read_small_file
 from model.errors import CheckpointError
 
 ATTENTION = "full_attention"
@@ -74,10 +75,13 @@ def _id_problem(name: str, value: object) -> str | None:
 
 def read_json_object(path: Path) -> dict[str, Any]:
     """A checkpoint's JSON file (config, tokenizer config) as a dict, or a one-line CheckpointError."""
+    data = read_small_file(path, JSON_BYTES)
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raw = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise CheckpointError(f"{path} is not valid JSON ({exc})") from None
+    except RecursionError:
+        raise CheckpointError(f"{path} is not valid JSON (nested too deep)") from None
     if not isinstance(raw, dict):
         raise CheckpointError(f"{path} does not hold a JSON object")
     return raw
@@ -377,7 +381,7 @@ def read_config_json(checkpoint_dir: str | Path) -> dict[str, Any]:
     path = Path(checkpoint_dir) / "config.json"
     if not Path(checkpoint_dir).is_dir():
         raise CheckpointError(f"checkpoint directory {str(checkpoint_dir)!r} does not exist")
-    if not path.is_file():
+    if not path.exists():
         raise CheckpointError(f"{path} is missing: not an LFM2 checkpoint directory")
     return read_json_object(path)
 

@@ -24,6 +24,7 @@ from safetensors.torch import save_file
 
 from model.arch.lfm2_config import Lfm2Config
 from model.checkpoint.names import on_disk_names
+from model.checkpoint.small_file import JSON_BYTES, read_small_file
 from model.checkpoint.tensor_location import TensorLocation
 from model.errors import CheckpointError
 
@@ -38,8 +39,10 @@ def index_weight_map(index: Path) -> dict[str, str]:
     """A shard index's weight_map (tensor name -> file), each file a plain name in the index's own
     directory: the index is data from the internet, and "/etc/..." or "../..." must name nothing."""
     try:
-        weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+        weight_map = json.loads(read_small_file(index, JSON_BYTES))["weight_map"]
+    except CheckpointError:
+        raise
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise CheckpointError(f"{index} is not a valid safetensors index ({exc})") from None
     if not isinstance(weight_map, dict):
         raise CheckpointError(

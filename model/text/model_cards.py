@@ -16,6 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from model.checkpoint.small_file import JSON_BYTES, read_small_file
+from model.errors import CheckpointError
+
 # Every knob a family sets, at its "off" value: a card's row overrides the ones it names, so the
 # values are complete and switching families never keeps a filter the new card does not ask for.
 SAMPLING_OFF: dict[str, float | int] = {
@@ -116,8 +119,11 @@ def checkpoint_sampling(name_or_path: str) -> FamilySampling:
 
 def _local_config(directory: Path) -> dict[str, Any] | None:
     """config.json of a local checkpoint, or None (a Hub id, or a file the loader will report on later)."""
+    path = directory / "config.json"
+    if not path.exists():
+        return None
     try:
-        raw = json.loads((directory / "config.json").read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
+        raw = json.loads(read_small_file(path, JSON_BYTES))
+    except (CheckpointError, ValueError, RecursionError):  # CheckpointError is a ValueError: said here
         return None
     return raw if isinstance(raw, dict) else None

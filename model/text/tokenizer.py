@@ -17,6 +17,7 @@ from typing import Any
 from tokenizers import Tokenizer as BackendTokenizer
 
 from model.arch.lfm2_config import read_json_object
+from model.checkpoint.small_file import JSON_BYTES, read_small_file
 from model.errors import CheckpointError
 from model.text import template_worker
 from model.text.chat_template import LFM2_CHAT_TEMPLATE, RENDER_TIME_LIMIT, ChatTemplate
@@ -80,7 +81,7 @@ def _read_chat_templates(root: Path, tokenizer_config: Mapping[str, Any]) -> dic
     """
     files = {"default": root / "chat_template.jinja"}
     files.update((path.stem, path) for path in sorted((root / "additional_chat_templates").glob("*.jinja")))
-    found = {name: path for name, path in files.items() if path.is_file()}
+    found = {name: path for name, path in files.items() if path.exists()}  # a FIFO too: refused, said
     if found:
         return {name: _compile(_read_template_file(path), str(path)) for name, path in found.items()}
     template = tokenizer_config.get("chat_template")
@@ -97,12 +98,7 @@ def _read_chat_templates(root: Path, tokenizer_config: Mapping[str, Any]) -> dic
 
 def _read_template_file(path: Path) -> str:
     """A template file's text: UTF-8, at most TEMPLATE_SOURCE_LIMIT bytes."""
-    try:
-        with path.open("rb") as file:
-            data = file.read(TEMPLATE_SOURCE_LIMIT + 1)
-    except OSError as exc:
-        raise CheckpointError(f"{path} cannot be read ({exc.strerror or exc})") from None
-    _check_source_size(len(data), str(path))
+    data = read_small_file(path, TEMPLATE_SOURCE_LIMIT)
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -157,15 +153,16 @@ class Tokenizer:
         """
         root = Path(checkpoint_dir)
         path = root / "tokenizer.json"
-        if not path.is_file():
+        if not path.exists():
             raise CheckpointError(f"{path} is missing: the checkpoint has no tokenizer")
+        data = read_small_file(path, JSON_BYTES)
         try:
-            backend = BackendTokenizer.from_file(str(path))
-        except Exception as exc:  # tokenizers raises a bare Exception for any parse error
+            backend = BackendTokenizer.from_str(data.decode("utf-8"))
+        except Exception as exc:  # tokenizers raises a bare Exception for any parse error (bad UTF-8 too)
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise CheckpointError(f"{path} is not a valid tokenizer file ({reason})") from None
         config_path = root / "tokenizer_config.json"
-        config = read_json_object(config_path) if config_path.is_file() else {}
+        config = read_json_object(config_path) if config_path.exists() else {}
         tokens = {name: _token_content(config.get(name)) for name in _TEMPLATE_TOKEN_NAMES}
         if tokens["bos_token"] is None and backend.token_to_id(BOS_TOKEN) is not None:
             tokens["bos_token"] = BOS_TOKEN

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import struct
 
@@ -11,6 +12,7 @@ from safetensors.torch import load_file, save_file
 
 from model.checkpoint.loader import load_model
 from model.errors import CheckpointError
+from model.text.tokenizer import Tokenizer
 
 
 @pytest.fixture
@@ -167,3 +169,43 @@ def test_a_header_whose_shape_and_byte_range_disagree_is_refused(checkpoint):
 def test_weights_stored_as_integers_are_refused(checkpoint):
     edit_header(checkpoint, "model.embedding_norm.weight", dtype="I32")  # same size as F32
     assert "model.embedding_norm.weight is stored as torch.int32" in load_error(checkpoint)
+
+
+def plant(path, kind: str) -> None:
+    """Replace the file at `path` with something hostile under its name."""
+    path.unlink(missing_ok=True)
+    if kind == "fifo":  # open() and read() would wait forever for a writer
+        os.mkfifo(path)
+    elif kind == "dev_zero":  # read() would never end: memory runs out
+        path.symlink_to("/dev/zero")
+    elif kind == "huge":  # a sparse 100 MiB file: costs no disk
+        with path.open("wb") as file:
+            file.truncate(100 << 20)
+    elif kind == "deep":  # Python's JSON parser recurses once per level
+        path.write_text("[" * 200_000 + "]" * 200_000)
+
+
+HOSTILE = {
+    "fifo": "is not a regular file",
+    "dev_zero": "is not a regular file",
+    "huge": "is larger than 64 MiB",
+    "deep": "not valid JSON",
+}
+
+
+@pytest.mark.parametrize("kind", sorted(HOSTILE))
+def test_a_hostile_config_json_is_one_sentence(checkpoint, kind):
+    plant(checkpoint / "config.json", kind)
+    message = load_error(checkpoint)
+    assert "config.json" in message and HOSTILE[kind] in message
+
+
+@pytest.mark.parametrize("kind", ["fifo", "dev_zero", "huge"])
+@pytest.mark.parametrize("name", ["tokenizer.json", "tokenizer_config.json", "chat_template.jinja"])
+def test_hostile_tokenizer_files_are_one_sentence(checkpoint, name, kind):
+    plant(checkpoint / name, kind)
+    with pytest.raises(CheckpointError) as info:
+        Tokenizer.from_pretrained(checkpoint)
+    message = str(info.value)
+    assert "\n" not in message and name in message
+    assert "regular file" in message or "is larger than" in message
