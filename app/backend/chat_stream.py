@@ -10,6 +10,7 @@ end it with an "error" event that says which.
 from __future__ import annotations
 
 import asyncio
+import sys
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
@@ -22,6 +23,7 @@ from app.backend.http_errors import status_problem
 from app.backend.server_text import server_text
 from app.backend.sse import Chunk, LineSplitter, StreamFault, parse_line
 from app.backend.tool_deltas import CallDeltas
+from app.backend.unpack import PIECE, BodyRefused, aunpacked, is_packed
 
 # Fields vLLM, SGLang and llama-server take beyond the OpenAI API; others may refuse them.
 EXTENSIONS = ("top_k", "min_p", "repetition_penalty")
@@ -29,6 +31,9 @@ RETRIES = 5  # 429/503 are retried this many times, 1, 2, 4... seconds apart
 BACKOFF_CAP = 8.0
 REPLY_CHARS = 1024 * 1024  # a longer reply ends there, with a notice: ~250k tokens, past any context
 ERROR_BODY_BYTES = 64 * 1024  # of an error status's body, this much is read (a message is short)
+# A stream compressed although we asked for none (unpack.py) unpacks to at most this: ~25,000
+# tokens of SSE. Uncompressed, the network bounds it, and REPLY_CHARS and sse.LINE_BYTES its text.
+PACKED_STREAM_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,7 +100,7 @@ class ChatStream:
             raise
         except Dropped as exc:
             self.fail(f"the connection dropped mid-reply ({exc})")
-        except (Refused, StreamFault) as exc:
+        except (Refused, StreamFault, BodyRefused) as exc:
             self.fail(str(exc))
         except httpx.HTTPError as exc:
             where = self.client.base_url
@@ -112,7 +117,7 @@ class ChatStream:
         for attempt in range(RETRIES + 1):
             async with self.client.stream("POST", "/v1/chat/completions", json=self.body) as response:
                 if response.status_code == 200:
-                    return await self._read(response.aiter_bytes())
+                    return await self._read(aunpacked(response, stream_cap(response), "the server's reply"))
                 text = (await error_body(response)).decode("utf-8", "replace")
                 if response.status_code in (400, 422) and (names := rejected(text, self.body)):
                     self.body = {k: v for k, v in self.body.items() if k not in names}
@@ -176,8 +181,14 @@ class ChatStream:
 async def error_body(response: httpx.Response) -> bytes:
     """The start of an error status's body: enough for its message, never a whole huge body."""
     body = bytearray()
-    async for data in response.aiter_bytes():
+    # Read stops at ERROR_BODY_BYTES, one piece (at most unpack.PIECE) past it at worst: under the cap.
+    async for data in aunpacked(response, ERROR_BODY_BYTES + PIECE, "the server's error"):
         body += data
         if len(body) >= ERROR_BODY_BYTES:
             break
     return bytes(body[:ERROR_BODY_BYTES])
+
+
+def stream_cap(response: httpx.Response) -> int:
+    """Bytes a reply stream may unpack to: PACKED_STREAM_BYTES if compressed, else no byte cap."""
+    return PACKED_STREAM_BYTES if is_packed(response) else sys.maxsize

@@ -26,6 +26,7 @@ from app.backend.http_errors import ServerError, server_message
 from app.backend.server_metrics import HISTORY, ClientStream, MetricsPoller, ServerSnapshot
 from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.backend.smoothing import RATE_SMOOTHING_SECONDS, Smoothed
+from app.backend.unpack import IDENTITY, BodyRefused, BodyTooLarge, unpacked
 from app.core.conversation import ChatSettings, Conversation
 
 if TYPE_CHECKING:
@@ -103,10 +104,12 @@ def context_length(model: dict[str, Any]) -> int | None:
 
 def fetch_models(url: str, api_key: str | None) -> Any:
     """GET /v1/models, with every failure said as what to check."""
-    headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+    headers = IDENTITY | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
     try:
         with httpx.stream("GET", f"{url}/v1/models", headers=headers, timeout=10.0) as response:
             body = read_capped(response, MODELS_BYTES, url)
+    except BodyRefused as exc:
+        raise ServerError(f"The server at {url} answered GET /v1/models oddly: {exc}.") from None
     except httpx.HTTPError as exc:
         raise ServerError(
             f"Cannot reach the server at {url} ({server_text(exc)}). Is it running, and is --server right?"
@@ -130,13 +133,12 @@ def fetch_models(url: str, api_key: str | None) -> Any:
 
 
 def read_capped(response: httpx.Response, cap: int, url: str) -> bytes:
-    """The listing's body, never held past `cap` bytes (a server could send gigabytes)."""
-    body = bytearray()
-    for data in response.iter_bytes():
-        body += data
-        if len(body) > cap:
-            raise ServerError(f"The server at {url} answered GET /v1/models with over {cap >> 20} MiB.")
-    return bytes(body)
+    """The listing's body, never held past `cap` bytes unpacked (a server could send gigabytes, or
+    a gzip bomb)."""
+    try:
+        return b"".join(unpacked(response, cap, "its listing"))
+    except BodyTooLarge:
+        raise ServerError(f"The server at {url} answered GET /v1/models with over {cap >> 20} MiB.") from None
 
 
 def client_stream(tag: str, stream: ChatStream) -> ClientStream:
@@ -169,7 +171,7 @@ class RemoteBackend:
         self.poll_interval = poll_interval
         self._loop = asyncio.new_event_loop()
         threading.Thread(target=self._loop.run_forever, name="lfm-remote", daemon=True).start()
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        headers = IDENTITY | ({"Authorization": f"Bearer {api_key}"} if api_key else {})
         self._client = self._call(self._make_client(headers))
         self._streams: dict[str, tuple[str, ChatStream]] = {}  # request id -> (tag, stream): client figures
         self._snapshot: ServerSnapshot | None = None

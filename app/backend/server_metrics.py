@@ -19,6 +19,7 @@ from dataclasses import dataclass, replace
 import httpx
 
 from app.backend import prometheus
+from app.backend.unpack import IDENTITY, BodyRefused, BodyTooLarge, aunpacked
 
 HISTORY = 120  # throughput points kept, one per poll
 ENDPOINTS = ("/metrics", "/slots")
@@ -144,17 +145,14 @@ def from_slots(slots: object) -> ServerSnapshot | None:
 
 
 async def read_limited(response: httpx.Response, limit: int = BODY_LIMIT) -> bytes:
-    """The body as sent, read as it comes; TooLarge as soon as it passes `limit` (the rest stays unread).
-
-    Raw bytes only: a compressed body could unpack to any size from one small chunk.
-    """
-    if response.headers.get("content-encoding", "identity").lower() != "identity":
-        raise ValueError("compressed although asked not to be")
+    """The body, read and unpacked as it comes; TooLarge as soon as it passes `limit` unpacked (the
+    rest stays unread: a compressed body could unpack to any size from one small chunk)."""
     body = bytearray()
-    async for chunk in response.aiter_raw():
-        body += chunk
-        if len(body) > limit:
-            raise TooLarge
+    try:
+        async for piece in aunpacked(response, limit, "the server's metrics"):
+            body += piece
+    except BodyTooLarge:
+        raise TooLarge from None
     return bytes(body)
 
 
@@ -164,6 +162,8 @@ def unavailable(error: Exception) -> str:
         return TOO_LARGE
     if isinstance(error, TimeoutError):
         return TOO_SLOW
+    if isinstance(error, BodyRefused):
+        return f"metrics unavailable: {error}"
     return f"metrics unavailable: their answer could not be read ({type(error).__name__})"
 
 
@@ -213,8 +213,7 @@ class MetricsPoller:
         return ServerSnapshot("", note=NO_METRICS)
 
     async def _fetch(self, path: str) -> ServerSnapshot | None:
-        headers = {"Accept-Encoding": "identity"}
-        async with self.client.stream("GET", path, headers=headers, timeout=2.0) as response:
+        async with self.client.stream("GET", path, headers=IDENTITY, timeout=2.0) as response:
             if response.status_code != 200:
                 return None
             body = await read_limited(response)
