@@ -15,3 +15,8 @@ class ChatTemplateError(ValueError):
 
 class TemplateRefusal(ChatTemplateError):
     """The template's own ``raise_exception``: its message is for the user, as it stands."""
+
+
+class TokenizerCrash(ValueError):
+    """The checkpoint's tokenizer crashed inside its native library on this text (a Rust panic, e.g.
+    a pre-tokenizer regex past its backtracking limit): that one request fails, the process lives."""

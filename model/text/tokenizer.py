@@ -9,7 +9,8 @@ never shows half a character.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from tokenizers import Tokenizer as BackendTokenizer
 
 from model.arch.lfm2_config import read_json_object
 from model.checkpoint.small_file import JSON_BYTES, read_small_file
-from model.errors import CheckpointError
+from model.errors import CheckpointError, TokenizerCrash
 from model.text import template_worker
 from model.text.chat_template import LFM2_CHAT_TEMPLATE, RENDER_TIME_LIMIT, ChatTemplate
 
@@ -123,6 +124,23 @@ def _compile(source: str, origin: str) -> ChatTemplate:
         ) from None
 
 
+@contextmanager
+def native_crash_caught() -> Iterator[None]:
+    """A panic in ``tokenizers``' Rust code (pyo3's PanicException, a BaseException that no
+    ``except Exception`` stops, so it would end the engine's thread) as a TokenizerCrash: the one
+    text fails with a sentence. What Rust printed on fd 2 is kept off the screen by the chat app
+    (cli/terminal.py)."""
+    try:
+        yield
+    except Exception:
+        raise
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":  # KeyboardInterrupt, SystemExit, GeneratorExit
+            raise
+        said = " ".join(str(exc).split())[:200]
+        raise TokenizerCrash(f"the checkpoint's tokenizer crashed on this text ({said})") from None
+
+
 class Tokenizer:
     """Text <-> ids and chat rendering for one checkpoint."""
 
@@ -157,7 +175,8 @@ class Tokenizer:
             raise CheckpointError(f"{path} is missing: the checkpoint has no tokenizer")
         data = read_small_file(path, JSON_BYTES)
         try:
-            backend = BackendTokenizer.from_str(data.decode("utf-8"))
+            with native_crash_caught():
+                backend = BackendTokenizer.from_str(data.decode("utf-8"))
         except Exception as exc:  # tokenizers raises a bare Exception for any parse error (bad UTF-8 too)
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
             raise CheckpointError(f"{path} is not a valid tokenizer file ({reason})") from None
@@ -198,12 +217,16 @@ class Tokenizer:
     # ------------------------------------------------------------------ text
     def encode(self, text: str, add_special_tokens: bool = False) -> list[int]:
         """Token ids of ``text``; special-token strings inside it become their special ids."""
-        return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
+        with native_crash_caught():
+            return self._backend.encode(text, add_special_tokens=add_special_tokens).ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of ``ids``; skipping special tokens still keeps REPLY_MARKUP (decoded run by run around it,
         which is exact for LFM2's byte-level BPE)."""
-        ids = list(ids)
+        with native_crash_caught():
+            return self._decode(list(ids), skip_special_tokens)
+
+    def _decode(self, ids: list[int], skip_special_tokens: bool) -> str:
         if not skip_special_tokens or self._markup.keys().isdisjoint(ids):
             return self._backend.decode(ids, skip_special_tokens=skip_special_tokens)
         plain = partial(self._backend.decode, skip_special_tokens=True)
