@@ -195,9 +195,11 @@ def run(argv: list[str]) -> int:
 
         return run_oneshot(options, message, store, structure, one_shot_tools(parser, args))
     from app.app import LfmChatApp  # Textual is imported only when a UI will run
+    from cli.terminal import native_stderr_aside
 
-    app = LfmChatApp(options, store)
-    app.run()
+    with native_stderr_aside():  # Textual reads sys.__stderr__ when the app is made
+        app = LfmChatApp(options, store)
+        app.run()
     return app.return_code or 0
 
 
