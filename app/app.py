@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import signal
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
@@ -36,6 +37,7 @@ if TYPE_CHECKING:  # imports torch-based widgets: loaded after the loading scree
 
 THEME_KEY = "theme"
 REPLACED_COMMANDS = frozenset({"Quit", "Maximize"})
+QUIT_SIGNALS = (signal.SIGTERM, signal.SIGHUP)  # quit as ctrl+q does: saved, terminal restored
 
 
 class LfmChatApp(App[None]):
@@ -62,6 +64,7 @@ class LfmChatApp(App[None]):
         self._toolbox: ToolBox | None = None
         self._toolbox_lock = threading.Lock()
         self.tools_note = ""  # where the MCP servers come from, or why a file was not read
+        self._signalled = False  # a SIGTERM or SIGHUP came: quitting
 
     def on_mount(self) -> None:
         if self.store is None:
@@ -81,6 +84,23 @@ class LfmChatApp(App[None]):
             self.theme = theme
         self.push_screen(LoadingScreen(self.options))
         self.call_after_refresh(self._load_keymap)  # it imports the chat screen's keys: after the first frame
+        self._catch_quit_signals()
+
+    def _catch_quit_signals(self) -> None:
+        """SIGTERM and SIGHUP (a closed terminal, a `kill`) quit as ctrl+q does: everything saved,
+        then Textual's driver restores the terminal (alternate screen and mouse reporting off).
+        Python's default for both ends the process at once, leaving the terminal unusable."""
+        loop = asyncio.get_running_loop()
+        for signal_number in QUIT_SIGNALS:
+            loop.add_signal_handler(signal_number, self._quit_signalled)
+
+    def _quit_signalled(self) -> None:
+        """The first signal saves and quits; a second one quits without waiting on the save."""
+        if self._signalled:
+            self.exit()
+            return
+        self._signalled = True
+        self.call_next(self.action_quit)
 
     def watch_theme(self, theme: str) -> None:
         """Remember the theme picked in the palette for the next launch."""
@@ -244,6 +264,9 @@ class LfmChatApp(App[None]):
     def on_unmount(self) -> None:
         if self._toolbox is not None:
             self._toolbox.close()  # every MCP server stops with the app
+        loop = asyncio.get_running_loop()
+        for signal_number in QUIT_SIGNALS:
+            loop.remove_signal_handler(signal_number)
         if self.backend is not None:
             self.backend.close()
         if self.store is not None:
