@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import queue
+import select
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, BinaryIO, TextIO
@@ -29,17 +30,30 @@ if TYPE_CHECKING:
 PROG = "lfm-chat"
 STDIN_NAME = "stdin"
 INTERRUPTED = 130  # what shells report for a command ended by SIGINT
+STDIN_NOTICE_AFTER = 1.0  # seconds of silence on a piped stdin before saying what we wait for
+STDIN_HELP = "close it (ctrl+d), or run with </dev/null to ask without it"
 
 
 class OneShotError(Exception):
     """The reply could not be made or finished: one sentence for stderr, exit code 1."""
 
 
-def question_text(question: str, stdin: BinaryIO | None) -> str:
+class StdoutFailed(Exception):
+    """Writing the reply failed (stdout closed, its reader gone, its disk full): one sentence."""
+
+
+def question_text(question: str, stdin: BinaryIO | None, stderr: TextIO = sys.stderr) -> str:
     """The message: piped stdin (if any) as an attachment, then the question; "" for the caller to
-    refuse when both are empty."""
+    refuse when both are empty.
+
+    Piped stdin is read to its end, as `cat notes.md | lfm-chat -p "summarise"` needs. A pipe that
+    stays open and silent (a parent that never closes it) would wait unseen forever: after
+    STDIN_NOTICE_AFTER seconds without a byte, stderr says what it waits for and how to go on."""
     if stdin is None or os.isatty(stdin.fileno()):
         return question
+    if not select.select([stdin], [], [], STDIN_NOTICE_AFTER)[0]:
+        stderr.write(f"{PROG}: waiting for stdin to end (it is piped in and still open): {STDIN_HELP}\n")
+        stderr.flush()
     try:
         attached = read_stream(stdin, STDIN_NAME)
     except AttachmentError as exc:
@@ -69,6 +83,8 @@ def run_oneshot(
 ) -> int:
     """Load, stream one reply to stdout, save it if asked; the exit code. ``structure`` (--json-schema)
     constrains the reply; with ``tools`` (--mcp) the reply may call them (cli/oneshot_tools.py)."""
+    if sys.stdout is None:  # started with stdout closed (>&-)
+        return fail("stdout is closed: there is nowhere to write the reply.")
     try:
         backend = load_backend(options, loading_progress(sys.stderr))
         if sys.stderr.isatty():
@@ -91,9 +107,9 @@ def run_oneshot(
         return fail(str(exc))
     except OneShotError as exc:
         return fail(str(exc))
-    except BrokenPipeError:  # `lfm-chat -p ... | head`: the reader has what it wanted
+    except StdoutFailed as exc:  # `lfm-chat -p ... | head`: the reader has what it wanted; or a full disk
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at exit
-        return fail("stdout was closed before the reply ended.")
+        return fail(str(exc))
     if store is not None:
         store.save(conversation)
     return 0
@@ -160,16 +176,26 @@ def print_stream(
         raw += text
         ids.extend(event.token_ids)
         if shown := stripper.feed(text) + (stripper.finish() if event.finished else ""):
-            out.write(shown)
-            out.flush()
+            write(out, shown)
         if event.finished:
             break
     reply = strip_control(raw)
     if reply and not reply.endswith("\n"):
-        out.write("\n")
+        write(out, "\n")
     return reply, ids, event
 
 
 def _content(events: list[Any]) -> str:
     """The text among a ToolCallStream's events (the others are calls, which it keeps)."""
     return "".join(event for event in events if isinstance(event, str))
+
+
+def write(out: TextIO, text: str) -> None:
+    """Write and flush `text`; StdoutFailed says why it could not be."""
+    try:
+        out.write(text)
+        out.flush()
+    except BrokenPipeError:
+        raise StdoutFailed("stdout was closed before the reply ended.") from None
+    except OSError as exc:
+        raise StdoutFailed(f"the reply could not be written to stdout ({exc.strerror or exc}).") from None
