@@ -2,7 +2,8 @@
 
 A model can emit any byte sequence, and Textual writes widget text to the terminal as-is, so
 an ESC in a reply could retitle the window, rewrite the clipboard (OSC 52) or move the cursor.
-Everything except printable text, newline and tab is removed before text reaches a widget.
+Everything except printable text, newline and tab is removed before text reaches a widget, and
+so are the invisible characters that would make the text say something other than what is seen.
 """
 
 from __future__ import annotations
@@ -21,11 +22,21 @@ _SEQUENCES = re.compile(
     re.VERBOSE | re.DOTALL,
 )
 _CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Invisible characters that change what text says without being seen (docs/ARCHITECTURE.md, "What
+# lfm-chat trusts"): bidi embeddings, overrides and isolates reorder what is drawn ("Trojan Source":
+# code that reads one way and runs another); tag characters carry text no one sees (ASCII
+# smuggling: instructions hidden from the reader, read by a model); word joiner, invisible math
+# operators and the BOM join or mark nothing a reader needs. Kept, because scripts and emoji need
+# them: ZWJ and ZWNJ (emoji sequences, Persian, Indic), ZWSP (Thai and Khmer word breaks), and the
+# direction marks LRM, RLM and ALM (they mark, never reorder).
+INVISIBLE = "\u202a-\u202e\u2066-\u2069\u2060-\u2064\ufeff\U000e0000-\U000e007f"
+_INVISIBLE = re.compile(f"[{INVISIBLE}]")
 
 
 def strip_control(text: str) -> str:
-    """`text` without C0/C1 controls (except newline and tab) and without escape sequences."""
-    return _CONTROLS.sub("", _SEQUENCES.sub("", text))
+    """`text` without C0/C1 controls (except newline and tab), escape sequences, and the invisible
+    characters above: what reaches a widget, the store, stdout."""
+    return _INVISIBLE.sub("", _CONTROLS.sub("", _SEQUENCES.sub("", text)))
 
 
 # Characters whose width terminals disagree on, dropped from what is drawn. Widgets are laid out

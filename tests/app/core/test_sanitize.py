@@ -9,7 +9,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from rich.cells import cell_len
 
-from app.core.sanitize import StreamStripper, for_display, strip_control
+from app.backend.server_text import server_text
+from app.core.sanitize import INVISIBLE, StreamStripper, for_display, strip_control
+
+UNSEEN = re.compile(f"[{INVISIBLE}]")
+
+
+def visible(char: str) -> bool:
+    """Not one of the invisible characters strip_control removes (tested below)."""
+    return not UNSEEN.match(char)
 
 
 @pytest.mark.parametrize(
@@ -82,10 +90,65 @@ def test_characters_terminals_disagree_on_are_not_drawn(raw: str, drawn: str, ce
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.text(st.sampled_from(DISPUTED) | st.characters(exclude_categories=("Cc", "Cs"))))
+@given(st.text(st.sampled_from(DISPUTED) | st.characters(exclude_categories=("Cc", "Cs")).filter(visible)))
 def test_only_the_disputed_characters_are_dropped_from_what_is_drawn(raw: str) -> None:
     drawn = for_display(raw)
     assert not set(drawn) & set(DISPUTED)
     assert drawn == "".join(c for c in raw if c not in DISPUTED)
     assert for_display(drawn) == drawn
     assert for_display(raw + raw) == drawn + drawn  # a streamed reply may be drawn piece by piece
+
+
+@pytest.mark.parametrize(
+    ("raw", "kept"),
+    [
+        ("if admin\u202e {\u2066 // ok\u2069\u202c", "if admin { // ok"),  # Trojan Source reordering
+        ("x\u202ay\u202bz\u202dw\u2067v\u2068u", "xyzwvu"),  # every embedding, override, isolate
+        ("hi\U000e0049\U000e0067\U000e006e\U000e006f\U000e0072\U000e0065\U000e007f", "hi"),  # tag smuggling
+        ("\ufeffstart\u2060joined\u2062x", "startjoinedx"),  # BOM, word joiner, invisible times
+        (
+            "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+            "\U0001f468\u200d\U0001f469\u200d\U0001f467",
+        ),  # ZWJ family
+        (
+            "\u0645\u06cc\u200c\u062e\u0648\u0627\u0645",
+            "\u0645\u06cc\u200c\u062e\u0648\u0627\u0645",
+        ),  # Persian ZWNJ
+        (
+            "\u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35\u200b\u0e04\u0e23\u0e31\u0e1a",
+            "\u0e2a\u0e27\u0e31\u0e2a\u0e14\u0e35\u200b\u0e04\u0e23\u0e31\u0e1a",
+        ),  # Thai ZWSP
+        (
+            "\u05e9\u05dc\u05d5\u05dd\u200e 42 \u200f\u061c",
+            "\u05e9\u05dc\u05d5\u05dd\u200e 42 \u200f\u061c",
+        ),  # marks
+    ],
+)
+def test_invisible_characters_that_change_meaning_go_and_those_scripts_need_stay(raw: str, kept: str) -> None:
+    assert strip_control(raw) == kept
+    assert server_text(f"model{raw}") == " ".join(f"model{kept}".split())  # a server's strings too
+
+
+INVISIBLES = (
+    "\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069\u2060\ufeff\U000e0001\U000e0041\U000e007f"
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(st.sampled_from(INVISIBLES) | st.characters(exclude_categories=("Cc", "Cs"))))
+def test_no_invisible_character_survives_and_every_other_character_does(raw: str) -> None:
+    shown = strip_control(raw)
+    assert not UNSEEN.search(shown)
+    assert shown == "".join(c for c in raw if visible(c))
+    assert strip_control(shown) == shown
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="\x1b\x9b[]0;m\x07a\u202e\u2066\U000e0041\u200d"), st.lists(st.integers(0, 40)))
+def test_invisibles_cleaned_in_pieces_are_the_text_cleaned_whole(raw: str, cuts: list[int]) -> None:
+    stripper, pieces, start = StreamStripper(), [], 0
+    for end in sorted(min(cut, len(raw)) for cut in cuts):
+        pieces.append(stripper.feed(raw[start:end]))
+        start = end
+    pieces += [stripper.feed(raw[start:]), stripper.finish()]
+    assert "".join(pieces) == strip_control(raw)
