@@ -23,7 +23,7 @@ from pathlib import Path
 
 from app.core.conversation import ChatMessage, Conversation
 from app.store.db_file import cause, check_writable, holds, identity, lock, move_aside, open_failed, unlock
-from app.store.errors import StoreError, StoreWriteError
+from app.store.errors import StoreBusyError, StoreError, StoreWriteError
 from app.store.rows import MESSAGE_LIMIT_CHARS, RowChecker
 from app.store.schema import upgrade
 
@@ -35,6 +35,9 @@ _LOADED_MESSAGES = (  # no more of a message than is loaded, so a huge row never
     " WHERE conversation_id = ? ORDER BY position"
 )
 _MessageRow = tuple[str, str, float, int]  # role, content, created_at, stopped: a changed one is rewritten
+# Seconds a write waits for another program's lock, on the UI thread: a keystroke's wait at worst,
+# once per retry (app/persistence.py holds later writes back while the file is locked).
+BUSY_TIMEOUT = 0.1
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,7 +57,7 @@ class Store:
     is short because the UI thread waits with it; a write that times out is retried later anyway.
     """
 
-    def __init__(self, path: Path, *, busy_timeout: float = 1.0) -> None:
+    def __init__(self, path: Path, *, busy_timeout: float = BUSY_TIMEOUT) -> None:
         self.path = path
         self.recovered_from: Path | None = None  # where a corrupt file was moved, for the app to say
         self._busy_timeout = busy_timeout
@@ -129,7 +132,9 @@ class Store:
                     self._db.execute("ROLLBACK")
                 raise
         except (sqlite3.Error, OSError) as exc:
-            raise StoreWriteError(f"Cannot save to {self.path}: {cause(exc, self.path)}.") from exc
+            busy = getattr(exc, "sqlite_errorcode", None) in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED)
+            error = StoreBusyError if busy else StoreWriteError
+            raise error(f"Cannot save to {self.path}: {cause(exc, self.path)}.") from exc
         except StoreError as exc:  # from reattaching: another instance, a newer schema
             raise StoreWriteError(str(exc)) from exc
 

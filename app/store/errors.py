@@ -13,3 +13,8 @@ class StoreLockedError(StoreError):
 
 class StoreWriteError(StoreError):
     """A write failed and was rolled back; what was saved before is intact, the write can be retried."""
+
+
+class StoreBusyError(StoreWriteError):
+    """Another program holds the database's write lock: the write waited the busy timeout, on the
+    caller's thread, and gave up. Trying again before the retry timer would only wait again."""

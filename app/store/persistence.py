@@ -13,7 +13,7 @@ from functools import partial
 
 from app.core.conversation import Conversation
 from app.store.database import Store
-from app.store.errors import StoreWriteError
+from app.store.errors import StoreBusyError, StoreWriteError
 
 _Key = tuple[Hashable, ...]  # what a pending write is kept under: ("save", id), ("open",), ...
 _OPEN: _Key = ("open",)
@@ -26,6 +26,7 @@ class Saver:
         self.store = store
         self.problem: str | None = None  # the last failure's sentence while anything is unsaved
         self._pending: dict[_Key, Callable[[], object]] = {}  # oldest first; one per thing written
+        self._busy = False  # the last write found the file locked by another program
 
     def save(self, conversation: Conversation) -> bool:
         """Save now, or keep it for `retry()`.
@@ -62,17 +63,24 @@ class Saver:
         create); True once nothing is. Stops at the first failure: each attempt on a locked file
         can wait the Store's busy timeout, on the UI thread."""
         writes = sorted(self._pending.items(), key=lambda item: item[0] == _OPEN)
-        return all(self._attempt(write, lambda key=key: key) for key, write in writes)
+        return all(self._attempt(write, lambda key=key: key, now=True) for key, write in writes)
 
-    def _attempt(self, write: Callable[[], object], key: Callable[[], _Key]) -> bool:
+    def _attempt(self, write: Callable[[], object], key: Callable[[], _Key], *, now: bool = False) -> bool:
         """Run `write`; on failure keep it as the newest pending write of its key. `key` is asked
-        after the write, when a new conversation has its id."""
+        after the write, when a new conversation has its id. While another program holds the file
+        locked, a new write is kept without trying (each try waits the busy timeout on the UI
+        thread: a stall per keystroke); `retry()` tries (`now`)."""
+        if self._busy and not now and None not in (held := key()):  # a first save must get its id
+            self._keep(held, write)
+            return False
         try:
             write()
         except StoreWriteError as exc:
             self._keep(key(), write)
             self.problem = str(exc)
+            self._busy = isinstance(exc, StoreBusyError)
             return False
+        self._busy = False
         self._pending.pop(key(), None)
         if not self._pending:
             self.problem = None

@@ -299,3 +299,32 @@ def test_a_planted_lock_file_is_refused_and_its_target_untouched(path: Path, pla
         Store(path)
     assert "\n" not in str(refused.value) and not isinstance(refused.value, StoreLockedError)
     assert target.read_text() == "keep me\n"
+
+
+def test_while_another_program_holds_the_lock_typing_does_not_wait_on_it(path: Path) -> None:
+    """Each write on a locked file waits the busy timeout on the UI thread: a draft saved per
+    keystroke stalled typing up to 2 s a key. After one write found the file locked, later writes
+    wait for the retry timer, which writes them all once the lock is gone."""
+    store = Store(path)
+    saver = Saver(store)
+    one = chat("hi", "hello")
+    saver.save(one)
+    other = sqlite3.connect(path, isolation_level=None)
+    other.execute("BEGIN EXCLUSIVE")
+    assert not saver.save(one)  # this one waits the (short) busy timeout and finds the lock
+    tried: list[str] = []
+    store._db.set_trace_callback(tried.append)
+    for typed in range(1, 21):
+        one.draft = "a draft"[:typed]
+        assert not saver.save(one)
+    assert not saver.set_state("theme", "nord")
+    assert not [s for s in tried if s.startswith("BEGIN")]  # no write tried: no wait
+    assert saver.problem == f"Cannot save to {path}: another program holds the database locked; close it."
+    other.execute("ROLLBACK")
+    assert saver.retry() and saver.problem is None
+    store._db.set_trace_callback(None)
+    one.messages.append(ChatMessage("user", "back"))
+    assert saver.save(one)  # written at once again
+    assert store.get_state("theme") == "nord"
+    store.close()
+    assert read_back(path) == {one.id: ["hi", "hello", "back"]}
