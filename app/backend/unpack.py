@@ -29,7 +29,8 @@ class BodyTooLarge(BodyRefused):
 
 
 class Unpacker:
-    """Raw chunks in, unpacked pieces out; BodyRefused once more than `cap` bytes come out."""
+    """Raw chunks in, unpacked pieces of at most PIECE bytes out (a raw chunk as it is when not
+    compressed); BodyTooLarge once more than `cap` bytes came out."""
 
     def __init__(self, encoding: str, cap: int, what: str) -> None:
         self.cap = cap
@@ -39,7 +40,7 @@ class Unpacker:
         if len(codings) > 1 or (codings and codings[0] not in WINDOWS):
             raise BodyRefused(f"{what} came encoded as {encoding[:40]!r}, which this client cannot unpack")
         self._zlib = zlib.decompressobj(WINDOWS[codings[0]]) if codings else None
-        self._raw_deflate = False  # some servers send "deflate" without zlib's header
+        self._try_headerless = codings == ["deflate"]  # some servers send deflate without zlib's header
 
     def feed(self, raw: bytes) -> Iterator[bytes]:
         if self._zlib is None:
@@ -50,9 +51,9 @@ class Unpacker:
             try:
                 piece = self._zlib.decompress(data, PIECE)
             except zlib.error:
-                if self.out or self._raw_deflate or self._zlib.unused_data:
+                if self.out or not self._try_headerless:
                     raise BodyRefused(f"{self.what} is not valid compressed data") from None
-                self._raw_deflate, self._zlib = True, zlib.decompressobj(-zlib.MAX_WBITS)
+                self._try_headerless, self._zlib = False, zlib.decompressobj(-zlib.MAX_WBITS)
                 continue
             data = self._zlib.unconsumed_tail
             if piece:

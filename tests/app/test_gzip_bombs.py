@@ -168,3 +168,9 @@ def test_deflate_with_and_without_zlibs_header_unpacks_in_bounded_pieces() -> No
     for packed in (zlib.compress(plain), raw.compress(plain) + raw.flush()):
         pieces = list(Unpacker("deflate", 2 << 20, "it").feed(packed))
         assert b"".join(pieces) == plain and max(map(len, pieces)) <= 64 * 1024
+
+
+@pytest.mark.parametrize("encoding", ["gzip", "deflate"])
+def test_garbage_said_to_be_compressed_is_refused(encoding: str) -> None:
+    with pytest.raises(BodyRefused, match=r"^the reply is not valid compressed data$"):
+        list(Unpacker(encoding, 1 << 20, "the reply").feed(b"data: not packed at all\n\n"))
