@@ -139,7 +139,7 @@ class ChatStream:
         lines = LineSplitter()
         try:
             async for data in received:
-                for line in lines.feed(data):
+                for line in filter(None, lines.feed(data)):  # blank lines (event ends) carry nothing
                     chunk = parse_line(line)
                     if chunk is not None and chunk.done:
                         return reason or "stop"
