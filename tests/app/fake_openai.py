@@ -5,17 +5,20 @@ Knobs (attributes) make it refuse fields, answer 503 a few times, drop mid-reply
 
 `FakeServer(mode=NAME)` makes it hostile, as a server we do not control may be: NAME is a key of
 LISTINGS (what GET /v1/models answers), ERRORS (what every chat request is refused with), BAD_LINES
-(one bad `data:` line after the first word, then a normal ending) or STREAMS (a whole hostile
-stream: a huge chunk, an endless line, a slow drip). Adding a mode is adding one entry.
+(one bad `data:` line after the first word, then a normal ending), STREAMS (a whole hostile
+stream: a huge chunk, an endless line, a slow drip) or PACKED (a reply gzipped although the
+client asked for none: a bomb). Adding a mode is adding one entry.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import socket
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -125,7 +128,20 @@ STREAMS: dict[str, Callable[[Send], None]] = {
     "slow_drip": slow_drip,
     "huge_reply": huge_reply,
 }
-MODES = frozenset(LISTINGS) | frozenset(ERRORS) | frozenset(BAD_LINES) | frozenset(STREAMS)
+
+
+@functools.cache
+def gzip_bomb(megabytes: int) -> bytes:
+    """`megabytes` MiB of newlines (SSE's cheapest line), gzipped: ~1 KB a MiB."""
+    packer = zlib.compressobj(9, zlib.DEFLATED, 16 + zlib.MAX_WBITS)
+    return b"".join(packer.compress(b"\n" * MIB) for _ in range(megabytes)) + packer.flush()
+
+
+# A reply sent gzipped although the client asked for identity: (status, body) for every chat request
+PACKED: dict[str, tuple[int, Callable[[], bytes]]] = {"gzip_bomb": (200, lambda: gzip_bomb(200))}
+MODES = (
+    frozenset(LISTINGS) | frozenset(ERRORS) | frozenset(BAD_LINES) | frozenset(STREAMS) | frozenset(PACKED)
+)
 
 VLLM_METRICS = """\
 # HELP vllm:num_requests_running Number of requests in model execution batches.
@@ -210,10 +226,14 @@ class FakeServer:
             def log_message(self, *args: object) -> None:
                 pass
 
-            def reply(self, status: int, body: str | bytes, kind: str = "application/json") -> None:
+            def reply(
+                self, status: int, body: str | bytes, kind: str = "application/json", encoding: str = ""
+            ) -> None:
                 data = body.encode() if isinstance(body, str) else body
                 self.send_response(status)
                 self.send_header("Content-Type", kind)
+                if encoding:
+                    self.send_header("Content-Encoding", encoding)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 try:
@@ -258,6 +278,10 @@ class FakeServer:
                 mode = server.mode_for(body)
                 if mode in ERRORS:
                     self.reply(*ERRORS[mode])
+                    return
+                if mode in PACKED:
+                    status, body = PACKED[mode]
+                    self.reply(status, body(), "text/event-stream", encoding="gzip")
                     return
                 self.stream(body, mode)
 

@@ -28,7 +28,8 @@ CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 SPARED = "a normal question"  # the server answers this one normally in every mode
 LENIENT = ("content_null", "escape_finish_reason", "usage_wrong_shapes")  # shapes taken as they are
 ENDING = sorted(
-    [m for m in BAD_LINES if m not in LENIENT] + [*ERRORS, "huge_chunk", "endless_line", "huge_reply"]
+    [m for m in BAD_LINES if m not in LENIENT]
+    + [*ERRORS, "huge_chunk", "endless_line", "huge_reply", "gzip_bomb"]
 )
 WAIT = 20.0
 
