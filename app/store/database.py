@@ -36,7 +36,7 @@ _LOADED_MESSAGES = (  # no more of a message than is loaded, so a huge row never
 )
 _MessageRow = tuple[str, str, float, int]  # role, content, created_at, stopped: a changed one is rewritten
 # Seconds a write waits for another program's lock, on the UI thread: a keystroke's wait at worst,
-# once per retry (app/persistence.py holds later writes back while the file is locked).
+# once per retry (app/store/persistence.py holds later writes back while the file is locked).
 BUSY_TIMEOUT = 0.1
 
 

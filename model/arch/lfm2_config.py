@@ -15,8 +15,8 @@ from dataclasses import fields as dataclass_fields
 from pathlib import Path
 from typing import Any, ClassVar, TypeGuard, cast
 
-from model.checkpoint.small_file import JSON_BYTES, read_small_file
 from model.errors import CheckpointError
+from model.small_file import JSON_BYTES, read_small_file
 
 ATTENTION = "full_attention"
 CONV = "conv"

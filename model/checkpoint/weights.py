@@ -24,9 +24,9 @@ from safetensors.torch import save_file
 
 from model.arch.lfm2_config import Lfm2Config
 from model.checkpoint.names import on_disk_names
-from model.checkpoint.small_file import JSON_BYTES, read_small_file
 from model.checkpoint.tensor_location import TensorLocation
 from model.errors import CheckpointError
+from model.small_file import JSON_BYTES, read_small_file
 
 INDEX_FILE = "model.safetensors.index.json"
 SINGLE_FILE = "model.safetensors"

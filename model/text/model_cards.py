@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from model.checkpoint.small_file import JSON_BYTES, read_small_file
 from model.errors import CheckpointError
+from model.small_file import JSON_BYTES, read_small_file
 
 # Every knob a family sets, at its "off" value: a card's row overrides the ones it names, so the
 # values are complete and switching families never keeps a filter the new card does not ask for.

@@ -18,8 +18,8 @@ from typing import Any
 from tokenizers import Tokenizer as BackendTokenizer
 
 from model.arch.lfm2_config import read_json_object
-from model.checkpoint.small_file import JSON_BYTES, read_small_file
 from model.errors import CheckpointError, TokenizerCrash
+from model.small_file import JSON_BYTES, read_small_file
 from model.text import template_worker
 from model.text.chat_template import LFM2_CHAT_TEMPLATE, RENDER_TIME_LIMIT, ChatTemplate
 

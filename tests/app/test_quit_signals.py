@@ -10,7 +10,7 @@ import signal
 import pytest
 
 from app.app import LfmChatApp
-from app.store import Store
+from app.store.database import Store
 from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_until
 
 

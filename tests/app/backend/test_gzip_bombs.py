@@ -21,7 +21,7 @@ from app.backend.base import Prompt, StreamEvent
 from app.backend.http_errors import ServerError
 from app.backend.remote import RemoteBackend
 from app.backend.unpack import BodyRefused, Unpacker
-from app.conversation import ChatSettings
+from app.core.conversation import ChatSettings
 from tests.waiting import HANG_GUARD, wait_for
 
 UNPACKED = 200 << 20
