@@ -116,7 +116,7 @@ heavy = {"torch", "transformers", "safetensors", "numpy", "tokenizers"}
 loaded = [m for m in sys.modules if m.partition(".")[0] in heavy or m.startswith("model.")]
 torch_free = {"model.checkpoint", "model.checkpoint.hub", "model.checkpoint.hub_progress",
               "model.checkpoint.progress", "model.text", "model.text.model_cards", "model.quant",
-              "model.errors"}
+              "model.errors", "model.small_file"}
 assert set(loaded) <= torch_free, sorted(loaded)
 """
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
