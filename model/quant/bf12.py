@@ -111,6 +111,8 @@ class Bf12Linear(QuantizedLinear):
     """A bf16 linear layer the kernels multiply by in 12 bits (``native_kind`` "bf12"), or in
     linear_bf16's panels where too many of its exponents fall outside the tables ("bf16")."""
 
+    weight: torch.Tensor  # a buffer, where the kernels do not run
+
     def __init__(self, linear: nn.Linear, kernels: ModuleType | None) -> None:
         weight = linear.weight.detach()
         runs_native = kernels is not None and native_width(linear.in_features)
