@@ -58,6 +58,7 @@ class Prompt:
     ids: list[int] | None = field(default=None)
     estimated_tokens: int | None = None  # without ids: the client's guess, never used to refuse
     tools: list[dict[str, Any]] | None = None  # the functions offered, in OpenAI's shape
+    continues: bool = False  # the last message is a reply cut short, which the model extends
 
     @property
     def tokens(self) -> int | None:
@@ -87,10 +88,16 @@ class Backend(Protocol):
     warning: str | None  # shown once when the chat screen opens (e.g. slow kernels)
     per_pane_model: bool  # a pane's settings.model picks its model (a server's); else model_name for all
 
-    def prepare(self, conversation: Conversation, tools: list[dict[str, Any]] | None = None) -> Prompt:
+    def prepare(
+        self,
+        conversation: Conversation,
+        tools: list[dict[str, Any]] | None = None,
+        continue_last: bool = False,
+    ) -> Prompt:
         """Blocking (a Hub chat template can be slow): call off the UI thread. ValueError: the
         template refused the conversation. ``tools``: the functions the reply may call (OpenAI's
-        ``{"type": "function", "function": {...}}``), listed by the template or sent as ``tools``."""
+        ``{"type": "function", "function": {...}}``), listed by the template or sent as ``tools``.
+        ``continue_last``: the prompt ends with the last reply as it is, for the model to extend."""
         ...
 
     def submit(

@@ -50,10 +50,15 @@ class LocalBackend:
             else None
         )
 
-    def prepare(self, conversation: Conversation, tools: list[dict[str, Any]] | None = None) -> Prompt:
+    def prepare(
+        self,
+        conversation: Conversation,
+        tools: list[dict[str, Any]] | None = None,
+        continue_last: bool = False,
+    ) -> Prompt:
         messages = conversation.chat_messages()
-        text, ids = conversation.prompt_cache.build(self.engine.tokenizer, messages, tools)
-        return Prompt(messages, text, ids, tools=tools)
+        text, ids = conversation.prompt_cache.build(self.engine.tokenizer, messages, tools, continue_last)
+        return Prompt(messages, text, ids, tools=tools, continues=continue_last)
 
     def submit(
         self,

@@ -193,11 +193,17 @@ class RemoteBackend:
     def _call(self, coroutine: Any) -> Any:
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    def prepare(self, conversation: Conversation, tools: list[dict[str, Any]] | None = None) -> Prompt:
+    def prepare(
+        self,
+        conversation: Conversation,
+        tools: list[dict[str, Any]] | None = None,
+        continue_last: bool = False,
+    ) -> Prompt:
         """Only the server can count tokens; until its usage figures come, the pane shows a guess."""
         messages = conversation.chat_messages()
         characters = sum(len(m["content"]) for m in messages)
-        return Prompt(messages, estimated_tokens=-(-characters // CHARS_PER_TOKEN), tools=tools)
+        guess = -(-characters // CHARS_PER_TOKEN)
+        return Prompt(messages, estimated_tokens=guess, tools=tools, continues=continue_last)
 
     def submit(
         self,
@@ -213,6 +219,8 @@ class RemoteBackend:
         body = chat_body(model, prompt.messages, sampling_fields(settings, max_tokens))
         if prompt.tools:
             body["tools"] = prompt.tools
+        if prompt.continues:  # vLLM's and SGLang's way; a server that refuses them says so (a 400)
+            body |= {"continue_final_message": True, "add_generation_prompt": False}
         if structure is not None:  # OpenAI's structured outputs; -p --json-schema makes json_schema ones only
             schema = {"name": "reply", "schema": structure.value, "strict": True}
             body["response_format"] = {"type": "json_schema", "json_schema": schema}

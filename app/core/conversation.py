@@ -74,10 +74,16 @@ class ChatSettings:
 
 @dataclass(slots=True)
 class ChatMessage:
+    """A message on the conversation's shown path. Regenerate and edit keep what they replace as
+    `versions`: the other versions of this message, each with the messages that followed it."""
+
     role: str  # "user" | "assistant"
     content: str
     created_at: float = field(default_factory=time.time)
     stopped: bool = False  # a reply the user stopped (Esc): exports mark it
+    cut: bool = False  # a reply that reached its token limit: continue extends it
+    versions: list[Version] = field(default_factory=list)  # the other versions, oldest first
+    version: int = 0  # this one's place among all of them: "2/3" is version 1 of 2 others + this
 
 
 @dataclass(slots=True)
@@ -107,13 +113,19 @@ class PromptCache:
         tokenizer: ChatTokenizer,
         messages: Sequence[dict[str, str]],
         tools: Sequence[dict[str, Any]] | None = None,
+        continue_last: bool = False,
     ) -> tuple[str, list[int]]:
         """(prompt text, prompt ids): the ids of every segment the render repeats whole, then of the
         first one it leaves, those that decode to a prefix of what the render kept of it, then the rest
         encoded. A render that leaves a segment part way is an edited message, or a template that
         strips past thinking from the previous reply. ``tools`` (OpenAI's function schemas) are listed
-        by the template."""
-        text = tokenizer.render_chat(messages, tools=tools) if tools else tokenizer.render_chat(messages)
+        by the template. `continue_last`: the last message is a reply cut at its token limit, appended
+        as it is (no end of turn) for the model to extend: its ids are the last segment's, so nothing
+        before the new tokens is read again."""
+        rendered = messages[:-1] if continue_last else messages
+        text = tokenizer.render_chat(rendered, tools=tools) if tools else tokenizer.render_chat(rendered)
+        if continue_last:
+            text += messages[-1]["content"]
         ids: list[int] = []
         at = 0
         for segment_text, segment_ids in self.entries:
@@ -147,6 +159,15 @@ class PromptCache:
         if ids and ids[-1] in tokenizer.stop_token_ids:
             reply += tokenizer.decode(ids[-1:], skip_special_tokens=False)
         self.entries = [*kept, (reply, list(ids))]
+
+
+@dataclass(slots=True)
+class Version:
+    """A version of a message that is not shown: it and the messages that followed it, and the ids
+    the engine last saw for that path, so showing it again sends them and hits the prefix cache."""
+
+    messages: list[ChatMessage]
+    prompt_cache: PromptCache = field(default_factory=PromptCache)
 
 
 def _shared_start(a: str, b: str) -> int:
@@ -192,6 +213,7 @@ class Conversation:
     draft: str = ""
     prompt_cache: PromptCache = field(default_factory=PromptCache)
     attachments: list[Attachment] = field(default_factory=list)  # held for the next message
+    replaced: Version | None = None  # set aside by a regenerate or an edit: see app/core/versions.py
 
     @property
     def title(self) -> str:

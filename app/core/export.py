@@ -9,6 +9,7 @@ from pathlib import Path
 from app.core.conversation import ChatSettings, Conversation
 from app.core.reply_parts import split_reply
 from app.core.sanitize import strip_control
+from app.core.versions import place
 
 _FENCE = re.compile(r"^(`{3,}|~{3,})[^\n]*\n(.*?)^\1[ \t]*$", re.DOTALL | re.MULTILINE)
 ROLE_HEADINGS = {"user": "You", "assistant": "Assistant"}
@@ -17,8 +18,9 @@ ROLE_HEADINGS = {"user": "You", "assistant": "Assistant"}
 def conversation_markdown(
     conversation: Conversation, model: str = "", exported_at: float | None = None
 ) -> str:
-    """The conversation as a Markdown document: what produced it, then one section per message
-    (a reply the user stopped says so in its heading).
+    """The conversation as a Markdown document: what produced it, then one section per message of
+    the path shown (a reply the user stopped or its token limit cut says so in its heading, and a
+    message with other versions which one it is).
 
     Without terminal controls: an export is read with `cat` and `less` as often as in an editor.
     """
@@ -26,7 +28,9 @@ def conversation_markdown(
     lines += provenance(conversation, model, time.time() if exported_at is None else exported_at)
     for message in conversation.messages:
         heading = ROLE_HEADINGS.get(message.role, message.role)
-        heading += " (stopped)" if message.stopped else ""
+        heading += " (stopped)" if message.stopped else " (cut at its token limit)" if message.cut else ""
+        if (shown := place(message)) is not None:
+            heading += f" · version {shown[0]} of {shown[1]}"
         text = strip_control(message.content)
         body = reply_markdown(text) if message.role == "assistant" else text
         lines += [f"## {heading}", "", body.rstrip(), ""]

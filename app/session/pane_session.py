@@ -23,8 +23,17 @@ from typing import TYPE_CHECKING
 
 from app.backend.base import Backend, Metrics, Prompt, StreamEvent
 from app.core.attachment import Attachment, AttachmentError, file_command, read_file, with_attachments
-from app.core.conversation import ChatMessage, ChatSettings, Conversation, PromptCache
+from app.core.conversation import ChatMessage, ChatSettings, Conversation
 from app.core.sanitize import strip_control
+from app.core.versions import (
+    bring_back,
+    flip,
+    forget_ids,
+    last_with_versions,
+    set_aside,
+    take_back,
+    take_place,
+)
 from app.session.attachments import PaneAttachments
 from app.session.inbox import TokenInbox
 from app.session.saving import ConversationSaver
@@ -36,7 +45,7 @@ if TYPE_CHECKING:
 
 # Snapshot phases as the status line names them.
 PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill", "decode": "decoding"}
-FINISHED_STATES = {"abort": "stopped", "error": "error"}  # any other finish leaves the pane idle
+FINISHED_STATES = {"abort": "stopped", "error": "error", "length": "cut"}  # others leave it idle
 PARTIAL_SAVE_SECONDS = 1.0
 STILL_REPLYING = "This pane is still replying: Esc stops it."
 
@@ -91,11 +100,14 @@ class PaneSession:
 
     def save(self, partial_reply: str = "") -> None:
         """Save the conversation (with the reply streaming so far, if given); never raises."""
-        self.context.saving.save(self.conversation, partial_reply)
+        extends = self.turn is not None and self.turn.prompt.continues
+        self.context.saving.save(self.conversation, partial_reply, extends)
 
     # ------------------------------------------------------------------ opening
     async def start(self) -> None:
         """Once the view shows the conversation: the context it fills, and its restored attachments."""
+        if self.conversation.messages and self.conversation.messages[-1].cut:
+            self._show("cut")  # a restored reply cut at its token limit can still be continued
         await self.measure_context()
         if await self.attachments.count_restored(self.backend, self.conversation):
             self.view.changed()
@@ -171,41 +183,52 @@ class PaneSession:
             return False
         text = with_attachments(text, self.attachments.take())
         self._held_changed()
-        self.conversation.messages.append(ChatMessage("user", text))
+        take_place(self.conversation, ChatMessage("user", text))
         self.conversation.draft = self.view.draft
         self.save()
         await self.view.add_user(text)
+        self._show_place(len(self.conversation.messages) - 1)
         self.view.changed()
         return True
 
-    async def _start_turn(self) -> None:
-        if (prepared := await self.prepare_turn()) is not None:
+    async def _start_turn(self, continue_last: bool = False) -> None:
+        if (prepared := await self.prepare_turn(continue_last)) is not None:
             self.start_turn(prepared)
 
-    async def prepare_turn(self) -> PreparedTurn | None:
+    async def prepare_turn(self, continue_last: bool = False) -> PreparedTurn | None:
         """Everything before the request: the prompt built and checked against the context, and the
-        empty reply that will show it; None (with a notice) if it cannot be sent. The session stays
-        busy until `start_turn`, so no second message slips in meanwhile."""
+        empty reply that will show it (`continue_last`: the last reply, which the request extends);
+        None (with a notice) if it cannot be sent. The session stays busy until `start_turn`, so no
+        second message slips in meanwhile."""
         self._starting = True
         prepared = None
         try:
-            prepared = await self._prepare()
+            prepared = await self._prepare(continue_last)
         finally:
             self._starting = prepared is not None
         return prepared
 
-    async def _prepare(self) -> PreparedTurn | None:
-        prompt = await self._build_prompt()
+    async def _prepare(self, continue_last: bool) -> PreparedTurn | None:
+        prompt = await self._build_prompt(continue_last)
         if prompt is None:
             return None
         settings, limit, used = self.conversation.settings, self.backend.max_model_len, prompt.tokens
         room = settings.max_tokens if limit is None or used is None else limit - used
+        if room < 1 and continue_last:
+            await self.view.add_notice(
+                f"This reply cannot go on: it fills the model's context ({limit} tokens). "
+                f"Clear the pane ({self.view.key_name('clear')}) or ask again with less."
+            )
+            return None
         if room < 1:
             await self._refuse_last(
                 f"This message would not fit: the conversation needs {used} tokens and the "
                 f"model's context is {limit}. Shorten it, or clear the pane ({self.view.key_name('clear')})."
             )
             return None
+        if continue_last:
+            base = self.conversation.messages[-1].content
+            return PreparedTurn(prompt, min(settings.max_tokens, room), await self.view.reopen_reply(), base)
         return PreparedTurn(prompt, min(settings.max_tokens, room), await self.view.open_reply())
 
     def start_turn(self, prepared: PreparedTurn) -> None:
@@ -214,18 +237,21 @@ class PaneSession:
         self._starting = False
         settings = self.conversation.settings
         handle = self.backend.submit(prepared.prompt, settings, prepared.max_tokens, self.tag, self.inbox.put)
-        self.turn = Turn(handle, prepared.prompt, prepared.reply)
+        self.turn = Turn(handle, prepared.prompt, prepared.reply, prepared.base)
         self.context_used, self.context_estimated = prepared.prompt.count
         self._show("queued")
         self.view.changed()
 
-    async def _build_prompt(self) -> Prompt | None:
+    async def _build_prompt(self, continue_last: bool) -> Prompt | None:
         """Render and tokenize off the view's thread (a Hub template can be slow or raise); a
-        template error takes the message back and says why."""
+        template error takes the message back (a continued reply stays) and says why."""
         try:
-            return await asyncio.to_thread(self.backend.prepare, self.conversation)
+            return await asyncio.to_thread(
+                self.backend.prepare, self.conversation, continue_last=continue_last
+            )
         except ValueError as exc:  # the tokenizer's ChatTemplateError: a raising or runaway template
-            await self._refuse_last(f"The model's chat template refused this conversation: {exc}")
+            notice = f"The model's chat template refused this conversation: {exc}"
+            await (self.view.add_notice(notice) if continue_last else self._refuse_last(notice))
             return None
 
     async def _refuse_last(self, notice: str) -> None:
@@ -234,9 +260,12 @@ class PaneSession:
         await self._explain_refusal(notice)
 
     def _take_back_last(self) -> None:
-        message = self.conversation.messages.pop()
-        self.view.give_back(message.content)
-        self.conversation.draft = self.view.draft
+        """The last user message goes back to the input box; a regenerate's question stays, with the
+        reply it would have replaced shown again."""
+        if not bring_back(self.conversation):
+            message = take_back(self.conversation)
+            self.view.give_back(message.content)
+            self.conversation.draft = self.view.draft
         self.save()
         self._show("error")
 
@@ -252,7 +281,7 @@ class PaneSession:
             return
         for notice in (e.notice for e in mine if e.notice):
             await self.view.add_notice(notice, before=turn.reply)
-        await turn.reply.update(turn.raw)
+        await turn.reply.update(turn.base + turn.raw)
         if turn is not self.turn:  # settled while it drew (a model switch, a close): its state is set
             return
         last = mine[-1]
@@ -283,19 +312,32 @@ class PaneSession:
         self.turn = None
         self._finishing = True
         try:
-            if event.finish_reason == "error" and not turn.text:
+            continued = turn.prompt.continues
+            if event.finish_reason == "error" and not turn.added and continued:
+                self._show("cut", event.metrics)
+                await turn.reply.finish()
+                await self.view.add_notice(f"The reply above cannot be continued: {event.error}")
+                return
+            if event.finish_reason == "error" and not turn.added:
                 self._take_back_last()
                 await turn.reply.finish()
                 await self._explain_refusal(f"This request was refused: {event.error}")
                 return
-            turn.keep(self.conversation, self.backend, stopped=event.finish_reason == "abort")
-            self._show(FINISHED_STATES.get(event.finish_reason or "", "idle"), event.metrics)
+            turn.keep(self.conversation, self.backend, event.finish_reason)
+            nothing = not turn.added
+            brought_back = nothing and not continued and bring_back(self.conversation)
+            state = "cut" if nothing and continued else FINISHED_STATES.get(event.finish_reason or "", "idle")
+            self._show(state, event.metrics)  # a continue that brought nothing leaves the reply cut
             self.save()
             await turn.reply.finish()
             if event.finish_reason == "error":  # a connection lost mid-reply: what came is kept
                 await self.view.add_notice(f"The reply above is incomplete: {event.error}")
-            if not turn.text:
+            if brought_back:  # a regenerate that gave nothing: the reply it would replace is back
+                await self.view.show_messages(self.conversation.messages)
+            elif not turn.text:
                 await turn.reply.remove()
+            elif not continued:
+                self._show_place(len(self.conversation.messages) - 1)
         finally:
             self._finishing = False
 
@@ -314,7 +356,9 @@ class PaneSession:
         if turn is not None:
             turn.handle.cancel()
             await turn.reply.finish()
-            turn.keep(self.conversation, self.backend, stopped=True)
+            turn.keep(self.conversation, self.backend, "abort")
+            if not turn.prompt.continues:
+                bring_back(self.conversation)  # a regenerate that gave nothing: the old reply stays
         self.conversation.draft = self.view.draft
         self.save()
 
@@ -335,27 +379,73 @@ class PaneSession:
 
     # ------------------------------------------------------------------ retries and forks
     async def regenerate(self) -> None:
-        """Ask again: the last reply (if the conversation ends with one) goes, a new one streams."""
+        """Ask again: the last reply (if the conversation ends with one) is set aside and a new one
+        streams in its place; the old one stays a version of it (or comes back if none comes)."""
         messages = self.conversation.messages
         if self.busy or not messages:
             return
         if messages[-1].role == "assistant":
-            messages.pop()
+            set_aside(self.conversation, len(messages) - 1)
         await self.view.show_messages(messages)
         await self._start_turn()
 
     async def edit_last(self) -> str | None:
-        """Take the last user message and everything after it out of the conversation; its text
-        (for the input box), or None when there is none or the pane is busy."""
+        """Set the last user message and everything after it aside (the message sent next takes its
+        place, the old one stays a version of it); its text (for the input box), or None when there
+        is none or the pane is busy."""
         messages = self.conversation.messages
         last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
         if self.busy or last_user is None:
             return None
         text = strip_control(messages[last_user].content)
-        del messages[last_user:]
+        set_aside(self.conversation, last_user)
+        self.save()
         await self.view.show_messages(messages)
         await self.measure_context()
         return text
+
+    async def flip_version(self, index: int | None, step: int) -> int | None:
+        """Show the previous (-1) or next (+1) version of message `index` (None: the last message
+        that has versions), with the messages that followed it; the next prompt is built from what is
+        shown. The index flipped, or None (with a notice) when there is no version that way."""
+        if self.busy:
+            return None
+        chat = self.conversation
+        at = last_with_versions(chat) if index is None or not chat.messages[index].versions else index
+        if at is None or not flip(chat, at, step):
+            said = "No other version" if at is None else f"No {'older' if step < 0 else 'newer'} version"
+            self.view.notify(
+                f"{said}: regenerate ({self.view.key_name('regenerate')}) or edit "
+                f"({self.view.key_name('edit_last')}) keeps the one replaced as a version.",
+                severity="warning",
+                markup=False,
+            )
+            return None
+        self.save()
+        await self.view.show_messages(chat.messages)
+        self._show("cut" if chat.messages[-1].cut else "idle")
+        await self.measure_context()
+        return at
+
+    async def continue_reply(self) -> None:
+        """Extend a reply cut at its token limit: the prompt is the conversation with that reply as it
+        is (no end of turn), whose ids the engine has cached, and the new tokens append to it."""
+        messages = self.conversation.messages
+        if self.busy:
+            return
+        if not messages or not messages[-1].cut:
+            self.view.notify(
+                "Nothing to continue: only a reply cut at its token limit can go on.",
+                severity="warning",
+                markup=False,
+            )
+            return
+        await self._start_turn(continue_last=True)
+
+    def _show_place(self, index: int) -> None:
+        """The view shows which version message `index` is, if it has others."""
+        if (message := self.conversation.messages[index]).versions:
+            self.view.show_version(index, message)
 
     def fork(self, selected: int | None) -> Conversation | None:
         """A fork through message `selected`, else the whole chat; None (with a notice) if there is
@@ -391,8 +481,9 @@ class PaneSession:
 
     async def model_switched(self) -> None:
         """The conversation goes on with another local model: the ids it kept for the prefix cache
-        are the old tokenizer's, so they go, and the context it fills is measured again."""
-        self.conversation.prompt_cache = PromptCache()
+        are the old tokenizer's, so they go (those of its versions too), and the context it fills
+        is measured again."""
+        forget_ids(self.conversation)
         await self.measure_context()
 
     # ------------------------------------------------------------------ context

@@ -16,6 +16,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from app.core.conversation import ChatMessage, Conversation
+from app.core.versions import take_place
 from app.store.persistence import Saver
 
 
@@ -35,9 +36,10 @@ class ConversationSaver:
         self._after_save = after_save
         self._open_ids: list[int] | None = None  # what was last written as the open panes
 
-    def save(self, conversation: Conversation, partial_reply: str = "") -> None:
-        """Save one conversation (with the reply streaming so far, if any) and which ones are open.
-        A conversation with nothing in it is not saved."""
+    def save(self, conversation: Conversation, partial_reply: str = "", extends: bool = False) -> None:
+        """Save one conversation (with the reply streaming so far, if any: a new last message, or
+        the whole of the last one when the turn `extends` it) and which ones are open. A
+        conversation with nothing in it is not saved."""
         if (
             conversation.messages
             or conversation.draft
@@ -46,9 +48,11 @@ class ConversationSaver:
         ):
             conversation.updated_at = time.time()
             if partial_reply:
-                saved = replace(
-                    conversation, messages=[*conversation.messages, ChatMessage("assistant", partial_reply)]
-                )
+                saved = replace(conversation, messages=list(conversation.messages))
+                if extends:
+                    saved.messages[-1] = replace(saved.messages[-1], content=partial_reply)
+                else:  # as the finished reply will be: the newest version of any set aside for it
+                    take_place(saved, ChatMessage("assistant", partial_reply))
                 self.saver.save(saved)
                 conversation.id = saved.id  # the first successful save may be of the copy
             else:

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from app.backend.base import Backend, Prompt, Stream, StreamEvent
 from app.core.conversation import ChatMessage, Conversation
 from app.core.sanitize import strip_control
+from app.core.versions import take_place
 from app.session.view import ReplyView
 
 
@@ -19,6 +20,7 @@ class PreparedTurn:
     prompt: Prompt
     max_tokens: int
     reply: ReplyView
+    base: str = ""  # the reply's text so far when the turn continues it (the prompt ends with it)
 
 
 @dataclass(slots=True)
@@ -28,6 +30,7 @@ class Turn:
     handle: Stream
     prompt: Prompt
     reply: ReplyView
+    base: str = ""  # a continued reply's text before this request; the stream extends it
     raw: str = ""
     ids: list[int] = field(default_factory=list)
     saved_at: float = field(default_factory=time.monotonic)  # when the partial reply was last saved
@@ -35,7 +38,13 @@ class Turn:
     @property
     def text(self) -> str:
         """The reply as it is shown and kept: the text streamed so far, without terminal controls."""
-        return strip_control(self.raw)
+        return strip_control(self.base + self.raw)
+
+    @property
+    def added(self) -> str:
+        """What this request added to the reply (all of it, unless the turn continues one)."""
+        text = self.text
+        return text[len(self.base) :] if text.startswith(self.base) else text
 
     def take(self, events: list[StreamEvent]) -> list[StreamEvent]:
         """Collect the text and ids of this request's events; those of older requests are dropped."""
@@ -57,9 +66,17 @@ class Turn:
             return m.prompt_tokens + m.generated_tokens, False
         return (None if tokens is None else tokens + m.generated_tokens), True
 
-    def keep(self, conversation: Conversation, backend: Backend, stopped: bool = False) -> None:
-        """Add what came to the conversation (`stopped`: cut short by the user); the backend keeps
-        the ids the engine made, so the next turn reuses them instead of re-tokenizing the reply."""
-        if reply := self.text:
-            conversation.messages.append(ChatMessage("assistant", reply, stopped=stopped))
-            backend.remember(conversation, self.prompt, reply, self.ids)
+    def keep(self, conversation: Conversation, backend: Backend, finish_reason: str | None) -> None:
+        """Add what came to the conversation: a new reply (the newest version of any set aside for
+        its place), or the rest of the reply the turn continues. "abort" marks it stopped, "length"
+        cut (it can be continued). The backend keeps the ids the engine made, so the next turn
+        reuses them instead of re-tokenizing the reply."""
+        if not (added := self.added):
+            return
+        stopped, cut = finish_reason == "abort", finish_reason == "length"
+        if self.prompt.continues:
+            last = conversation.messages[-1]
+            last.content, last.stopped, last.cut = self.text, stopped, cut
+        else:
+            take_place(conversation, ChatMessage("assistant", added, stopped=stopped, cut=cut))
+        backend.remember(conversation, self.prompt, added, self.ids)

@@ -86,6 +86,14 @@ class PaneView(Protocol):
         """An empty reply at the end of the transcript, for a turn to stream into."""
         ...
 
+    async def reopen_reply(self) -> ReplyView:
+        """The last reply on screen, for a turn that continues it to stream into."""
+        ...
+
+    def show_version(self, index: int, message: ChatMessage) -> None:
+        """Message `index` now has other versions: show which one it is ("2/3")."""
+        ...
+
     async def add_notice(self, text: str, before: ReplyView | None = None) -> None:
         """A remark that is not part of the chat; `before` a reply still streaming."""
         ...

@@ -26,15 +26,18 @@ from app.store.db_file import cause, check_writable, holds, identity, lock, move
 from app.store.errors import StoreBusyError, StoreError, StoreWriteError
 from app.store.rows import MESSAGE_LIMIT_CHARS, RowChecker
 from app.store.schema import upgrade
+from app.store.versions import replaced_json, versions_json
 
 _MESSAGES = (
-    "SELECT role, content, created_at, stopped FROM messages WHERE conversation_id = ? ORDER BY position"
-)
-_LOADED_MESSAGES = (  # no more of a message than is loaded, so a huge row never reaches memory whole
-    f"SELECT role, substr(content, 1, {MESSAGE_LIMIT_CHARS + 1}), created_at, stopped FROM messages"
+    "SELECT role, content, created_at, stopped, cut, version, versions FROM messages"
     " WHERE conversation_id = ? ORDER BY position"
 )
-_MessageRow = tuple[str, str, float, int]  # role, content, created_at, stopped: a changed one is rewritten
+_LOADED_MESSAGES = (  # no more of a message than is loaded, so a huge row never reaches memory whole
+    f"SELECT role, substr(content, 1, {MESSAGE_LIMIT_CHARS + 1}), created_at, stopped, cut, version, versions"
+    " FROM messages WHERE conversation_id = ? ORDER BY position"
+)
+# role, content, created_at, stopped, cut, version, versions (JSON): a changed one is rewritten
+_MessageRow = tuple[str, str, float, int, int, int, str]
 # Seconds a write waits for another program's lock, on the UI thread: a keystroke's wait at worst,
 # once per retry (app/store/persistence.py holds later writes back while the file is locked).
 BUSY_TIMEOUT = 0.1
@@ -179,17 +182,30 @@ class Store:
             self._last_id += 1
             conversation.id = self._last_id
         cid = conversation.id
-        rows = [(m.role, m.content, m.created_at, int(m.stopped)) for m in conversation.messages]
+        rows = [
+            (
+                m.role,
+                m.content,
+                m.created_at,
+                int(m.stopped),
+                int(m.cut),
+                m.version,
+                versions_json(m.versions),
+            )
+            for m in conversation.messages
+        ]
         written = self._written.pop(cid, None)  # back only once this commit succeeds
         with self._write() as db:
             if written is None:
                 written = db.execute(_MESSAGES, (cid,)).fetchall()
             self._upsert_conversation(db, conversation)
             db.executemany(
-                """INSERT INTO messages (conversation_id, position, role, content, created_at, stopped)
-                   VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (conversation_id, position) DO UPDATE
+                """INSERT INTO messages
+                   (conversation_id, position, role, content, created_at, stopped, cut, version, versions)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (conversation_id, position) DO UPDATE
                    SET role = excluded.role, content = excluded.content, created_at = excluded.created_at,
-                   stopped = excluded.stopped""",
+                   stopped = excluded.stopped, cut = excluded.cut, version = excluded.version,
+                   versions = excluded.versions""",
                 [(cid, i, *row) for i, row in enumerate(rows) if i >= len(written) or written[i] != row],
             )
             if len(written) > len(rows):
@@ -203,11 +219,11 @@ class Store:
     def _upsert_conversation(db: sqlite3.Connection, conversation: Conversation) -> None:
         db.execute(
             """INSERT INTO conversations
-               (id, title, settings, created_at, updated_at, name, draft, prompt_cache, attachments)
-               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE
+               (id, title, settings, created_at, updated_at, name, draft, prompt_cache, attachments, replaced)
+               VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE
                SET title = excluded.title, settings = excluded.settings, updated_at = excluded.updated_at,
                    name = excluded.name, draft = excluded.draft, prompt_cache = excluded.prompt_cache,
-                   attachments = excluded.attachments""",
+                   attachments = excluded.attachments, replaced = excluded.replaced""",
             (
                 conversation.id,
                 conversation.title,
@@ -218,6 +234,7 @@ class Store:
                 conversation.draft,
                 json.dumps(conversation.prompt_cache.entries),
                 json.dumps([{"name": a.name, "text": a.text} for a in conversation.attachments]),
+                replaced_json(conversation.replaced),
             ),
         )
 
@@ -271,17 +288,17 @@ class Store:
         what had to be repaired is added to `repairs`."""
         with self._read() as db:
             row = db.execute(
-                "SELECT settings, created_at, updated_at, name, draft, prompt_cache, attachments"
+                "SELECT settings, created_at, updated_at, name, draft, prompt_cache, attachments, replaced"
                 " FROM conversations WHERE id = ?",
                 (conversation_id,),
             ).fetchone()
             if row is None:
                 return None
             messages = db.execute(_LOADED_MESSAGES, (conversation_id,)).fetchall()
-        settings, created_at, updated_at, name, draft, prompt_cache, attachments = row
+        settings, created_at, updated_at, name, draft, prompt_cache, attachments, replaced = row
         check, what = RowChecker(), f"conversation {conversation_id}"
         conversation = Conversation(
-            [m for i, row in enumerate(messages) if (m := check.message(*row, f"{what} message {i + 1}"))],
+            [m for i, row in enumerate(messages) if (m := check.message_row(row, f"{what} message {i + 1}"))],
             check.settings(settings, f"{what}'s settings"),
             conversation_id,
             created_at=check.number(created_at, f"{what}'s creation time"),
@@ -290,6 +307,7 @@ class Store:
             draft=check.text(draft, f"{what}'s draft", MESSAGE_LIMIT_CHARS, clean=False),
             prompt_cache=check.prompt_cache(prompt_cache, f"{what}'s prompt cache"),
             attachments=check.attachments(attachments, f"{what}'s attachments"),
+            replaced=check.replaced(replaced, f"{what}'s set-aside messages"),
         )
         self.repairs += check.repairs
         return conversation

@@ -19,8 +19,9 @@ from typing import Any
 
 from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.core.attachment import Attachment, AttachmentError, from_bytes
-from app.core.conversation import ChatMessage, ChatSettings, PromptCache
+from app.core.conversation import ChatMessage, ChatSettings, PromptCache, Version
 from app.core.sanitize import strip_control
+from app.store.versions import VersionReader
 
 MESSAGE_LIMIT_CHARS = 512 * 1024
 """The most of one saved message or draft that is loaded; a longer one (nothing lfm-chat writes:
@@ -100,11 +101,30 @@ class RowChecker:
             return float(value)
         return None
 
+    def message_row(self, row: tuple[object, ...], what: str) -> ChatMessage | None:
+        """A message row: role, content, time, stopped, cut, its place among its versions, their JSON."""
+        role, content, created_at, stopped, cut, version, versions = row
+        message = self.message(role, content, created_at, stopped, what)
+        if message is not None:
+            reader = VersionReader(self, what)
+            loaded = self._json(versions, f"{what}'s versions")
+            message.cut = cut == 1
+            message.versions = [] if loaded is None else reader.versions(loaded)
+            message.version = reader.place(version, message.versions)
+        return message
+
+    def replaced(self, raw: object, what: str) -> Version | None:
+        """What an edit or a regenerate set aside ("null": nothing)."""
+        loaded = self._json(raw, what)
+        return None if loaded is None else VersionReader(self, what).version(loaded)
+
     def prompt_cache(self, raw: object, what: str) -> PromptCache:
         """Entries of (text, [int ids]); a damaged cache is dropped: it only saves re-tokenizing."""
         loaded = self._json(raw, what)
-        if loaded is None:
-            return PromptCache()
+        return PromptCache() if loaded is None else self.cache_entries(loaded, what)
+
+    def cache_entries(self, loaded: object, what: str) -> PromptCache:
+        """A prompt cache from its parsed JSON (a list of [text, ids])."""
         entries = []
         for entry in loaded if isinstance(loaded, list) else [None]:
             if not (

@@ -46,6 +46,13 @@ _UPGRADES: tuple[str, ...] = (
     """
     ALTER TABLE conversations ADD COLUMN attachments TEXT NOT NULL DEFAULT '[]';
     """,
+    # 4 -> 5: versions (a regenerate or an edit keeps what it replaced), replies cut at their limit
+    """
+    ALTER TABLE messages ADD COLUMN cut INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN version INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE messages ADD COLUMN versions TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE conversations ADD COLUMN replaced TEXT NOT NULL DEFAULT 'null';
+    """,
 )
 SCHEMA_VERSION = len(_UPGRADES)
 

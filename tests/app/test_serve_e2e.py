@@ -43,7 +43,8 @@ async def test_two_panes_stream_from_lfm_chat_serve_with_the_local_backends_gree
     served: str, make_options: MakeOptions, reference: Reference
 ) -> None:
     settings = ChatSettings(temperature=0.0, max_tokens=160)
-    wants = [strip_control(reference(user(p), settings).text) for p in PROMPTS]
+    outs = [reference(user(p), settings) for p in PROMPTS]
+    wants = [strip_control(out.text) for out in outs]
     app = LfmChatApp(make_options(server=served, model=DEFAULT_MODEL, panes=2, chat=settings))
     async with app.run_test(size=(150, 40)) as pilot:
         screen = await chat_screen(app, pilot)
@@ -52,9 +53,10 @@ async def test_two_panes_stream_from_lfm_chat_serve_with_the_local_backends_gree
             await submit(pilot, pane, prompt)
         await wait_until(pilot, lambda: screen.dashboard.peak_running >= 2, "both panes streaming at once")
         await wait_replied(pilot, *panes)
-        for pane, want in zip(panes, wants, strict=True):
+        for pane, want, out in zip(panes, wants, outs, strict=True):
             assert pane.conversation.messages[-1].content == want
-            assert pane.status.state == "idle" and "tok/s" in pane.status.describe()
+            assert pane.status.state == ("cut" if out.finish_reason == "length" else "idle")
+            assert "tok/s" in pane.status.describe()
         assert "vLLM metrics" in str(screen.dashboard.meters.render())
 
 

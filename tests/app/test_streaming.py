@@ -24,7 +24,8 @@ async def test_three_panes_stream_concurrently_each_to_its_own_transcript(
     make_options: MakeOptions, reference: Reference
 ) -> None:
     settings = ChatSettings(temperature=0.0, max_tokens=320)
-    wants = [strip_control(reference(user(p), settings).text) for p in PROMPTS]
+    outs = [reference(user(p), settings) for p in PROMPTS]
+    wants = [strip_control(out.text) for out in outs]
     assert all(wants), "precondition: every reference reply has visible text"
     app = LfmChatApp(make_options(panes=3, chat=settings))
     async with app.run_test(size=(150, 40)) as pilot:
@@ -35,10 +36,10 @@ async def test_three_panes_stream_concurrently_each_to_its_own_transcript(
         await wait_replied(pilot, *panes)
 
         assert screen.query_one(Dashboard).peak_running >= 2
-        for pane, want in zip(panes, wants, strict=True):
+        for pane, want, out in zip(panes, wants, outs, strict=True):
             assert pane.transcript.replies[-1].source == want
             assert pane.conversation.messages[-1].content == want
-            assert pane.status.state == "idle"
+            assert pane.status.state == ("cut" if out.finish_reason == "length" else "idle")
 
 
 async def test_escape_stops_only_the_focused_pane(make_options: MakeOptions, reference: Reference) -> None:
@@ -65,5 +66,5 @@ async def test_escape_stops_only_the_focused_pane(make_options: MakeOptions, ref
                 assert pane.status.state == "stopped"
                 assert full.startswith(reply) and len(reply) < len(full)
             else:
-                assert pane.status.state == "idle"
+                assert pane.status.state == ("cut" if want.finish_reason == "length" else "idle")
                 assert reply == full

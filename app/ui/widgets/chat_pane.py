@@ -211,6 +211,12 @@ class ChatPane(PaneActions, Vertical):
     async def open_reply(self) -> Reply:
         return await self.transcript.add_reply()
 
+    async def reopen_reply(self) -> Reply:
+        return self.transcript.replies[-1]
+
+    def show_version(self, index: int, message: ChatMessage) -> None:
+        self.transcript.show_version(index, message)
+
     async def add_notice(self, text: str, before: ReplyView | None = None) -> None:
         await self.transcript.add_notice(text, before=before if isinstance(before, Reply) else None)
 

@@ -34,7 +34,7 @@ class PaneActions(Widget):
         busy = self.session.busy
         if action == "stop":
             return True if busy or self.transcript.selected else None
-        if action in ("regenerate", "edit_last", "clear"):
+        if action in ("regenerate", "edit_last", "clear", "flip", "continue_reply"):
             return None if busy else True
         return True
 
@@ -49,6 +49,17 @@ class PaneActions(Widget):
         if (text := await self.session.edit_last()) is not None:
             self.prompt_input.restore(text)  # undoable: ctrl+z gives back a draft it replaced
             self.prompt_input.focus()
+
+    async def action_flip(self, step: int) -> None:
+        """The selected message's versions, else the last message's that has some; the selection
+        stays on the message flipped, so the keys walk through its versions."""
+        selected = self.transcript.selected_message()
+        at = await self.session.flip_version(selected, step)
+        if at is not None and selected is not None:
+            self.transcript.select_message(at)
+
+    async def action_continue_reply(self) -> None:
+        await self.session.continue_reply()
 
     async def action_clear(self) -> None:
         await self.session.clear()

@@ -7,8 +7,10 @@ from dataclasses import dataclass
 from textual.widgets import Static
 
 from app.backend.base import Metrics
+from app.ui.keys import PANE_KEYS, key_named
 
-STATES = ("idle", "queued", "preempted", "prefill", "decoding", "stopping", "stopped", "error")
+STATES = ("idle", "queued", "preempted", "prefill", "decoding", "stopping", "stopped", "error", "cut")
+HINT = 5  # a key hint's priority: left out before any figure is shortened
 
 
 class PaneStatus(Static):
@@ -57,6 +59,9 @@ class PaneStatus(Static):
             done, total = self.prefill
             state = f"prefill {done}/{total}"
         parts = [Part(0, state, state)]
+        if state == "cut":  # the reply's token limit stopped it: the key that continues it
+            go_on = f"{key_named(self.app, PANE_KEYS, 'continue_reply')} continue"
+            parts.append(Part(HINT, go_on, go_on))
         m = self.metrics
         if m is not None and self.state not in ("queued", "prefill"):
             # a server's prompt count comes with its last chunk; until then only the reply's is known
@@ -84,12 +89,16 @@ class Part:
 
 
 def fit(parts: list[Part], width: int) -> str:
-    """The whole line if it fits; else every part abbreviated; else the least important parts left
-    out, one at a time; a line that still does not fit is cut with an ellipsis."""
+    """The whole line if it fits; else without key hints; else every part abbreviated; else the
+    least important parts left out, one at a time; a line that still does not fit is cut with an
+    ellipsis."""
     line = " · ".join(part.full for part in parts)
     if len(line) <= width or width <= 0:
         return line
-    kept = list(parts)
+    kept = [part for part in parts if part.priority < HINT]
+    line = " · ".join(part.full for part in kept)
+    if len(line) <= width:
+        return line
     while True:
         line = " · ".join(part.short for part in kept)
         if len(line) <= width or len(kept) == 1:

@@ -16,11 +16,30 @@ from textual.widgets.markdown import MarkdownFence
 
 from app.core.conversation import ChatMessage
 from app.core.sanitize import for_display, strip_control, without_disputed_widths
+from app.core.versions import place
+from app.ui.keys import PANE_KEYS, key_named
 from app.ui.widgets.reply import Reply
 
 SELECTED = "-selected"
 SHOWN_REPLIES = 4  # a restored transcript draws these last replies as Markdown at once...
 UNFOLD_MARGIN = 1.0  # ...and the others when they come within this many screens of the view
+
+
+class VersionLabel(Static):
+    """Above a message that has other versions: which one is shown, and the keys that flip them."""
+
+    def __init__(self, place: tuple[int, int]) -> None:
+        super().__init__(classes="versions", markup=False)
+        self.place = place
+
+    def on_mount(self) -> None:
+        self.show(self.place)
+
+    def show(self, place: tuple[int, int]) -> None:
+        """Version `shown` of `total`, counted from 1 ("‹ 2/3 ›")."""
+        self.place = shown, total = place
+        older, newer = (key_named(self.app, PANE_KEYS, k) for k in ("version_previous", "version_next"))
+        self.update(f"‹ {shown}/{total} › {older} / {newer}")
 
 
 class UserMessage(Static):
@@ -57,17 +76,41 @@ class Transcript(VerticalScroll, can_focus=False):
         self.anchor()
 
     def widgets_for(self, messages: Iterable[ChatMessage]) -> list[Widget]:
-        """One widget per message; used at compose time so a restored pane is complete when mounted.
+        """One widget per message (a message with versions has its label above it); used at compose
+        time so a restored pane is complete when mounted.
 
         Restoring draws lazily: all but the last SHOWN_REPLIES replies start folded as plain text
         (cheap whatever their size) and are drawn as Markdown when scrolled near (`_unfold_near`)."""
         messages = list(messages)
         replies = [n for n, m in enumerate(messages) if m.role != "user"]
         folded = set(replies[:-SHOWN_REPLIES])
-        return [
-            UserMessage(m.content) if m.role == "user" else Reply(m.content, self.show_thinking, n in folded)
-            for n, m in enumerate(messages)
-        ]
+        widgets: list[Widget] = []
+        for n, m in enumerate(messages):
+            widgets += [VersionLabel(shown)] if (shown := place(m)) else []
+            widgets.append(
+                UserMessage(m.content)
+                if m.role == "user"
+                else Reply(m.content, self.show_thinking, n in folded)
+            )
+        return widgets
+
+    @property
+    def messages(self) -> list[Widget]:
+        """The message widgets, in the conversation's order."""
+        return [c for c in self.children if isinstance(c, UserMessage | Reply)]
+
+    def show_version(self, index: int, message: ChatMessage) -> None:
+        """Label message `index` with its place among its versions (a new label, or the old one's)."""
+        widget, shown = self.messages[index], place(message) or (1, 1)
+        siblings = list(self.children)
+        at = siblings.index(widget)
+        if at and isinstance(label := siblings[at - 1], VersionLabel):
+            label.show(shown)
+        else:
+            self.mount(VersionLabel(shown), before=widget)
+
+    def select_message(self, index: int) -> None:
+        self.select(self.messages[index])
 
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
@@ -150,7 +193,7 @@ class Transcript(VerticalScroll, can_focus=False):
         selected = self.selected
         if selected is None:
             return None
-        messages = [c for c in self.children if isinstance(c, UserMessage | Reply)]
+        messages = self.messages
         owner = next((a for a in selected.ancestors_with_self if a in messages), None)
         return None if owner is None else messages.index(owner)
 

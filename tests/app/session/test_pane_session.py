@@ -62,6 +62,7 @@ class RecordingView:
         self.users: list[str] = []
         self.replies: list[RecordingReply] = []
         self.shown: list[list[ChatMessage]] = []
+        self.versions: list[tuple[int, int, int]] = []  # (message index, shown version, of how many)
 
     def wake(self) -> None:
         self._loop.call_soon_threadsafe(self.woken.set)
@@ -104,6 +105,12 @@ class RecordingView:
     async def open_reply(self) -> RecordingReply:
         self.replies.append(RecordingReply())
         return self.replies[-1]
+
+    async def reopen_reply(self) -> RecordingReply:
+        return self.replies[-1] if self.replies else await self.open_reply()
+
+    def show_version(self, index: int, message: ChatMessage) -> None:
+        self.versions.append((index, message.version + 1, len(message.versions) + 1))
 
     async def add_notice(self, text: str, before: object = None) -> None:
         self.notices.append(text)
@@ -164,7 +171,8 @@ def slowed(engine: Engine, monkeypatch: pytest.MonkeyPatch, seconds: float = 0.0
 async def test_a_turn_streams_finishes_and_is_saved(
     backend: LocalBackend, store: Store, reference: Reference
 ) -> None:
-    want = strip_control(reference(user("Hello!"), GREEDY).text)
+    out = reference(user("Hello!"), GREEDY)
+    want = strip_control(out.text)
     session, view = open_session(backend, store)
     await session.send("Hello!")
     assert session.busy and session.state == "queued"
@@ -175,7 +183,8 @@ async def test_a_turn_streams_finishes_and_is_saved(
         ("assistant", want),
     ]
     assert view.users == ["Hello!"] and view.replies[0].text == want and view.replies[0].finished
-    assert session.state == "idle" and session.context_used == len(session.conversation.prompt_cache.ids)
+    assert session.state == ("cut" if out.finish_reason == "length" else "idle")  # cut: at its token limit
+    assert session.context_used == len(session.conversation.prompt_cache.ids)
     saved = store.load(session.conversation.id)
     assert saved is not None and [m.content for m in saved.messages] == ["Hello!", want]
     assert [c.id for c in store.open_conversations()] == [session.conversation.id]

@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 from textual.app import App, ComposeResult
 from textual.containers import Horizontal
 
-from app.ui.widgets.pane_status import PaneStatus, Part, fit
+from app.ui.widgets.pane_status import HINT, PaneStatus, Part, fit
 from engine import RequestMetrics
 
 
@@ -81,3 +81,14 @@ def test_a_fitted_line_never_passes_its_width(width: int, prompt: int, generated
     line = fit(parts, width)
     assert len(line) <= width
     assert line == " · ".join(p.full for p in parts) or len(" · ".join(p.full for p in parts)) > width
+
+
+def test_a_key_hint_gives_way_before_any_figure_is_shortened() -> None:
+    parts = [
+        Part(0, "cut", "cut"),
+        Part(HINT, "alt+g continue", "alt+g continue"),
+        Part(1, "40+3 tok", "40+3t"),
+    ]
+    assert fit(parts, 80) == "cut · alt+g continue · 40+3 tok"
+    assert fit(parts, 20) == "cut · 40+3 tok"
+    assert fit(parts, 11) == "cut · 40+3t"
