@@ -2,7 +2,8 @@
 
 Runs the real app headless (Textual's `App.run_test`) on the --demo checkpoint, or on
 `--model PATH`, with a throwaway data directory: three panes streaming at once beside the
-dashboard, then the history screen; a fork (f6) growing beside its parent; then the same
+dashboard, then the history screen; a fork (f6) growing beside its parent; two panes calling a
+tool of an MCP server beside two plain ones (tools.svg); then the same
 three panes with `--server` on a `lfm-chat serve` of the same model, the dashboard fed by the
 server's /metrics. Random weights make the replies gibberish, but the scheduler on screen is real.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import sys
 import tempfile
 import time
@@ -37,6 +39,8 @@ PROMPTS = (
     "Tell me a short story about a lighthouse keeper.",
 )
 FOLLOW_UPS = ("Now tell it from the ship's side.", "Make it a poem instead.")
+TOOL_PROMPTS = ("Weather in Paris?", "Weather in Oslo?", PROMPTS[0], PROMPTS[2])
+WEATHER_SERVER = HERE.parent / "tests" / "app" / "tools" / "servers.py"  # an MCP server of the SDK's API
 
 
 async def until(pilot: Pilot, predicate: Callable[[], object], limit: float = 300.0) -> None:
@@ -101,6 +105,41 @@ async def shoot_fork(options: AppOptions) -> None:
         await pilot.press("ctrl+q")
 
 
+async def shoot_tools(options: AppOptions) -> None:
+    """Two panes calling a tool (the tests' weather MCP server, over stdio) beside two plain panes
+    streaming: one pane's call ran and the model goes on, the other's waits for the user."""
+    mcp_file = options.data_dir.parent / "mcp.json"
+    server = {"command": sys.executable, "args": [str(WEATHER_SERVER), "weather"]}
+    mcp_file.write_text(json.dumps({"mcpServers": {"weather": server}}))
+    app = LfmChatApp(replace(options, panes=4, mcp_file=mcp_file))
+    async with app.run_test(size=SIZE) as pilot:
+        await until(pilot, lambda: isinstance(app.screen, ChatScreen) and app.screen.is_mounted)
+        screen = app.screen
+        assert isinstance(screen, ChatScreen)
+        await until(pilot, lambda: screen.context.sessions.toolbox is not None)
+        tool_panes, plain_panes = screen.panes[:2], screen.panes[2:]
+        for pane in tool_panes:
+            pane.session.tools.choice = "required"  # random weights call only when made to
+        for pane in plain_panes:
+            pane.conversation.settings.tool_servers = []
+        for pane, prompt in zip(screen.panes, TOOL_PROMPTS, strict=True):
+            await pane.session.send(prompt)
+        await until(pilot, lambda: all(p.session.asking is not None for p in tool_panes))
+        await tool_panes[0].session.submit_text("y")
+        await until(
+            pilot,
+            lambda: (
+                tool_panes[0].session.tool_step == 2
+                and all(p.session.turn is not None and len(p.session.turn.raw) >= 80 for p in plain_panes)
+            ),
+        )
+        await pilot.pause(1.0)
+        for pane in screen.panes:
+            pane.prompt_input.cursor_blink = False
+        app.save_screenshot("tools.svg", str(HERE))
+        await pilot.press("ctrl+q")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a local LFM2 checkpoint (default: the --demo checkpoint)")
@@ -117,6 +156,7 @@ def main() -> None:
         )
         asyncio.run(shoot(options))
         asyncio.run(shoot_fork(replace(options, data_dir=Path(tmp) / "fork-data")))
+        asyncio.run(shoot_tools(replace(options, data_dir=Path(tmp) / "tools-data")))
         with lfm_chat_serve(args.model) as url:
             remote = AppOptions(
                 model=DEFAULT_MODEL,
@@ -127,7 +167,7 @@ def main() -> None:
                 cache_dir=Path(tmp) / "cache",
             )
             asyncio.run(shoot(remote, "server.svg", history=False))
-    print(f"wrote streaming.svg, history.svg, fork.svg and server.svg in {HERE}")
+    print(f"wrote streaming.svg, history.svg, fork.svg, tools.svg and server.svg in {HERE}")
 
 
 def lfm_chat_serve(model: str | None) -> contextlib.AbstractContextManager[str]:

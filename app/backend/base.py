@@ -59,6 +59,7 @@ class Prompt:
     estimated_tokens: int | None = None  # without ids: the client's guess, never used to refuse
     tools: list[dict[str, Any]] | None = None  # the functions offered, in OpenAI's shape
     continues: bool = False  # the last message is a reply cut short, which the model extends
+    tool_choice: str = "auto"  # "required": the reply must call one (locally a structure forces it)
 
     @property
     def tokens(self) -> int | None:

@@ -22,6 +22,14 @@ if TYPE_CHECKING:
 ENGINE_NICE = 10
 
 
+def forced_call(tools: list[dict[str, Any]]) -> Structure:
+    """What a reply that must call one of `tools` matches: the bare list of calls, as vLLM forces it."""
+    from engine import Structure, calls_schema
+
+    functions = [tool["function"] for tool in tools]
+    return Structure("json_schema", calls_schema({f["name"]: f.get("parameters", {}) for f in functions}))
+
+
 class LocalBackend:
     """Owns the engine's worker thread; the engine itself is touched only by that thread."""
 
@@ -82,6 +90,8 @@ class LocalBackend:
                 )
             )
 
+        if structure is None and prompt.tools and prompt.tool_choice == "required":
+            structure = forced_call(prompt.tools)
         params = replace(settings.sampling_params(max_tokens), structure=structure)  # validated already
         return self.worker.submit(prompt.ids or prompt.text, params, tag=tag, on_event=forward)
 

@@ -200,8 +200,8 @@ class RemoteBackend:
         continue_last: bool = False,
     ) -> Prompt:
         """Only the server can count tokens; until its usage figures come, the pane shows a guess."""
-        messages = conversation.chat_messages()
-        characters = sum(len(m["content"]) for m in messages)
+        messages = conversation.chat_messages(openai=True)
+        characters = sum(len(m["content"] or "") for m in messages)
         guess = -(-characters // CHARS_PER_TOKEN)
         return Prompt(messages, estimated_tokens=guess, tools=tools, continues=continue_last)
 
@@ -219,6 +219,7 @@ class RemoteBackend:
         body = chat_body(model, prompt.messages, sampling_fields(settings, max_tokens))
         if prompt.tools:
             body["tools"] = prompt.tools
+            body["tool_choice"] = prompt.tool_choice
         if prompt.continues:  # vLLM's and SGLang's way; a server that refuses them says so (a 400)
             body |= {"continue_final_message": True, "add_generation_prompt": False}
         if structure is not None:  # OpenAI's structured outputs; -p --json-schema makes json_schema ones only

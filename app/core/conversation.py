@@ -11,11 +11,15 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, fields, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from app.core.attachment import Attachment
+from app.core.reply_parts import answer_text
 from app.core.sanitize import strip_control
 from engine import SamplingParams
+
+if TYPE_CHECKING:
+    from engine import ToolCall
 
 TITLE_CHARS = 48
 
@@ -50,6 +54,7 @@ class ChatSettings:
     max_tokens: int = 512
     preset: str = ""
     model: str = ""  # on a server, the model this conversation asks for; "" = the server's default
+    tool_servers: list[str] | None = None  # the MCP servers whose tools this pane offers; None: all
 
     def sampling_params(self, max_tokens: int | None = None) -> SamplingParams:
         """Engine parameters; raises SamplingParamsError naming a bad field."""
@@ -61,6 +66,9 @@ class ChatSettings:
             repetition_penalty=self.repetition_penalty,
             max_tokens=self.max_tokens if max_tokens is None else max_tokens,
         )
+
+    def offers(self, server: str) -> bool:
+        return self.tool_servers is None or server in self.tool_servers
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,15 +83,45 @@ class ChatSettings:
 @dataclass(slots=True)
 class ChatMessage:
     """A message on the conversation's shown path. Regenerate and edit keep what they replace as
-    `versions`: the other versions of this message, each with the messages that followed it."""
+    `versions`: the other versions of this message, each with the messages that followed it. A reply
+    that called tools keeps its calls (their ids tie each `tool` message to its call: a server wants
+    them); a `tool` message is one call's result, named after the tool."""
 
-    role: str  # "user" | "assistant"
+    role: str  # "user" | "assistant" | "tool"
     content: str
     created_at: float = field(default_factory=time.time)
     stopped: bool = False  # a reply the user stopped (Esc): exports mark it
     cut: bool = False  # a reply that reached its token limit: continue extends it
     versions: list[Version] = field(default_factory=list)  # the other versions, oldest first
     version: int = 0  # this one's place among all of them: "2/3" is version 1 of 2 others + this
+    tool_calls: list[ToolCall] = field(default_factory=list)  # an assistant's calls, as parsed
+    tool_call_id: str = ""  # a tool message: the call it answers
+    name: str = ""  # a tool message: the tool that ran
+
+    def template_form(self) -> dict[str, str]:
+        """The message as a chat template reads it. A reply's calls are in its text already (the
+        model's own markers), so they are not listed twice."""
+        if self.role == "tool":
+            return {
+                "role": "tool",
+                "content": self.content,
+                "tool_call_id": self.tool_call_id,
+                "name": self.name,
+            }
+        return {"role": self.role, "content": self.content}
+
+    def openai_form(self) -> dict[str, Any]:
+        """The message as OpenAI's chat API takes it: a reply's calls as `tool_calls` beside its text
+        without the call block, a tool message with the id of the call it answers."""
+        if self.role == "tool":
+            return {"role": "tool", "content": self.content, "tool_call_id": self.tool_call_id}
+        if not self.tool_calls:
+            return {"role": self.role, "content": self.content}
+        calls = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in self.tool_calls
+        ]
+        return {"role": self.role, "content": answer_text(self.content) or None, "tool_calls": calls}
 
 
 @dataclass(slots=True)
@@ -230,15 +268,16 @@ class Conversation:
         """A new conversation with the first `end` messages, the same settings and the ids the engine
         saw (so its first turn is served from the prefix cache), named after this one."""
         return Conversation(
-            [replace(m) for m in self.messages[:end]],
+            [replace(m, tool_calls=list(m.tool_calls)) for m in self.messages[:end]],
             replace(self.settings),
             name=f"fork of {self.title or 'new chat'}",
             draft=draft,
             prompt_cache=self.prompt_cache.copy(),
         )
 
-    def chat_messages(self) -> list[dict[str, str]]:
-        """The messages in chat-template form, system prompt first when there is one."""
-        chat = [{"role": m.role, "content": m.content} for m in self.messages]
+    def chat_messages(self, openai: bool = False) -> list[dict[str, Any]]:
+        """The messages in chat-template form (`openai`: in OpenAI's API form), system prompt first
+        when there is one."""
+        chat = [m.openai_form() if openai else m.template_form() for m in self.messages]
         system = self.settings.system_prompt
         return [{"role": "system", "content": system}, *chat] if system else chat

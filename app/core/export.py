@@ -33,6 +33,9 @@ def conversation_markdown(
             heading += f" · version {shown[0]} of {shown[1]}"
         text = strip_control(message.content)
         body = reply_markdown(text) if message.role == "assistant" else text
+        if message.role == "tool":  # a tool's output, as the model was sent it
+            heading = f"Tool result · {strip_control(message.name)}"
+            body = f"````text\n{text}\n````"
         lines += [f"## {heading}", "", body.rstrip(), ""]
     return "\n".join(lines)
 

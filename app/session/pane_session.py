@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from app.backend.base import Backend, Metrics, Prompt, StreamEvent
@@ -37,26 +37,45 @@ from app.core.versions import (
 from app.session.attachments import PaneAttachments
 from app.session.inbox import TokenInbox
 from app.session.saving import ConversationSaver
+from app.session.tools import (
+    ANSWERS,
+    CALL_TIMEOUT,
+    CANCELLED,
+    NOT_RUN,
+    RESULT_CHARS,
+    Approval,
+    PaneTools,
+    arguments_of,
+    calls_in,
+    denied_text,
+    parse_answer,
+    result_text,
+)
 from app.session.turn import PreparedTurn, Turn
-from app.session.view import PaneView
+from app.session.view import PaneView, ToolCallView
 
 if TYPE_CHECKING:
-    from engine import RequestSnapshot
+    from app.tools.toolbox import ToolBox
+    from engine import RequestSnapshot, ToolCall
 
 # Snapshot phases as the status line names them.
 PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill", "decode": "decoding"}
 FINISHED_STATES = {"abort": "stopped", "error": "error", "length": "cut"}  # others leave it idle
 PARTIAL_SAVE_SECONDS = 1.0
 STILL_REPLYING = "This pane is still replying: Esc stops it."
+ASKING = "asking you"  # a call waits for the user's answer
+RUNNING_TOOL = "waiting on tool"
+TOOL_WAITS = {ASKING: "you", RUNNING_TOOL: "tool"}  # these states, as the dashboard's phase column says them
 
 
 @dataclass(slots=True)
 class SessionContext:
     """What every session of a screen shares: the backend that generates (one assignment switches
-    it for all panes) and the saver."""
+    it for all panes), the saver, and the MCP servers' tools (None: none configured)."""
 
     backend: Backend
     saving: ConversationSaver
+    toolbox: ToolBox | None = field(default=None)
 
 
 class PaneSession:
@@ -75,6 +94,11 @@ class PaneSession:
         self._finishing = False  # a finished reply is being settled on screen; likewise
         self.context_used: int | None = 0
         self.context_estimated = False  # context_used is the client's guess (a server counts)
+        self.tools = PaneTools()
+        self.tool_step = 0  # rounds of calls run in this turn
+        self.tool_task: asyncio.Task[None] | None = None  # the calls of a reply, and the reply after
+        self.asking: ToolCall | None = None  # the call waiting for the user's answer
+        self._answer: asyncio.Future[Approval] | None = None
 
     @property
     def backend(self) -> Backend:
@@ -82,7 +106,7 @@ class PaneSession:
 
     @property
     def busy(self) -> bool:
-        return self.turn is not None or self._starting or self._finishing
+        return self.turn is not None or self._starting or self._finishing or self.tool_task is not None
 
     @property
     def empty(self) -> bool:
@@ -157,7 +181,11 @@ class PaneSession:
 
     # ------------------------------------------------------------------ sending
     async def submit_text(self, text: str) -> None:
-        """What the user entered: a message to send, or `/file PATH` (attach) or `/file` (drop)."""
+        """What the user entered: a message to send, `/file PATH` (attach) or `/file` (drop), or
+        the answer to a tool call that waits for one."""
+        if self.asking is not None:
+            self._take_answer(text)
+            return
         path = file_command(text)
         if path is None:
             await self.send(text)
@@ -183,6 +211,7 @@ class PaneSession:
             return False
         text = with_attachments(text, self.attachments.take())
         self._held_changed()
+        self._new_tool_steps()
         take_place(self.conversation, ChatMessage("user", text))
         self.conversation.draft = self.view.draft
         self.save()
@@ -235,9 +264,10 @@ class PaneSession:
         """Submit a prepared turn. Not async: a broadcast submits all its panes' turns without
         yielding, so they reach the engine together and run in one batch."""
         self._starting = False
-        settings = self.conversation.settings
-        handle = self.backend.submit(prepared.prompt, settings, prepared.max_tokens, self.tag, self.inbox.put)
-        self.turn = Turn(handle, prepared.prompt, prepared.reply, prepared.base)
+        settings, prompt = self.conversation.settings, prepared.prompt
+        handle = self.backend.submit(prompt, settings, prepared.max_tokens, self.tag, self.inbox.put)
+        forced_call = prompt.tool_choice == "required"
+        self.turn = Turn(handle, prompt, prepared.reply, prepared.base, forced_call=forced_call)
         self.context_used, self.context_estimated = prepared.prompt.count
         self._show("queued")
         self.view.changed()
@@ -245,14 +275,19 @@ class PaneSession:
     async def _build_prompt(self, continue_last: bool) -> Prompt | None:
         """Render and tokenize off the view's thread (a Hub template can be slow or raise); a
         template error takes the message back (a continued reply stays) and says why."""
+        toolbox, settings = self.context.toolbox, self.conversation.settings
+        if self.tools.starting(toolbox, settings):
+            self._show("starting tools")
+        specs = await self.tools.offered(toolbox, settings)  # starts the servers not running yet
+        self.view.changed()  # the border counts the tools now known
+        tools = [spec.as_openai() for spec in specs] or None
         try:
-            return await asyncio.to_thread(
-                self.backend.prepare, self.conversation, continue_last=continue_last
-            )
+            prompt = await asyncio.to_thread(self.backend.prepare, self.conversation, tools, continue_last)
         except ValueError as exc:  # the tokenizer's ChatTemplateError: a raising or runaway template
             notice = f"The model's chat template refused this conversation: {exc}"
             await (self.view.add_notice(notice) if continue_last else self._refuse_last(notice))
             return None
+        return prompt if tools is None else replace(prompt, tool_choice=self.tools.choice)
 
     async def _refuse_last(self, notice: str) -> None:
         """Take back the last user message (into the input) and explain why."""
@@ -261,8 +296,9 @@ class PaneSession:
 
     def _take_back_last(self) -> None:
         """The last user message goes back to the input box; a regenerate's question stays, with the
-        reply it would have replaced shown again."""
-        if not bring_back(self.conversation):
+        reply it would have replaced shown again; after a tool's result there is none to take."""
+        messages = self.conversation.messages
+        if not bring_back(self.conversation) and messages and messages[-1].role == "user":
             message = take_back(self.conversation)
             self.view.give_back(message.content)
             self.conversation.draft = self.view.draft
@@ -281,7 +317,7 @@ class PaneSession:
             return
         for notice in (e.notice for e in mine if e.notice):
             await self.view.add_notice(notice, before=turn.reply)
-        await turn.reply.update(turn.base + turn.raw)
+        await turn.reply.update(turn.base + turn.shown)
         if turn is not self.turn:  # settled while it drew (a model switch, a close): its state is set
             return
         last = mine[-1]
@@ -324,6 +360,7 @@ class PaneSession:
                 await self._explain_refusal(f"This request was refused: {event.error}")
                 return
             turn.keep(self.conversation, self.backend, event.finish_reason)
+            calls = self._calls_made(turn, event)
             nothing = not turn.added
             brought_back = nothing and not continued and bring_back(self.conversation)
             state = "cut" if nothing and continued else FINISHED_STATES.get(event.finish_reason or "", "idle")
@@ -338,14 +375,134 @@ class PaneSession:
                 await turn.reply.remove()
             elif not continued:
                 self._show_place(len(self.conversation.messages) - 1)
+            if calls:
+                self.tool_task = asyncio.create_task(self._run_tools(calls))
         finally:
             self._finishing = False
 
-    def stop(self) -> bool:
-        """Esc: cancel the request in flight (its final event finishes the turn); False if none."""
-        if self.turn is None:
+    def _calls_made(self, turn: Turn, event: StreamEvent) -> list[ToolCall]:
+        """The calls of a reply that ended by itself in a pane offering tools, kept with the reply."""
+        if event.finish_reason != "stop" or not turn.prompt.tools or not turn.text:
+            return []
+        reply = self.conversation.messages[-1]
+        reply.tool_calls = calls_in(reply.content)
+        return reply.tool_calls
+
+    # ------------------------------------------------------------------ tool calls
+    async def _run_tools(self, calls: list[ToolCall]) -> None:
+        """Ask about each call, run it, send its result back, and let the model go on: one tool step.
+        Esc cancels the call running or asked about and ends the turn; every call gets a result, so
+        the conversation stays one a template (or a server) accepts."""
+        answered: set[str] = set()
+        shown = len(calls)
+        try:
+            if self.tool_step >= self.tools.step_limit:
+                for call in calls:
+                    text = NOT_RUN.format(limit=self.tools.step_limit)
+                    self._add_result(call, text, answered)
+                    (await self.view.add_tool_call(call)).show_result(text, True)
+                await self.view.add_notice(
+                    f"This turn reached its limit of {self.tools.step_limit} tool steps: its last calls "
+                    "were not run. Send a message to let the model go on."
+                )
+                self._show("idle")
+                return
+            self.tool_step += 1
+            self.view.show_tool_step(self.tool_step, self.tools.step_limit)
+            for index, call in enumerate(calls):
+                shown = index + 1  # calls on screen: the one running shows its own cancel
+                self._add_result(call, await self._run_call(call), answered)
+            if (prepared := await self.prepare_turn()) is not None:
+                self.start_turn(prepared)
+        except asyncio.CancelledError:
+            for call in calls:
+                self._add_result(call, CANCELLED, answered)
+            self._show("stopped")
+            for call in calls[shown:]:  # calls after the cancelled one: shown as cancelled too
+                (await self.view.add_tool_call(call)).show_result(CANCELLED, True)
+        finally:
+            self.tool_task = None
+            self.view.changed()
+
+    async def _run_call(self, call: ToolCall) -> str:
+        """One call asked about (unless always allowed here) and run: the text for the model."""
+        view = await self.view.add_tool_call(call)  # a cancel here leaves no call on screen to mark
+        try:
+            if call.name not in self.tools.always:
+                approval = await self._ask(call, view)
+                if approval.decision == "always":
+                    self.tools.always.add(call.name)
+                if approval.decision == "deny":
+                    text = denied_text(approval.reason)
+                    view.show_result(text, True)
+                    return text
+            toolbox = self.context.toolbox
+            if toolbox is None:  # the tools were offered, so this is a toolbox closed since
+                text = "Error: no MCP servers are running."
+                view.show_result(text, True)
+                return text
+            view.show_status("running…")
+            self._show(RUNNING_TOOL)
+            result = await toolbox.call(
+                call.name, arguments_of(call), timeout=CALL_TIMEOUT, max_chars=RESULT_CHARS
+            )
+        except asyncio.CancelledError:
+            view.show_result(CANCELLED, True)
+            raise
+        text = result_text(result)
+        view.show_result(text, result.is_error)
+        return text
+
+    async def _ask(self, call: ToolCall, view: ToolCallView) -> Approval:
+        """Wait for the user's answer (typed, or a key: see `answer`); the pane has no request meanwhile."""
+        self.asking = call
+        self._answer = asyncio.get_running_loop().create_future()
+        view.show_status(
+            f"Run it? {ANSWERS.format(name=call.name)}, then Enter; or the keys "
+            f"{self.view.key_name('allow_tool')} / {self.view.key_name('always_allow_tool')} / "
+            f"{self.view.key_name('deny_tool')}. Esc stops the turn."
+        )
+        self._show(ASKING)
+        try:
+            return await self._answer
+        finally:
+            self.asking, self._answer = None, None
+
+    def answer(self, approval: Approval) -> bool:
+        """The user's answer to the call waiting for one; False when none waits."""
+        if self._answer is None or self._answer.done():
             return False
-        self.turn.handle.cancel()
+        self._answer.set_result(approval)
+        return True
+
+    def _take_answer(self, text: str) -> None:
+        if (approval := parse_answer(text)) is None or not self.answer(approval):
+            self.view.give_back(text)
+            name = self.asking.name if self.asking else "this tool"
+            self.view.notify(f"Answer the tool call first: {ANSWERS.format(name=name)}.", markup=False)
+
+    def _add_result(self, call: ToolCall, text: str, answered: set[str]) -> None:
+        """A call's result as a `tool` message, saved at once (a crash keeps it); once per call."""
+        if call.id in answered:
+            return
+        answered.add(call.id)
+        self.conversation.messages.append(ChatMessage("tool", text, tool_call_id=call.id, name=call.name))
+        self.save()
+
+    def _new_tool_steps(self) -> None:
+        """A message from the user starts a turn with all its tool steps again."""
+        self.tool_step = 0
+        self.view.show_tool_step(0, self.tools.step_limit)
+
+    def stop(self) -> bool:
+        """Esc: cancel the request in flight (its final event finishes the turn), or the tool call
+        running or waiting for an answer (the turn ends there); False if there is neither."""
+        if self.turn is not None:
+            self.turn.handle.cancel()
+        elif self.tool_task is not None:
+            self.tool_task.cancel()
+        else:
+            return False
         self._show("stopping")
         return True
 
@@ -359,6 +516,9 @@ class PaneSession:
             turn.keep(self.conversation, self.backend, "abort")
             if not turn.prompt.continues:
                 bring_back(self.conversation)  # a regenerate that gave nothing: the old reply stays
+        if (task := self.tool_task) is not None:  # its calls get their "cancelled" results
+            task.cancel()
+            await asyncio.wait([task])
         self.conversation.draft = self.view.draft
         self.save()
 
@@ -386,6 +546,7 @@ class PaneSession:
             return
         if messages[-1].role == "assistant":
             set_aside(self.conversation, len(messages) - 1)
+        self._new_tool_steps()
         await self.view.show_messages(messages)
         await self._start_turn()
 

@@ -12,6 +12,8 @@ from app.core.sanitize import strip_control
 from app.core.versions import take_place
 from app.session.view import ReplyView
 
+TOOL_CALL_START, TOOL_CALL_END = "<|tool_call_start|>", "<|tool_call_end|>"
+
 
 @dataclass(frozen=True, slots=True)
 class PreparedTurn:
@@ -34,11 +36,22 @@ class Turn:
     raw: str = ""
     ids: list[int] = field(default_factory=list)
     saved_at: float = field(default_factory=time.monotonic)  # when the partial reply was last saved
+    # A reply that must call (tool_choice "required") is the bare list of calls: the markers the
+    # model writes itself otherwise are added around it, so it is shown, kept and parsed as a call.
+    forced_call: bool = False
+    ended: bool = False
+
+    @property
+    def shown(self) -> str:
+        """The reply as it is shown and kept, with a forced call's markers."""
+        if not self.forced_call or not self.raw or self.raw.lstrip().startswith(TOOL_CALL_START):
+            return self.raw  # a server sends the calls it forced as a block of their own
+        return TOOL_CALL_START + self.raw + (TOOL_CALL_END if self.ended else "")
 
     @property
     def text(self) -> str:
         """The reply as it is shown and kept: the text streamed so far, without terminal controls."""
-        return strip_control(self.base + self.raw)
+        return strip_control(self.base + self.shown)
 
     @property
     def added(self) -> str:
@@ -52,6 +65,7 @@ class Turn:
         self.raw += "".join(e.text for e in mine)
         for event in mine:
             self.ids.extend(event.token_ids)
+        self.ended = any(e.finish_reason == "stop" for e in mine)
         return mine
 
     def context_used(self, last: StreamEvent) -> tuple[int | None, bool]:

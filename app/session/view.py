@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from app.backend.base import Metrics
     from app.core.conversation import ChatMessage, Conversation
+    from engine import ToolCall
 
 
 class ReplyView(Protocol):
@@ -28,6 +29,18 @@ class ReplyView(Protocol):
 
     def remove(self) -> Awaitable[object]:
         """Take an empty reply off the screen."""
+        ...
+
+
+class ToolCallView(Protocol):
+    """One call on screen: the tool, its arguments, whether it waits on the user or runs, its result."""
+
+    def show_status(self, text: str) -> None:
+        """One line under the call: the question for the user, "running…", a refusal."""
+        ...
+
+    def show_result(self, text: str, is_error: bool) -> None:
+        """The result as sent back to the model (the view folds it)."""
         ...
 
 
@@ -96,4 +109,12 @@ class PaneView(Protocol):
 
     async def add_notice(self, text: str, before: ReplyView | None = None) -> None:
         """A remark that is not part of the chat; `before` a reply still streaming."""
+        ...
+
+    async def add_tool_call(self, call: ToolCall) -> ToolCallView:
+        """A call the model made, at the end of the transcript, to be answered and run."""
+        ...
+
+    def show_tool_step(self, step: int, limit: int) -> None:
+        """The turn's tool steps so far (0: none, the status line says nothing)."""
         ...

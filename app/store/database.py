@@ -26,18 +26,19 @@ from app.store.db_file import cause, check_writable, holds, identity, lock, move
 from app.store.errors import StoreBusyError, StoreError, StoreWriteError
 from app.store.rows import MESSAGE_LIMIT_CHARS, RowChecker
 from app.store.schema import upgrade
+from app.store.tool_fields import tool_json
 from app.store.versions import replaced_json, versions_json
 
 _MESSAGES = (
-    "SELECT role, content, created_at, stopped, cut, version, versions FROM messages"
+    "SELECT role, content, created_at, stopped, cut, version, versions, tool FROM messages"
     " WHERE conversation_id = ? ORDER BY position"
 )
 _LOADED_MESSAGES = (  # no more of a message than is loaded, so a huge row never reaches memory whole
-    f"SELECT role, substr(content, 1, {MESSAGE_LIMIT_CHARS + 1}), created_at, stopped, cut, version, versions"
-    " FROM messages WHERE conversation_id = ? ORDER BY position"
+    f"SELECT role, substr(content, 1, {MESSAGE_LIMIT_CHARS + 1}), created_at, stopped, cut, version,"
+    " versions, tool FROM messages WHERE conversation_id = ? ORDER BY position"
 )
-# role, content, created_at, stopped, cut, version, versions (JSON): a changed one is rewritten
-_MessageRow = tuple[str, str, float, int, int, int, str]
+# role, content, created_at, stopped, cut, version, versions (JSON), tool (JSON): a changed one is rewritten
+_MessageRow = tuple[str, str, float, int, int, int, str, str]
 # Seconds a write waits for another program's lock, on the UI thread: a keystroke's wait at worst,
 # once per retry (app/store/persistence.py holds later writes back while the file is locked).
 BUSY_TIMEOUT = 0.1
@@ -191,6 +192,7 @@ class Store:
                 int(m.cut),
                 m.version,
                 versions_json(m.versions),
+                tool_json(m),
             )
             for m in conversation.messages
         ]
@@ -200,12 +202,12 @@ class Store:
                 written = db.execute(_MESSAGES, (cid,)).fetchall()
             self._upsert_conversation(db, conversation)
             db.executemany(
-                """INSERT INTO messages
-                   (conversation_id, position, role, content, created_at, stopped, cut, version, versions)
-                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (conversation_id, position) DO UPDATE
+                """INSERT INTO messages (conversation_id, position, role, content, created_at, stopped,
+                   cut, version, versions, tool)
+                   VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (conversation_id, position) DO UPDATE
                    SET role = excluded.role, content = excluded.content, created_at = excluded.created_at,
                    stopped = excluded.stopped, cut = excluded.cut, version = excluded.version,
-                   versions = excluded.versions""",
+                   versions = excluded.versions, tool = excluded.tool""",
                 [(cid, i, *row) for i, row in enumerate(rows) if i >= len(written) or written[i] != row],
             )
             if len(written) > len(rows):

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.core.attachment import Attachment, AttachmentError, from_bytes
@@ -23,13 +23,18 @@ from app.core.conversation import ChatMessage, ChatSettings, PromptCache, Versio
 from app.core.sanitize import strip_control
 from app.store.versions import VersionReader
 
+if TYPE_CHECKING:
+    from engine import ToolCall
+
 MESSAGE_LIMIT_CHARS = 512 * 1024
 """The most of one saved message or draft that is loaded; a longer one (nothing lfm-chat writes:
 a model's context holds far less) is cut with TRUNCATED, so a huge row cannot freeze a widget."""
 NAME_LIMIT_CHARS = 1024  # a title or a conversation's name
 JSON_LIMIT_CHARS = 64 * 1024 * 1024  # settings and prompt-cache JSON; the cache is only a speed-up
 TRUNCATED = "\n\n[lfm-chat: the saved text was longer than {limit} characters and was cut here]"
-ROLES = ("user", "assistant")
+ROLES = ("user", "assistant", "tool")
+TOOL_NAME_CHARS = 128  # a saved tool name or call id (models and servers bound them far below)
+TOOL_SERVERS = 64  # servers a pane may name in its settings
 HELD_ATTACHMENTS = 64  # attachments held for one conversation's next message (each at most 1 MiB)
 
 
@@ -58,14 +63,54 @@ class RowChecker:
         return default
 
     def message(
-        self, role: object, content: object, created_at: object, stopped: object, what: str
+        self, role: object, content: object, created_at: object, stopped: object, tool: object, what: str
     ) -> ChatMessage | None:
-        """A message, or None (left out) for a role lfm-chat never writes; `stopped` is 1 or not."""
+        """A message, or None (left out) for a role lfm-chat never writes; `stopped` is 1 or not;
+        `tool` is `tool_json`'s text."""
         if role not in ROLES:
             self.repairs.append(f"{what} has an unknown role and was left out")
             return None
         text = self.text(content, what, MESSAGE_LIMIT_CHARS, clean=False)
-        return ChatMessage(str(role), text, self.number(created_at, f"{what}'s time"), stopped=stopped == 1)
+        message = ChatMessage(
+            str(role), text, self.number(created_at, f"{what}'s time"), stopped=stopped == 1
+        )
+        loaded = self._json(tool, f"{what}'s tool fields") if tool else {}
+        if not isinstance(loaded, dict):
+            if loaded is not None:  # None: _json noted why already
+                self.repairs.append(f"{what}'s tool fields are damaged and were dropped")
+            return message
+        if role == "tool":
+            message.tool_call_id = self._tool_text(loaded.get("id"), what)
+            message.name = self._tool_text(loaded.get("name"), what)
+        elif role == "assistant":
+            message.tool_calls = self._calls(loaded.get("calls", []), what)
+        return message
+
+    def _tool_text(self, value: object, what: str) -> str:
+        if isinstance(value, str) and len(value) <= TOOL_NAME_CHARS:
+            return strip_control(value)
+        self.repairs.append(f"{what}: a tool name or call id is damaged")
+        return ""
+
+    def _calls(self, raw: object, what: str) -> list[ToolCall]:
+        """A reply's calls; a damaged one is dropped (noted), its siblings kept."""
+        from engine import ToolCall  # not at import: the store opens before the loading screen draws
+
+        calls = []
+        for entry in raw if isinstance(raw, list) else [None]:
+            fields = (
+                [entry.get(key) for key in ("name", "arguments", "id")] if isinstance(entry, dict) else []
+            )
+            if (
+                len(fields) == 3
+                and all(isinstance(f, str) for f in fields)
+                and len(fields[1]) <= MESSAGE_LIMIT_CHARS
+            ):
+                name, arguments, call_id = fields
+                calls.append(ToolCall(self._tool_text(name, what), arguments, self._tool_text(call_id, what)))
+            else:
+                self.repairs.append(f"{what}: a tool call is damaged and was dropped")
+        return calls
 
     def settings(self, raw: object, what: str) -> ChatSettings:
         """Known fields of the right type; the rest take their defaults."""
@@ -77,7 +122,7 @@ class RowChecker:
         defaults = ChatSettings()
         kept: dict[str, Any] = {}
         for field in fields(ChatSettings):
-            if field.name in loaded:
+            if field.name in loaded and loaded[field.name] is not None:
                 value = self._setting(loaded[field.name], getattr(defaults, field.name))
                 if value is None:
                     self.repairs.append(f"{what}: {field.name} has the wrong type")
@@ -90,7 +135,12 @@ class RowChecker:
 
     @staticmethod
     def _setting(value: object, default: object) -> object | None:
-        """`value` as the default's type, or None if it is not one."""
+        """`value` as the default's type, or None if it is not one (a None default: a list of names)."""
+        if default is None:
+            names = value if isinstance(value, list) and len(value) <= TOOL_SERVERS else None
+            if names is None or not all(isinstance(n, str) and len(n) <= TOOL_NAME_CHARS for n in names):
+                return None
+            return [strip_control(n) for n in names]
         if isinstance(value, bool) or isinstance(default, bool):
             return None
         if isinstance(default, str):
@@ -102,9 +152,10 @@ class RowChecker:
         return None
 
     def message_row(self, row: tuple[object, ...], what: str) -> ChatMessage | None:
-        """A message row: role, content, time, stopped, cut, its place among its versions, their JSON."""
-        role, content, created_at, stopped, cut, version, versions = row
-        message = self.message(role, content, created_at, stopped, what)
+        """A message row: role, content, time, stopped, cut, its place among its versions, their JSON,
+        its tool fields' JSON."""
+        role, content, created_at, stopped, cut, version, versions, tool = row
+        message = self.message(role, content, created_at, stopped, tool, what)
         if message is not None:
             reader = VersionReader(self, what)
             loaded = self._json(versions, f"{what}'s versions")

@@ -53,6 +53,10 @@ _UPGRADES: tuple[str, ...] = (
     ALTER TABLE messages ADD COLUMN versions TEXT NOT NULL DEFAULT '[]';
     ALTER TABLE conversations ADD COLUMN replaced TEXT NOT NULL DEFAULT 'null';
     """,
+    # 5 -> 6: a reply's tool calls, or the call a tool message answers (JSON; '' for other messages)
+    """
+    ALTER TABLE messages ADD COLUMN tool TEXT NOT NULL DEFAULT '';
+    """,
 )
 SCHEMA_VERSION = len(_UPGRADES)
 

@@ -13,6 +13,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from app.core.conversation import ChatMessage, Version
+from app.store.tool_fields import tool_json
 
 if TYPE_CHECKING:
     from app.store.rows import RowChecker
@@ -42,6 +43,7 @@ def _message(m: ChatMessage) -> dict[str, Any]:
         "cut": m.cut,
         "version": m.version,
         "versions": [_version(v) for v in m.versions],
+        "tool": tool_json(m),
     }
 
 
@@ -82,6 +84,7 @@ class VersionReader:
             loaded.get("content"),
             loaded.get("created_at"),
             int(loaded.get("stopped") is True),
+            loaded.get("tool", ""),
             f"{self.what}'s versions",
         )
         if message is None:

@@ -110,6 +110,21 @@ PANE_KEYS: list[BindingType] = [
         show=False,
         id="version_next",
     ),
+    key("alt+y", "allow_tool", "Run tool", "Run the tool call this pane asks about, this once", show=False),
+    key(
+        "alt+u",
+        "always_allow_tool",
+        "Always run",
+        "Run the tool call asked about, and that tool from now on in this pane, without asking",
+        show=False,
+    ),
+    key(
+        "alt+x",
+        "deny_tool",
+        "Deny tool",
+        "Deny the tool call asked about (what is typed in the input goes to the model as the reason)",
+        show=False,
+    ),
     key("alt+m", "mark", "Mark", "Mark or unmark this pane for broadcast", show=False),
     key(
         "alt+a",

@@ -24,6 +24,7 @@ from app.backend.server_metrics import ServerSnapshot
 from app.core.conversation import ChatSettings, Conversation
 from app.core.options import MAX_PANES
 from app.session import ConversationSaver, SessionContext
+from app.session.pane_session import TOOL_WAITS
 from app.store.persistence import Saver
 from app.ui.keys import PANE_KEYS, key, key_named, palette_commands
 from app.ui.layout import plan_layout
@@ -34,6 +35,7 @@ from app.ui.widgets.dashboard import Dashboard
 from app.ui.widgets.key_footer import KeyFooter
 
 if TYPE_CHECKING:
+    from app.tools.toolbox import ToolBox
     from engine import EngineSnapshot
 
 DEMO_BANNER = "DEMO · random weights: replies are gibberish · --model PATH for a real LFM2"
@@ -117,6 +119,25 @@ class ChatScreen(Screen[None]):
         self.take_typed_ahead(self._typed_ahead)
         self.set_interval(RETRY_SECONDS, self._retry_saves)
         self._monitor()
+        self._offer_tools()
+
+    @work(thread=True, exclusive=True, group="tools")
+    def _offer_tools(self) -> None:
+        """Panes offer the tools of mcp.json's (and --mcp FILE's) servers once the ToolBox is made: on
+        a thread (the MCP SDK takes seconds to import), and not at all when no server is configured.
+        The servers themselves start when a pane first sends with their tools."""
+        from app.tools.config import app_servers
+
+        app = self.app
+        options = app.options  # type: ignore[attr-defined]
+        if app_servers(options.data_dir, options.mcp_file)[0]:
+            toolbox = app.toolbox  # type: ignore[attr-defined]
+            app.call_from_thread(self._tools_known, toolbox)
+
+    def _tools_known(self, toolbox: ToolBox) -> None:
+        self.context.sessions.toolbox = toolbox
+        for pane in self.panes:
+            pane.changed()  # the border counts the tools offered
 
     @property
     def panes(self) -> list[ChatPane]:
@@ -189,6 +210,13 @@ class ChatScreen(Screen[None]):
                 self.post_message(self.Snapshotted(snapshot))
                 last = snapshot
             time.sleep(self.snapshot_interval)
+
+    def on_chat_pane_tool_wait_changed(self, message: ChatPane.ToolWaitChanged) -> None:
+        message.stop()
+        waits = {
+            f"pane {p.label}": TOOL_WAITS[p.status.state] for p in self.panes if p.status.state in TOOL_WAITS
+        }
+        self.dashboard.show_tool_waits(waits)
 
     def on_chat_screen_snapshotted(self, message: Snapshotted) -> None:
         snap = message.snapshot

@@ -8,7 +8,7 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Grid, Horizontal, Vertical
 from textual.screen import ModalScreen
-from textual.widgets import Button, Input, Label, TextArea
+from textual.widgets import Button, Input, Label, SelectionList, TextArea
 
 from app.core.conversation import ChatSettings
 from app.core.sanitize import strip_control
@@ -66,10 +66,13 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         Binding("ctrl+s", "save", "Save", id="settings_save", priority=True),
     ]
 
-    def __init__(self, settings: ChatSettings, pane_label: str) -> None:
+    def __init__(
+        self, settings: ChatSettings, pane_label: str, tool_servers: list[str] | None = None
+    ) -> None:
         super().__init__()
         self.settings = settings
         self.pane_label = pane_label
+        self.tool_servers = tool_servers or []  # the MCP servers configured (mcp.json, --mcp)
 
     def compose(self) -> ComposeResult:
         with Vertical(id="settings-dialog") as dialog:
@@ -81,6 +84,12 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
                 for name, label, _ in FIELDS:
                     yield Label(label)
                     yield InstantInput(str(getattr(self.settings, name)), id=name, compact=True)
+            if self.tool_servers:
+                yield Label("Tools from these MCP servers (space toggles)")
+                yield SelectionList[str](
+                    *[(strip_control(s), s, self.settings.offers(s)) for s in self.tool_servers],
+                    id="tool-servers",
+                )
             yield Label("", id="settings-error", markup=False)
             with Horizontal(id="settings-buttons"):
                 yield Button("Save", variant="primary", id="save")
@@ -112,4 +121,14 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         except ValueError as exc:
             self.query_one("#settings-error", Label).update(str(exc))
             return
+        settings.tool_servers = self._chosen_servers()
         self.dismiss(settings)
+
+    def _chosen_servers(self) -> list[str] | None:
+        """None when every server is chosen: servers added to mcp.json later are offered too."""
+        if not self.tool_servers:
+            return self.settings.tool_servers
+        chosen = self.query_one("#tool-servers", SelectionList).selected
+        return (
+            None if set(chosen) == set(self.tool_servers) else [s for s in self.tool_servers if s in chosen]
+        )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import ClassVar
+from typing import TYPE_CHECKING, ClassVar
 
 from textual.app import ComposeResult
 from textual.binding import BindingType
@@ -24,14 +24,18 @@ from app.core.attachment import from_text
 from app.core.conversation import ChatMessage, Conversation
 from app.core.sanitize import for_display, strip_control
 from app.session import PaneSession, ReplyView
-from app.session.pane_session import STILL_REPLYING
+from app.session.pane_session import STILL_REPLYING, TOOL_WAITS
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.pane_context import PaneContext
 from app.ui.widgets.pane_actions import PaneActions
 from app.ui.widgets.pane_status import PaneStatus
 from app.ui.widgets.prompt_input import PromptInput
 from app.ui.widgets.reply import Reply
+from app.ui.widgets.tool_message import ToolMessage
 from app.ui.widgets.transcript import Transcript
+
+if TYPE_CHECKING:
+    from engine import ToolCall
 
 DRAFT_SAVE_SECONDS = 1.0
 
@@ -44,6 +48,9 @@ class ChatPane(PaneActions, Vertical):
 
     class Woken(Message):
         """Token events are waiting in the session's inbox (posted from the backend's thread)."""
+
+    class ToolWaitChanged(Message):
+        """The pane began or ended waiting on a tool or on its user (the dashboard lists it)."""
 
     @dataclass
     class Forked(Message):
@@ -107,7 +114,8 @@ class ChatPane(PaneActions, Vertical):
             self.changed()
 
     def _refusal(self) -> str | None:
-        return STILL_REPLYING if self.busy else None
+        """A busy pane takes no message, but takes the answer to a tool call that waits for one."""
+        return STILL_REPLYING if self.busy and self.session.asking is None else None
 
     # ------------------------------------------------------------------ keys to the session
     async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
@@ -194,7 +202,10 @@ class ChatPane(PaneActions, Vertical):
     def show_state(
         self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
     ) -> None:
+        waiting = state in TOOL_WAITS or self.status.state in TOOL_WAITS
         self.status.show(state, metrics, prefill)
+        if waiting:
+            self.post_message(self.ToolWaitChanged())
 
     async def show_conversation(self, conversation: Conversation) -> None:
         await self.transcript.show(conversation.messages)
@@ -220,6 +231,13 @@ class ChatPane(PaneActions, Vertical):
     async def add_notice(self, text: str, before: ReplyView | None = None) -> None:
         await self.transcript.add_notice(text, before=before if isinstance(before, Reply) else None)
 
+    async def add_tool_call(self, call: ToolCall) -> ToolMessage:
+        return await self.transcript.add_tool_call(call.name)
+
+    def show_tool_step(self, step: int, limit: int) -> None:
+        self.status.tool_step = f"tool step {step}/{limit}" if step else ""
+        self.status.show(self.status.state)
+
     def changed(self) -> None:
         """The border: plain text, never markup (the title is the user's own first message)."""
         session = self.session
@@ -231,6 +249,10 @@ class ChatPane(PaneActions, Vertical):
         limit = session.backend.max_model_len or "?"
         preset = self.conversation.settings.preset
         held = session.attachments.summary()
+        tools = session.tools.summary(session.context.toolbox, self.conversation.settings)
         self.border_subtitle = Content(
-            f"ctx {shown}/{limit}" + (f" · {preset}" if preset else "") + (f" · {held}" if held else "")
+            f"ctx {shown}/{limit}"
+            + (f" · {preset}" if preset else "")
+            + (f" · {tools}" if tools else "")
+            + (f" · {held}" if held else "")
         )

@@ -105,6 +105,8 @@ class Dashboard(Vertical):
         self.line = Static("engine · idle", id="dash-line", markup=False)
         self.mode = "full"
         self._last: tuple[EngineSnapshot | ServerSnapshot, Mapping[object, str]] | None = None
+        # Panes with no request because they wait on a tool or on their user: label -> phase.
+        self.tool_waits: dict[str, str] = {}
 
     def compose(self) -> ComposeResult:
         yield self.line
@@ -136,6 +138,20 @@ class Dashboard(Vertical):
         if self._last is not None:
             self.show(*self._last)
 
+    def show_tool_waits(self, waits: dict[str, str]) -> None:
+        """Panes waiting on a tool ("tool") or on their user ("you"), listed beside the requests
+        (which wait on the model): a waiting pane holds no request in the engine."""
+        if waits != self.tool_waits:
+            self.tool_waits = waits
+            if self._last is not None:
+                self.show(*self._last)
+
+    def _wait_cells(self) -> list[tuple[str, ...]]:
+        return [(label, phase, *[""] * (len(COLUMNS) - 2)) for label, phase in self.tool_waits.items()]
+
+    def _wait_words(self) -> str:
+        return f" · {len(self.tool_waits)} waiting on tools" if self.tool_waits else ""
+
     def show(self, snap: EngineSnapshot | ServerSnapshot, labels: Mapping[object, str]) -> None:
         """Render `snap`; `labels` names each request by its tag (the pane it belongs to)."""
         self._last = (snap, labels)
@@ -144,7 +160,7 @@ class Dashboard(Vertical):
             return
         self.peak_running = max(self.peak_running, snap.running)
         if self.mode == "line":
-            self.line.update(one_line(snap))
+            self.line.update(one_line(snap) + self._wait_words())
         elif self.mode == "full":
             self._show_full(snap, labels)
 
@@ -173,7 +189,8 @@ class Dashboard(Vertical):
         self.border_subtitle = f"{queued(snap)} · {step}" if snap.wait_reason and snap.waiting else step
         requests = sorted(snap.requests, key=lambda r: PHASE_ORDER.get(r.phase, len(PHASE_ORDER)))
         cells = [request_cells(request, labels) for request in requests]
-        self._fill_table(cells, max(len(requests), snap.running + snap.waiting))
+        waits = self._wait_cells()
+        self._fill_table(cells + waits, max(len(requests), snap.running + snap.waiting) + len(waits))
 
     def _fill_table(self, cells: list[tuple[str, ...]], total: int) -> None:
         """As many column sets side by side as the table's width holds, and only as many as needed."""
@@ -193,12 +210,12 @@ class Dashboard(Vertical):
         self.border_title = "server"
         self.add_class("-server")  # its meters name what the client sees too: a wider column
         if self.mode == "line":
-            self.line.update(server_line(snap))
+            self.line.update(server_line(snap) + self._wait_words())
         elif self.mode == "full":
             self.meters.update(server_lines(snap))
             self.throughput.values = snap.throughput_history
             busy = snap.streams_open or snap.running
             self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle")
             self.border_subtitle = snap.source or "client-side"
-            rows = pane_rows(snap, labels)
+            rows = pane_rows(snap, labels) + self._wait_cells()
             self._fill_table(rows, len(rows))

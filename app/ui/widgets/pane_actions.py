@@ -12,6 +12,7 @@ from app.core.conversation import ChatSettings
 from app.core.export import last_code_block
 from app.core.reply_parts import answer_text
 from app.session import PaneSession
+from app.session.tools import Approval
 from app.ui.pane_context import PaneContext
 from app.ui.screens.attach import AttachScreen
 from app.ui.screens.settings import SettingsScreen
@@ -42,6 +43,23 @@ class PaneActions(Widget):
         if not self.session.stop():
             self.transcript.select(None)
 
+    def action_allow_tool(self) -> None:
+        self._answer_tool(Approval("once"))
+
+    def action_always_allow_tool(self) -> None:
+        self._answer_tool(Approval("always"))
+
+    def action_deny_tool(self) -> None:
+        """The reason is what the input box holds, taken out of it (the model is told)."""
+        if self.session.asking is not None:
+            self._answer_tool(Approval("deny", " ".join(self.prompt_input.take().split())))
+        else:
+            self._answer_tool(Approval("deny"))
+
+    def _answer_tool(self, approval: Approval) -> None:
+        if not self.session.answer(approval):
+            self.notify("No tool call is waiting for an answer in this pane.", severity="warning")
+
     async def action_regenerate(self) -> None:
         await self.session.regenerate()
 
@@ -69,7 +87,9 @@ class PaneActions(Widget):
             if settings is not None:
                 await self.session.use_settings(settings)
 
-        self.app.push_screen(SettingsScreen(self.session.conversation.settings, self.label), apply)
+        toolbox = self.session.context.toolbox
+        servers = [state.name for state in toolbox.servers()] if toolbox is not None else []
+        self.app.push_screen(SettingsScreen(self.session.conversation.settings, self.label, servers), apply)
 
     def action_attach_file(self) -> None:
         async def attach(path: str | None) -> None:

@@ -27,6 +27,7 @@ class PaneStatus(Static):
         self.metrics: Metrics | None = None
         self.prefill: tuple[int, int] | None = None
         self.model = ""  # the pane's own model on a server (panes may differ); "" locally
+        self.tool_step = ""  # "tool step 2/8" while a turn calls tools
 
     def show(
         self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
@@ -62,6 +63,8 @@ class PaneStatus(Static):
         if state == "cut":  # the reply's token limit stopped it: the key that continues it
             go_on = f"{key_named(self.app, PANE_KEYS, 'continue_reply')} continue"
             parts.append(Part(HINT, go_on, go_on))
+        if self.tool_step:
+            parts.append(Part(1, self.tool_step, self.tool_step.removeprefix("tool ")))
         m = self.metrics
         if m is not None and self.state not in ("queued", "prefill"):
             # a server's prompt count comes with its last chunk; until then only the reply's is known

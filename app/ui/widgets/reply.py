@@ -18,8 +18,9 @@ from textual.widget import Widget
 from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
-from app.core.reply_parts import Part, answer_text, split_reply
+from app.core.reply_parts import TOOL_END, TOOL_START, Part, answer_text, split_reply
 from app.core.sanitize import strip_control, without_disputed_widths
+from app.session.tools import calls_in, pretty_arguments
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.widgets.answer_segments import ALL_PLAIN, LIMITS, DrawingLimits, Segment, SegmentPlan
 from app.ui.widgets.plain_text import PlainText
@@ -76,17 +77,20 @@ class ThinkingBlock(Vertical):
 
 
 class ToolCallBlock(Static):
-    """A tool call the model wrote, as code under a label instead of raw special tokens."""
+    """A tool call the model wrote, under a label instead of raw special tokens: once the block is
+    complete, each call as its tool's name and its arguments as indented JSON (what the user
+    approves), or the block's text as written when it does not read as calls."""
 
     def __init__(self, part: Part) -> None:
-        super().__init__(part.text.strip(), classes="tool-call", markup=False)
-        self.part = part
-        self.border_title = "tool call" if part.closed else "tool call…"
+        super().__init__(classes="tool-call", markup=False)
+        self.show(part)
 
     def show(self, part: Part) -> None:
         self.part = part
-        self.update(part.text.strip())
-        self.border_title = "tool call" if part.closed else "tool call…"
+        calls = calls_in(f"{TOOL_START}{part.text}{TOOL_END}") if part.closed else []
+        text = "\n".join(f"{call.name}\n{pretty_arguments(call)}" for call in calls)
+        self.update(without_disputed_widths(text or part.text.strip()))
+        self.border_title = ("tool calls" if len(calls) > 1 else "tool call") if part.closed else "tool call…"
 
 
 class MarkdownSegment(Markdown):

@@ -19,6 +19,7 @@ from app.core.sanitize import for_display, strip_control, without_disputed_width
 from app.core.versions import place
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.widgets.reply import Reply
+from app.ui.widgets.tool_message import ToolMessage
 
 SELECTED = "-selected"
 SHOWN_REPLIES = 4  # a restored transcript draws these last replies as Markdown at once...
@@ -52,7 +53,7 @@ class UserMessage(Static):
 
 def copy_text(widget: Widget) -> str:
     """What copying a selectable widget gives: a message's text, a reply's answer, or a block's code."""
-    if isinstance(widget, UserMessage):
+    if isinstance(widget, UserMessage | ToolMessage):
         return widget.text
     if isinstance(widget, MarkdownFence):
         return widget.code
@@ -82,22 +83,25 @@ class Transcript(VerticalScroll, can_focus=False):
         Restoring draws lazily: all but the last SHOWN_REPLIES replies start folded as plain text
         (cheap whatever their size) and are drawn as Markdown when scrolled near (`_unfold_near`)."""
         messages = list(messages)
-        replies = [n for n, m in enumerate(messages) if m.role != "user"]
+        replies = [n for n, m in enumerate(messages) if m.role == "assistant"]
         folded = set(replies[:-SHOWN_REPLIES])
         widgets: list[Widget] = []
         for n, m in enumerate(messages):
             widgets += [VersionLabel(shown)] if (shown := place(m)) else []
-            widgets.append(
-                UserMessage(m.content)
-                if m.role == "user"
-                else Reply(m.content, self.show_thinking, n in folded)
-            )
+            widgets.append(self._widget_for(m, n in folded))
         return widgets
+
+    def _widget_for(self, message: ChatMessage, folded: bool) -> Widget:
+        if message.role == "user":
+            return UserMessage(message.content)
+        if message.role == "tool":
+            return ToolMessage.restored(message)
+        return Reply(message.content, self.show_thinking, folded)
 
     @property
     def messages(self) -> list[Widget]:
         """The message widgets, in the conversation's order."""
-        return [c for c in self.children if isinstance(c, UserMessage | Reply)]
+        return [c for c in self.children if isinstance(c, UserMessage | Reply | ToolMessage)]
 
     def show_version(self, index: int, message: ChatMessage) -> None:
         """Label message `index` with its place among its versions (a new label, or the old one's)."""
@@ -151,6 +155,13 @@ class Transcript(VerticalScroll, can_focus=False):
         self.anchor()
         return reply
 
+    async def add_tool_call(self, name: str) -> ToolMessage:
+        """The run of a call the model just made, waiting on the user or the tool."""
+        message = ToolMessage(name)
+        await self.mount(message)
+        self.anchor()
+        return message
+
     async def add_notice(self, text: str, before: Widget | None = None) -> None:
         """A one-off remark from the app (context full, request error), styled apart from the chat;
         `before` a reply still streaming, so the remark is not pushed down by it."""
@@ -183,7 +194,7 @@ class Transcript(VerticalScroll, can_focus=False):
         """Messages in order, each reply followed by its code blocks."""
         items: list[Widget] = []
         for child in self.children:
-            if isinstance(child, UserMessage | Reply):
+            if isinstance(child, UserMessage | Reply | ToolMessage):
                 items.append(child)
                 items.extend(child.query(MarkdownFence) if isinstance(child, Reply) else ())
         return items

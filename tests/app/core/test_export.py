@@ -10,11 +10,26 @@ from app.app import LfmChatApp
 from app.core.conversation import ChatMessage, ChatSettings, Conversation
 from app.core.export import conversation_markdown
 from app.core.options import AppOptions
-from engine import DEFAULT_MODEL
+from engine import DEFAULT_MODEL, ToolCall
 from tests.app.fake_openai import FakeServer
 from tests.app.pilot_helpers import chat_screen, streamed, submit, wait_until
 
 MakeOptions = Callable[..., AppOptions]
+
+
+def test_a_tool_call_and_its_result_are_exported_without_escapes() -> None:
+    call = ToolCall("weather", '{"city": "Paris"}', "call_1")
+    reply = '<|tool_call_start|>[weather(city="Paris")]<|tool_call_end|>'
+    chat = Conversation(
+        [
+            ChatMessage("user", "Weather?"),
+            ChatMessage("assistant", reply, tool_calls=[call]),
+            ChatMessage("tool", "\x1b[31msunny\x1b[0m", tool_call_id="call_1", name="weather"),
+        ]
+    )
+    text = conversation_markdown(chat, "tiny", exported_at=0.0)
+    assert '```tool-call\n[weather(city="Paris")]\n```' in text
+    assert "## Tool result · weather\n\n````text\nsunny\n````" in text and "\x1b" not in text
 
 
 def test_the_header_names_model_sampling_system_prompt_and_date() -> None:

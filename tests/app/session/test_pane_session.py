@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -21,7 +21,7 @@ from app.core.sanitize import strip_control
 from app.session import ConversationSaver, PaneSession, SessionContext
 from app.store.database import Store
 from app.store.persistence import Saver
-from engine import Engine, EngineConfig, RequestOutput
+from engine import Engine, RequestOutput
 from tests.app.pilot_helpers import ENGINE, Reference, user
 
 GREEDY = ChatSettings(temperature=0.0, max_tokens=24)
@@ -63,6 +63,7 @@ class RecordingView:
         self.replies: list[RecordingReply] = []
         self.shown: list[list[ChatMessage]] = []
         self.versions: list[tuple[int, int, int]] = []  # (message index, shown version, of how many)
+        self.steps: list[tuple[int, int]] = []  # the turn's tool steps, as the status line shows them
 
     def wake(self) -> None:
         self._loop.call_soon_threadsafe(self.woken.set)
@@ -115,24 +116,8 @@ class RecordingView:
     async def add_notice(self, text: str, before: object = None) -> None:
         self.notices.append(text)
 
-
-@pytest.fixture(scope="module")
-def engine(tiny_ckpt: Path) -> Engine:
-    return Engine.from_pretrained(tiny_ckpt, EngineConfig(**ENGINE), progress=lambda stage, fraction: None)
-
-
-@pytest.fixture
-def backend(engine: Engine) -> Iterator[LocalBackend]:
-    backend = LocalBackend(engine, "tiny")
-    yield backend
-    backend.close()
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[Store]:
-    store = Store(tmp_path / "chats.db")
-    yield store
-    store.close()
+    def show_tool_step(self, step: int, limit: int) -> None:
+        self.steps.append((step, limit))
 
 
 def open_session(

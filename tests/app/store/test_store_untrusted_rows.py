@@ -10,7 +10,7 @@ import sqlite3
 from app.app import LfmChatApp
 from app.core.conversation import ChatMessage, Conversation
 from app.store.database import Store
-from app.store.rows import MESSAGE_LIMIT_CHARS
+from app.store.rows import MESSAGE_LIMIT_CHARS, RowChecker
 from tests.app.pilot_helpers import MakeOptions, chat_screen
 
 ESC = "\x1b]0;pwned\x07\x1b]52;c;aGk=\x07\x1b[2J"
@@ -95,3 +95,21 @@ async def test_hostile_rows_are_repaired_and_the_good_conversations_restore(
         notices = " ".join(str(n.message) for n in app._notifications)
         assert "repaired" in notices and "everything else loaded" in notices
         assert app.return_code is None
+
+
+def test_tool_fields_read_back_are_checked_and_a_damaged_call_is_dropped_alone() -> None:
+    check = RowChecker()
+    good = {"name": "weather", "arguments": '{"city": "Paris"}', "id": "call_1"}
+    calls = json.dumps({"calls": [good, {"name": 3}, "x", {**good, "name": ESC + "w", "id": "call_2"}]})
+    reply = check.message("assistant", "text", 1.0, 0, calls, "reply")
+    assert reply is not None and [(c.name, c.id) for c in reply.tool_calls] == [
+        ("weather", "call_1"),
+        ("w", "call_2"),
+    ]
+    result = check.message(
+        "tool", "sunny", 1.0, 0, json.dumps({"id": ESC + "call_1", "name": "n" * 999}), "result"
+    )
+    assert result is not None and (result.tool_call_id, result.name) == ("call_1", "")
+    assert check.message("assistant", "text", 1.0, 0, "{", "broken") is not None  # the message stays
+    assert check.message("tool", "x", 1.0, 0, "[1]", "list") is not None
+    assert len(check.repairs) == 5 and not any("\x1b" in r for r in check.repairs)

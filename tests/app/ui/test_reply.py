@@ -81,7 +81,8 @@ async def test_a_rewritten_reply_is_redrawn_part_by_part() -> None:
         await reply.update("Calling <|tool_call_start|>[f(x=1)]<|tool_call_end|>")
         await pilot.pause()
         call = reply.query_one(ToolCallBlock)
-        assert call.border_title == "tool call" and call.render().plain == "[f(x=1)]"  # type: ignore[union-attr]
+        # the tool's name, then its arguments as indented JSON: what the user approves
+        assert call.border_title == "tool call" and call.render().plain == 'f\n{\n  "x": 1\n}'  # type: ignore[union-attr]
         await reply.update("Something else entirely")  # not an extension: the parts are rebuilt
         await reply.finish()
         await pilot.pause()

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 from textual.app import App
-from textual.widgets import Input, Label
+from textual.widgets import Input, Label, SelectionList
 
 from app.core.conversation import ChatSettings
 from app.ui.screens.settings import SettingsScreen, parse_settings
@@ -57,12 +57,14 @@ def test_parse_settings_names_the_bad_field(field: str, value: str, message: str
 class HostApp(App[None]):
     """A bare host for the modal: no engine needed to test a form."""
 
-    def __init__(self) -> None:
+    def __init__(self, settings: ChatSettings = CARD, tool_servers: list[str] | None = None) -> None:
         super().__init__()
         self.results: list[ChatSettings | None] = []
+        self.settings = settings
+        self.tool_servers = tool_servers
 
     def on_mount(self) -> None:
-        self.push_screen(SettingsScreen(CARD, "1"), self.results.append)
+        self.push_screen(SettingsScreen(self.settings, "1", self.tool_servers), self.results.append)
 
 
 async def test_the_modal_shows_the_error_and_saves_once_fixed() -> None:
@@ -88,3 +90,27 @@ async def test_escape_cancels() -> None:
         await pilot.press("escape")
         await wait_until(pilot, lambda: app.results)
     assert app.results == [None]
+
+
+@pytest.mark.parametrize(
+    ("before", "unticked", "after"),
+    [
+        (None, [], None),  # every server ticked: servers added to mcp.json later are offered too
+        (None, ["calc"], ["weather"]),
+        (["calc"], ["calc"], []),  # none: the pane offers no tools
+        ([], [], []),
+    ],
+)
+async def test_the_modal_chooses_the_mcp_servers_whose_tools_the_pane_offers(
+    before: list[str] | None, unticked: list[str], after: list[str] | None
+) -> None:
+    app = HostApp(replace(CARD, tool_servers=before), ["weather", "calc"])
+    async with app.run_test() as pilot:
+        await wait_until(pilot, lambda: isinstance(app.screen, SettingsScreen) and app.screen.is_mounted)
+        servers = app.screen.query_one("#tool-servers", SelectionList)
+        assert set(servers.selected) == ({"weather", "calc"} if before is None else set(before))
+        for name in unticked:
+            servers.deselect(name)
+        await pilot.press("ctrl+s")
+        await wait_until(pilot, lambda: app.results)
+    assert app.results[0] is not None and app.results[0].tool_servers == after
