@@ -103,7 +103,7 @@ def test_a_version_1_database_is_upgraded_in_place(tmp_path: Path) -> None:
     with sqlite3.connect(path) as db:
         db.executescript(V1_SCHEMA)
     store = Store(path)
-    assert store.schema_version == SCHEMA_VERSION == 5
+    assert store.schema_version == SCHEMA_VERSION == 6
     [old] = store.open_conversations()
     assert (old.id, old.settings.temperature) == (7, 0.9)
     assert (old.name, old.draft, old.prompt_cache, old.attachments) == ("", "", PromptCache(), [])
