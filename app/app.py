@@ -170,6 +170,14 @@ class LfmChatApp(App[None]):
         self.switch_screen(self.chat_screen)
         if backend.warning:
             self.notify(backend.warning, severity="warning", timeout=20)
+        if self.options.piped is not None:
+            self.call_after_refresh(self._hold_piped)
+
+    async def _hold_piped(self) -> None:
+        """What was piped into `lfm-chat` waits in the first pane for the message it goes with."""
+        piped, self.options.piped = self.options.piped, None
+        if piped is not None and self.chat_screen is not None:
+            await self.chat_screen.panes[0].session.attach(piped)
 
     def on_loading_screen_failed(self, message: LoadingScreen.Failed) -> None:
         if self.chat_screen is None:
@@ -213,10 +221,7 @@ class LfmChatApp(App[None]):
         if self.backend is not None and choice.label == self.backend.model_name:
             self.notify(f"{choice.label} is the model running now.", markup=False)
             return
-        source = choice.source
-        self._switching = replace(
-            self.options, model=source.model, revision=source.revision, demo=source.demo
-        )
+        self._switching = self.options.for_model(choice.source)
         await self.chat_screen.stop_replies()
         self.push_screen(LoadingScreen(self._switching))
 
@@ -225,6 +230,7 @@ class LfmChatApp(App[None]):
         assert self.chat_screen is not None and self._switching is not None
         old, self.backend, self.options = self.backend, backend, self._switching
         self.pop_screen()
+        self.chat_screen.defaults = self.options.chat  # new panes take the new card's sampling
         await self.chat_screen.use_backend(backend, self.options.demo)
         self._remember_model(self.options)
         if old is not None:  # its replies were stopped: closing only joins the worker thread

@@ -7,13 +7,16 @@ loader thread imports it (tests/app/test_cli.py). An unusable data dir is a Setu
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from app import __version__
-from app.core.conversation import ChatSettings
+from app.core.attachment import Attachment, AttachmentError
+from app.core.conversation import SAMPLING_FIELDS, ChatSettings
 from app.core.options import DATA_DIR_ENV, MAX_PANES, AppOptions
 from app.store.database import Store
 from app.store.errors import StoreError
@@ -28,6 +31,7 @@ from cli.flags import (
     model_flags,
     whole_number,
 )
+from cli.piped import NoTerminal, take_piped_stdin
 
 if TYPE_CHECKING:
     from cli.oneshot_tools import ToolUse
@@ -58,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_sampling_flags(parser)
     add_server_flags(parser)
     chat.add_argument(
-        "--max-tokens", type=whole_number(1), default=defaults.max_tokens, help="new tokens per reply"
+        "--max-tokens",
+        type=whole_number(1),
+        help=f"new tokens per reply (default: {defaults.max_tokens}; with --server, the server's default, "
+        "up to its context)",
     )
     one_shot = parser.add_argument_group(
         "one-shot",
@@ -136,9 +143,8 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
         engine=flags.engine,
         sampling_flags=flags.sampling,
     )
-    card = options.sampling_defaults()
-    chat = {**card.values, "preset": card.name, "system_prompt": args.system, "max_tokens": args.max_tokens}
-    options.chat = ChatSettings.from_dict(chat)  # the fields ChatSettings has; all are in sampling_defaults()
+    chat = ChatSettings(system_prompt=args.system)
+    options.chat = options.card_chat(replace(chat, max_tokens=args.max_tokens or chat.max_tokens))
     if args.data_dir is not None:
         options.data_dir = args.data_dir
     options.mcp_file = args.mcp
@@ -148,6 +154,10 @@ def options_from_args(args: argparse.Namespace) -> AppOptions:
                 f"--{'demo' if args.demo else 'revision'} is for a local model; --server uses the server's"
             )
         options.server, options.api_key = server_url(args.server), args.api_key
+        # the server's model samples as its own defaults say, but for what the user set
+        chosen = {*flags.sampling, *(["max_tokens"] if args.max_tokens is not None else [])}
+        in_order = tuple(name for name in SAMPLING_FIELDS if name in chosen)
+        options.chat = replace(options.chat, chosen=in_order, preset="")
     elif args.api_key is not None:
         raise UsageError("--api-key goes with --server URL")
     if args.save and args.prompt is None:
@@ -194,6 +204,7 @@ def run(argv: list[str]) -> int:
         from cli.oneshot import run_oneshot
 
         return run_oneshot(options, message, store, structure, one_shot_tools(parser, args))
+    options.piped = piped_stdin(parser)
     from app.app import LfmChatApp  # Textual is imported only when a UI will run
     from cli.terminal import native_stderr_aside
 
@@ -220,6 +231,21 @@ def one_shot_tools(parser: argparse.ArgumentParser, args: argparse.Namespace) ->
     except McpConfigError as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")
     return ToolUse(ToolBox(servers), approve_all=args.yes, required=args.tool_choice == "required")
+
+
+def piped_stdin(parser: argparse.ArgumentParser) -> Attachment | None:
+    """`cat notes.md | lfm-chat`: the text for the first pane to attach, keys then read from the
+    terminal (cli/piped.py); None when stdin is the terminal. Unusable: one sentence, exit 1."""
+    stdin = getattr(sys.stdin, "buffer", None)
+    try:
+        if stdin is None or os.isatty(stdin.fileno()):
+            return None
+    except (OSError, ValueError):  # no descriptor: closed, or a test's stand-in
+        return None
+    try:
+        return take_piped_stdin(stdin)
+    except (AttachmentError, NoTerminal) as exc:
+        parser.exit(1, f"{parser.prog}: error: {exc}\n")
 
 
 def one_shot_message(parser: argparse.ArgumentParser, question: str) -> str:

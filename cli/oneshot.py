@@ -20,6 +20,7 @@ from app.core.attachment import AttachmentError, read_stream, with_attachments
 from app.core.conversation import ChatMessage, Conversation
 from app.core.options import AppOptions
 from app.core.sanitize import StreamStripper, strip_control
+from cli.terminal_reply import TerminalReply
 
 if TYPE_CHECKING:
     from app.backend.base import Backend, StreamEvent
@@ -144,7 +145,7 @@ def stream_reply(
     max_tokens = min(settings.max_tokens, room)
     handle = backend.submit(prompt, settings, max_tokens, "one-shot", events.put, structure=structure)
     try:
-        reply, ids, last = print_stream(events, out, calls)
+        reply, ids, last = print_stream(events, out, calls, render=structure is None and out.isatty())
     except BaseException:  # Ctrl+C, or a closed stdout: the engine must not go on for no one
         handle.cancel()
         raise
@@ -162,12 +163,17 @@ def stream_reply(
 
 
 def print_stream(
-    events: queue.SimpleQueue[StreamEvent], out: TextIO, calls: ToolCallStream | None = None
+    events: queue.SimpleQueue[StreamEvent],
+    out: TextIO,
+    calls: ToolCallStream | None = None,
+    render: bool = False,
 ) -> tuple[str, list[int], StreamEvent]:
     """Print events up to the final one, cleaned as they come; (the reply cleaned, its ids, the final
     event). The printed text is the returned reply, ended by a newline. With ``calls``, the text goes
-    through it first: its calls are kept there, only its content is printed."""
+    through it first: its calls are kept there, only its content is printed. ``render`` (a person
+    reads a terminal): Markdown drawn and thinking folded instead (cli/terminal_reply.py)."""
     raw, ids, stripper = "", [], StreamStripper()
+    terminal = TerminalReply(out) if render else None
     while True:
         event = events.get()
         text = event.text if calls is None else _content(calls.feed(event.text))
@@ -175,12 +181,16 @@ def print_stream(
             text += _content(calls.finish())
         raw += text
         ids.extend(event.token_ids)
-        if shown := stripper.feed(text) + (stripper.finish() if event.finished else ""):
+        if terminal is not None:
+            terminal.feed(text)
+            if event.finished:
+                terminal.finish()
+        elif shown := stripper.feed(text) + (stripper.finish() if event.finished else ""):
             write(out, shown)
         if event.finished:
             break
     reply = strip_control(raw)
-    if reply and not reply.endswith("\n"):
+    if terminal is None and reply and not reply.endswith("\n"):
         write(out, "\n")
     return reply, ids, event
 

@@ -88,6 +88,7 @@ class Backend(Protocol):
     max_model_len: int | None
     warning: str | None  # shown once when the chat screen opens (e.g. slow kernels)
     per_pane_model: bool  # a pane's settings.model picks its model (a server's); else model_name for all
+    server_sampling: bool  # only the sampling a user chose is sent; the rest is the server's own
 
     def prepare(
         self,

@@ -24,6 +24,7 @@ from app.backend.server_text import server_text
 from app.backend.sse import Chunk, LineSplitter, StreamFault, parse_line
 from app.backend.tool_deltas import CallDeltas
 from app.backend.unpack import PIECE, BodyRefused, aunpacked, is_packed
+from app.core.reply_parts import THINK_END, THINK_START
 
 # Fields vLLM, SGLang and llama-server take beyond the OpenAI API; others may refuse them.
 EXTENSIONS = ("top_k", "min_p", "repetition_penalty")
@@ -83,6 +84,7 @@ class ChatStream:
         self.metrics = RemoteMetrics()
         self.received = 0  # characters of reply text so far
         self.calls = CallDeltas()  # the reply's tool calls, given as text when it ends
+        self.thinking = False  # reasoning deltas came last: the reply's <think> part is open
 
     def emit(self, **fields: Any) -> None:
         self.on_event(StreamEvent(self.request_id, metrics=self.metrics, **fields))
@@ -162,7 +164,7 @@ class ChatStream:
             )
         if chunk.tool_calls:
             self.calls.add(chunk.tool_calls)
-        if (text := chunk.text) or chunk.tool_calls:
+        if (text := self._reply_text(chunk)) or chunk.tool_calls:
             self.received += len(text)
             if self.received + self.calls.size > REPLY_CHARS:
                 limit = f"{REPLY_CHARS / (1 << 20):g} MiB"
@@ -176,6 +178,18 @@ class ChatStream:
             if text:
                 self.emit(text=text)
         return chunk.finish_reason
+
+    def _reply_text(self, chunk: Chunk) -> str:
+        """The chunk as reply text: reasoning deltas become `<think>` text, as a model that writes its
+        thinking inline sends it, so the pane shows, folds and keeps both alike."""
+        text = ""
+        if chunk.reasoning:
+            text = chunk.reasoning if self.thinking else THINK_START + chunk.reasoning
+            self.thinking = True
+        if (chunk.text or chunk.tool_calls) and self.thinking:  # the answer (or a call) begins
+            text += THINK_END
+            self.thinking = False
+        return text + chunk.text
 
 
 async def error_body(response: httpx.Response) -> bytes:

@@ -40,6 +40,7 @@ class LocalBackend:
         self.worker = EngineWorker(engine, nice=ENGINE_NICE).start()
         self.model_name = model_name
         self.per_pane_model = False  # one engine: every pane runs its model
+        self.server_sampling = False  # the card's values where the user set none
         self.max_model_len: int | None = engine.max_model_len
         config = engine.config
         weights = config.dtype if config.quantize == "none" else f"{config.dtype} {config.quantize}"

@@ -21,13 +21,14 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from app.backend.base import OnEvent, Prompt
-from app.backend.chat_stream import EXTENSIONS, ChatStream, chat_body
+from app.backend.chat_stream import ChatStream, chat_body
 from app.backend.http_errors import ServerError, server_message
 from app.backend.server_metrics import HISTORY, ClientStream, MetricsPoller, ServerSnapshot
 from app.backend.server_text import MODEL_ID_CHARS, server_text
 from app.backend.smoothing import RATE_SMOOTHING_SECONDS, Smoothed
 from app.backend.unpack import IDENTITY, BodyRefused, BodyTooLarge, unpacked
-from app.core.conversation import ChatSettings, Conversation
+from app.core.conversation import SAMPLING_FIELDS, ChatSettings, Conversation
+from app.core.reply_parts import without_thinking
 
 if TYPE_CHECKING:
     from engine import Structure
@@ -51,11 +52,15 @@ class RemoteStream:
 
 
 def sampling_fields(settings: ChatSettings, max_tokens: int) -> dict[str, Any]:
-    """OpenAI's fields always; the extensions only when they do something (fewer to be refused)."""
+    """The fields the user chose, the rest left to the server's defaults for its model; of settings
+    that chose every field (saved before, or made for a local model), OpenAI's fields always and the
+    extensions only when they do something (fewer to be refused)."""
+    chosen = [name for name in SAMPLING_FIELDS if name in settings.chosen]
+    values = {name: getattr(settings, name) for name in chosen} | {"max_tokens": max_tokens}
+    if settings.chosen != SAMPLING_FIELDS:
+        return {name: values[name] for name in chosen}
     off = {"top_k": 0, "min_p": 0.0, "repetition_penalty": 1.0}
-    fields = {"temperature": settings.temperature, "top_p": settings.top_p, "max_tokens": max_tokens}
-    fields |= {name: getattr(settings, name) for name in EXTENSIONS if getattr(settings, name) != off[name]}
-    return fields
+    return {name: value for name, value in values.items() if off.get(name) != value}
 
 
 def model_ids(listing: Any, url: str) -> list[dict[str, Any]]:
@@ -163,6 +168,7 @@ class RemoteBackend:
         self.api_key = api_key
         self.model_name = str(model["id"])  # the default: what a pane without a model of its own asks for
         self.per_pane_model = True
+        self.server_sampling = True
         self.max_model_len = context_length(model)
         context = f"context {self.max_model_len}" if self.max_model_len else "context ?"
         self.title = f"lfm-chat · {self.model_name} · server {self.url} · {context}"
@@ -201,6 +207,13 @@ class RemoteBackend:
     ) -> Prompt:
         """Only the server can count tokens; until its usage figures come, the pane shows a guess."""
         messages = conversation.chat_messages(openai=True)
+        past = len(messages) - 1 if continue_last else len(messages)  # a reply continued keeps its thinking
+        messages = [
+            m | {"content": without_thinking(m["content"])}
+            if m["role"] == "assistant" and m["content"] and i < past
+            else m
+            for i, m in enumerate(messages)
+        ]
         characters = sum(len(m["content"] or "") for m in messages)
         guess = -(-characters // CHARS_PER_TOKEN)
         return Prompt(messages, estimated_tokens=guess, tools=tools, continues=continue_last)

@@ -33,13 +33,15 @@ class Usage:
 @dataclass(frozen=True, slots=True)
 class Chunk:
     """What one `data:` line adds: text, maybe a finish reason, maybe the usage figures; `done`
-    for the `data: [DONE]` line that ends the stream."""
+    for the `data: [DONE]` line that ends the stream. `reasoning`: thinking a server's reasoning
+    parser took out of the text (vLLM, llama-server: `reasoning_content`, newer vLLM: `reasoning`)."""
 
     text: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
     done: bool = False
     tool_calls: list[Any] | None = None  # the delta's tool-call parts, unchecked (tool_deltas.py)
+    reasoning: str = ""
 
 
 class LineSplitter:
@@ -108,7 +110,8 @@ def parse_chunk(chunk: Any) -> Chunk:
     if calls is not None and not isinstance(calls, list):
         raise StreamFault("the server sent tool calls that are not a list")
     content, reason = _content(delta.get("content")), _finish_reason(choice.get("finish_reason"))
-    return Chunk(content, reason, _usage(chunk), tool_calls=calls)
+    reasoning = _content(delta.get("reasoning_content")) or _content(delta.get("reasoning"))
+    return Chunk(content, reason, _usage(chunk), tool_calls=calls, reasoning=reasoning)
 
 
 def _content(content: Any) -> str:

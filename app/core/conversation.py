@@ -22,6 +22,8 @@ if TYPE_CHECKING:
     from engine import ToolCall
 
 TITLE_CHARS = 48
+# The settings a reply samples with; on a server, those the user set are sent and only those.
+SAMPLING_FIELDS = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_tokens")
 
 
 class ChatTokenizer(Protocol):
@@ -43,6 +45,9 @@ class ChatSettings:
     `preset` names where the sampling came from ("LFM2.5 card defaults", "custom"), for the pane's
     border; the CLI sets it from the checkpoint's card (model/text/model_cards.py). `model` is a
     server's model id (a pane may use its own); the local engine runs one model for all panes.
+    `chosen`: the sampling fields the user set (flags, ctrl+s). A server is sent only these, the
+    rest are its model's own defaults (vLLM reads the model's generation_config.json); the local
+    engine runs every value. All of them by default: settings saved before, or made locally.
     """
 
     system_prompt: str = ""
@@ -55,6 +60,7 @@ class ChatSettings:
     preset: str = ""
     model: str = ""  # on a server, the model this conversation asks for; "" = the server's default
     tool_servers: list[str] | None = None  # the MCP servers whose tools this pane offers; None: all
+    chosen: tuple[str, ...] = SAMPLING_FIELDS
 
     def sampling_params(self, max_tokens: int | None = None) -> SamplingParams:
         """Engine parameters; raises SamplingParamsError naming a bad field."""
@@ -70,6 +76,14 @@ class ChatSettings:
     def offers(self, server: str) -> bool:
         return self.tool_servers is None or server in self.tool_servers
 
+    def in_force(self, server: bool) -> str:
+        """What the pane's border names as the sampling: the preset, or on a server its defaults and
+        the values the user set over them."""
+        if not server or self.chosen == SAMPLING_FIELDS:
+            return self.preset
+        values = ", ".join(f"{name} {getattr(self, name)}" for name in SAMPLING_FIELDS if name in self.chosen)
+        return "server defaults" + (f" + {values}" if values else "")
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
@@ -77,7 +91,10 @@ class ChatSettings:
     def from_dict(cls, raw: dict[str, Any]) -> ChatSettings:
         """Unknown keys (from a newer version) are ignored rather than fatal."""
         names = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in raw.items() if k in names})
+        known = {k: v for k, v in raw.items() if k in names}
+        if "chosen" in known:
+            known["chosen"] = tuple(known["chosen"])
+        return cls(**known)
 
 
 @dataclass(slots=True)

@@ -6,7 +6,7 @@ import re
 import time
 from pathlib import Path
 
-from app.core.conversation import ChatSettings, Conversation
+from app.core.conversation import SAMPLING_FIELDS, ChatSettings, Conversation
 from app.core.reply_parts import split_reply
 from app.core.sanitize import strip_control
 from app.core.versions import place
@@ -54,8 +54,9 @@ def provenance(conversation: Conversation, model: str, exported_at: float) -> li
 
 
 def sampling_text(settings: ChatSettings) -> str:
-    fields = ("temperature", "top_k", "top_p", "min_p", "repetition_penalty", "max_tokens")
-    text = " · ".join(f"{name} {getattr(settings, name)}" for name in fields)
+    if settings.chosen != SAMPLING_FIELDS:  # a server's pane: the rest was the server's own
+        return strip_control(settings.in_force(server=True))
+    text = " · ".join(f"{name} {getattr(settings, name)}" for name in SAMPLING_FIELDS)
     return f"{text} ({strip_control(settings.preset)})" if settings.preset else text
 
 

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import platformdirs
 
+from app.core.attachment import Attachment
 from app.core.conversation import ChatSettings
 from engine import DEFAULT_MODEL, ModelSource, default_cache_dir
 
@@ -46,6 +47,7 @@ class AppOptions:
     server: str | None = None  # an OpenAI-compatible server's base URL: no local model at all
     api_key: str | None = None  # the server's bearer token
     mcp_file: Path | None = None  # --mcp FILE: MCP servers beside the data directory's mcp.json
+    piped: Attachment | None = None  # `cat notes.md | lfm-chat`: the first pane holds it for its message
 
     @property
     def source(self) -> ModelSource:
@@ -62,6 +64,17 @@ class AppOptions:
         """What a new conversation samples with: the model card's values for this checkpoint, the
         command line's flags on top, and a name to show ("LFM2.5 card defaults")."""
         return self.source.sampling_defaults(self.sampling_flags)
+
+    def card_chat(self, base: ChatSettings) -> ChatSettings:
+        """`base` (system prompt, max tokens) sampling as this checkpoint's card and flags say."""
+        card = self.sampling_defaults()
+        return replace(base, **card.values, preset=card.name)  # type: ignore[arg-type]
+
+    def for_model(self, source: ModelSource) -> AppOptions:
+        """These options on another checkpoint (a switch, f4): new panes sample as its card says."""
+        options = replace(self, model=source.model, revision=source.revision, demo=source.demo)
+        options.chat = options.card_chat(self.chat)
+        return options
 
     @property
     def store_path(self) -> Path:

@@ -58,6 +58,17 @@ def answer_text(text: str) -> str:
     return "".join(part.text for part in split_reply(text) if part.kind != "thinking").strip()
 
 
+def without_thinking(text: str) -> str:
+    """The reply as a server is sent it back: without its thinking, as a reasoning parser took it
+    out of the text and as chat templates strip past thinking (the tool calls keep their markers)."""
+    if THINK_END not in text:
+        return text
+    kept = {"text": ("", ""), "tool_call": (TOOL_START, TOOL_END)}
+    return "".join(
+        kept[p.kind][0] + p.text + kept[p.kind][1] * p.closed for p in split_reply(text) if p.kind in kept
+    ).lstrip()
+
+
 def _add(parts: list[Part], kind: Kind, text: str, closed: bool) -> None:
     if text or kind != "text":
         parts.append(Part(kind, text, closed))

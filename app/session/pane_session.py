@@ -66,6 +66,7 @@ STILL_REPLYING = "This pane is still replying: Esc stops it."
 ASKING = "asking you"  # a call waits for the user's answer
 RUNNING_TOOL = "waiting on tool"
 TOOL_WAITS = {ASKING: "you", RUNNING_TOOL: "tool"}  # these states, as the dashboard's phase column says them
+FORK_MID_REPLY = "This pane is still replying: fork once the reply ends, or Esc stops it to fork what came."
 
 
 @dataclass(slots=True)
@@ -99,6 +100,8 @@ class PaneSession:
         self.tool_task: asyncio.Task[None] | None = None  # the calls of a reply, and the reply after
         self.asking: ToolCall | None = None  # the call waiting for the user's answer
         self._answer: asyncio.Future[Approval] | None = None
+        # the last message taken: as typed, and its attachments, for a refusal to give back as they were
+        self._sent: tuple[ChatMessage, str, list[Attachment]] | None = None
 
     @property
     def backend(self) -> Backend:
@@ -174,6 +177,21 @@ class PaneSession:
         self.save()
         return True
 
+    def hand_over(self) -> list[Attachment]:
+        """The attachments held here, taken for a broadcast to carry to every pane."""
+        if not self.attachments.held:
+            return []
+        taken = self.attachments.take()
+        self._held_changed()
+        self.save()
+        return taken
+
+    def hold_again(self, attachments: list[Attachment]) -> None:
+        """Attachments of a message that did not go, held again ahead of any attached since."""
+        self.attachments = PaneAttachments.holding([*attachments, *self.attachments.attachments])
+        self._held_changed()
+        self.save()
+
     def _held_changed(self) -> None:
         """The conversation keeps what the pane holds, so a quit or crash keeps it like the draft."""
         self.conversation.attachments = self.attachments.attachments
@@ -203,19 +221,22 @@ class PaneSession:
         if await self.take_message(text):
             await self._start_turn()
 
-    async def take_message(self, text: str) -> bool:
-        """Add a user message (with the attachments held) and save it; False (text given back) while busy."""
+    async def take_message(self, text: str, carried: list[Attachment] | None = None) -> bool:
+        """Add a user message (with `carried`, a broadcast's attachments, and those held here) and
+        save it; False (text given back) while busy."""
         if self.busy:  # a second Enter got in before the first turn started
             self.view.give_back(text)
             self.view.notify(STILL_REPLYING, severity="warning", markup=False)
             return False
-        text = with_attachments(text, self.attachments.take())
+        attached = [*(carried or []), *self.attachments.take()]
+        message = ChatMessage("user", with_attachments(text, attached))
+        self._sent = (message, text, attached)
         self._held_changed()
         self._new_tool_steps()
-        take_place(self.conversation, ChatMessage("user", text))
+        take_place(self.conversation, message)
         self.conversation.draft = self.view.draft
         self.save()
-        await self.view.add_user(text)
+        await self.view.add_user(message.content)
         self._show_place(len(self.conversation.messages) - 1)
         self.view.changed()
         return True
@@ -295,12 +316,17 @@ class PaneSession:
         await self._explain_refusal(notice)
 
     def _take_back_last(self) -> None:
-        """The last user message goes back to the input box; a regenerate's question stays, with the
-        reply it would have replaced shown again; after a tool's result there is none to take."""
+        """The last user message goes back as it was given: its text into the box, its attachments
+        held again (not pasted into the box as text: a big file there makes every key slow). A
+        regenerate's question stays, with the reply it would have replaced shown again; after a
+        tool's result there is none to take."""
         messages = self.conversation.messages
         if not bring_back(self.conversation) and messages and messages[-1].role == "user":
             message = take_back(self.conversation)
-            self.view.give_back(message.content)
+            sent = self._sent if self._sent is not None and self._sent[0] is message else None
+            self.view.give_back(message.content if sent is None else sent[1])
+            if sent is not None and sent[2]:
+                self.hold_again(sent[2])
             self.conversation.draft = self.view.draft
         self.save()
         self._show("error")
@@ -611,8 +637,12 @@ class PaneSession:
     def fork(self, selected: int | None) -> Conversation | None:
         """A fork through message `selected`, else the whole chat; None (with a notice) if there is
         nothing to fork. A fork never ends on a user message: that message becomes the fork's draft,
-        to be sent (or edited) there."""
+        to be sent (or edited) there. The whole chat is not forked mid-reply: the fork would keep
+        half an answer as if it were whole (Esc first keeps it, marked stopped, and forks with it)."""
         messages = self.conversation.messages
+        if selected is None and self.busy:
+            self.view.notify(FORK_MID_REPLY, severity="warning", markup=False)
+            return None
         end = len(messages) if selected is None else min(selected + 1, len(messages))
         draft = ""
         if end and messages[end - 1].role == "user":

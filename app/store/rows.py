@@ -145,6 +145,9 @@ class RowChecker:
             return None
         if isinstance(default, str):
             return strip_control(value[:MESSAGE_LIMIT_CHARS]) if isinstance(value, str) else None
+        if isinstance(default, tuple):  # names (ChatSettings.chosen): their users look up only known ones
+            texts = isinstance(value, list) and all(isinstance(v, str) for v in value)
+            return tuple(value) if texts else None  # type: ignore[arg-type]
         if isinstance(default, int):
             return value if isinstance(value, int) else None
         if isinstance(value, (int, float)) and math.isfinite(value):

@@ -58,7 +58,8 @@ def load_parts(
         path = locate_checkpoint(str(name_or_path), progress)
     model_config = load_config(path)
     if config.device == "cpu" and native_kernels.runnable_isas():
-        report("building CPU kernels (first launch only: about a minute)", None)
+        if native_kernels.needs_build():
+            report("building CPU kernels (first launch only: about a minute)", None)
         native_kernels.load()
     resolved = config.resolve(model_config)
     if resolved.num_threads is not None:

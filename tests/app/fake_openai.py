@@ -182,6 +182,8 @@ class FakeServer:
         self.delay = 0.0  # seconds between words
         self.metrics_body: bytes | str | None = None  # served verbatim at /metrics when set
         self.spared: str | None = None  # a chat whose last message says this gets a normal reply
+        self.thinking: list[str] = []  # sent before the words as reasoning deltas, in this delta field:
+        self.reasoning_field = "reasoning_content"  # vLLM's and llama-server's (newer vLLM: "reasoning")
         self.bodies: list[dict[str, Any]] = []
         self.running = 0
         self.generated = 0
@@ -303,6 +305,8 @@ class FakeServer:
                 self.close_connection = True
 
             def words_out(self, body: dict[str, Any], bad_line: bytes | None) -> None:
+                for thought in server.thinking:
+                    self.event({"choices": [{"index": 0, "delta": {server.reasoning_field: thought}}]})
                 for n, word in enumerate(server.words):
                     if server.drop_after is not None and n == server.drop_after:
                         return

@@ -4,13 +4,15 @@ message to the marked panes (else all), batched together."""
 from __future__ import annotations
 
 from dataclasses import replace
+from pathlib import Path
 
 from app.app import LfmChatApp
 from app.core.conversation import ChatSettings
 from app.core.sanitize import strip_control
 from app.ui.widgets.chat_pane import ChatPane
 from app.ui.widgets.dashboard import progress
-from engine import RequestMetrics, RequestSnapshot
+from engine import DEFAULT_MODEL, RequestMetrics, RequestSnapshot
+from tests.app.fake_openai import FakeServer
 from tests.app.pilot_helpers import (
     MakeOptions,
     Reference,
@@ -137,3 +139,41 @@ def test_the_dashboard_names_the_prompt_tokens_each_request_got_from_the_prefix_
     assert progress(request) == "112/120 (96 cached)"
     assert progress(replace(request, phase="decode", generated_tokens=3)) == "3/24 (96 cached)"
     assert progress(replace(request, cached_prompt_tokens=0)) == "112/120"
+
+
+async def test_a_broadcast_carries_the_senders_attachments_to_every_pane(
+    make_options: MakeOptions, tmp_path: Path
+) -> None:
+    notes = tmp_path / "notes.md"
+    notes.write_text("Buy milk.\n")
+    with FakeServer() as server:
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=2))
+        async with app.run_test(size=(160, 40)) as pilot:
+            one, two = (await chat_screen(app, pilot)).panes
+            await submit(pilot, one, f"/file {notes}")
+            await wait_until(pilot, lambda: one.session.attachments.held, "the attachment held")
+            one.prompt_input.text = "Summarise"
+            await pilot.press("alt+a")
+            await wait_replied(pilot, one, two)
+            for pane in (one, two):
+                assert pane.conversation.messages[0].content == "notes.md\n```\nBuy milk.\n```\n\nSummarise"
+            assert not one.session.attachments.held and "+notes.md" not in str(one.border_subtitle)
+
+
+async def test_the_whole_chat_is_not_forked_mid_reply(make_options: MakeOptions) -> None:
+    """A fork then would keep half an answer as if whole; Esc first keeps it, marked stopped."""
+    with FakeServer() as server:
+        server.delay = 0.5
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=1))
+        async with app.run_test(size=(160, 40)) as pilot:
+            screen = await chat_screen(app, pilot)
+            pane = screen.panes[0]
+            await submit(pilot, pane, "Hi")
+            await pane.run_action("fork")
+            await wait_until(
+                pilot, lambda: any("fork once" in str(n.message) for n in app._notifications), "the notice"
+            )
+            assert len(screen.panes) == 1  # refused (the notice says so), not forked
+            await wait_replied(pilot, pane)
+            await pane.run_action("fork")
+            await wait_until(pilot, lambda: len(screen.panes) == 2, "the fork")

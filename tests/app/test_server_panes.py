@@ -9,7 +9,7 @@ from app.app import LfmChatApp
 from app.core.options import AppOptions
 from app.ui.widgets.chat_pane import ChatPane
 from app.ui.widgets.dashboard import Dashboard
-from app.ui.widgets.reply import Reply
+from app.ui.widgets.reply import AnswerMarkdown, Reply, ThinkingBlock
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import FakeServer
 from tests.app.pilot_helpers import chat_screen, submit, wait_replied, wait_until
@@ -92,3 +92,19 @@ async def test_a_reply_is_kept_and_the_pane_stays_busy_until_its_transcript_is_s
             await submit(pilot, pane, "Hi")
             await wait_replied(pilot, pane)
     assert seen == [(True, "assistant", "idle")]
+
+
+async def test_a_servers_reasoning_deltas_fold_as_thinking(make_options: MakeOptions) -> None:
+    with FakeServer() as server:
+        server.thinking = ["Plan", " it"]
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=1))
+        async with app.run_test(size=(100, 30)) as pilot:
+            pane = (await chat_screen(app, pilot)).panes[0]
+            await submit(pilot, pane, "Hi")
+            await wait_replied(pilot, pane)
+            assert pane.conversation.messages[-1].content == "<think>Plan it</think>Hello from the server."
+            reply = pane.transcript.replies[-1]
+            thinking, answer = reply.query_one(ThinkingBlock), reply.query_one(AnswerMarkdown)
+            assert answer.source == "Hello from the server."
+            assert not thinking.body.display  # folded once the answer started
+            assert str(thinking.header.render()).startswith("▸ Thought · 2 words")

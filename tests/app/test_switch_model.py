@@ -141,6 +141,30 @@ async def test_switching_keeps_every_conversation_and_the_next_reply_comes_from_
         assert reply_of(second_engine, asked) != reply_of(reference_engine, asked)
 
 
+async def test_new_panes_after_a_switch_sample_as_the_new_models_card(
+    make_options: MakeOptions, tiny_ckpt: Path, tmp_path: Path
+) -> None:
+    """The card is read from the checkpoint's name: a copy named as an LFM2.5 repo asks for LFM2.5's."""
+    lfm25 = tmp_path / "LFM2.5-tiny"
+    lfm25.mkdir()
+    for file in tiny_ckpt.iterdir():
+        (lfm25 / file.name).symlink_to(file)
+    options = make_options(panes=1, chat=ChatSettings(system_prompt="Be brief.", max_tokens=99))
+    options.chat = options.card_chat(options.chat)
+    app = LfmChatApp(options, remembered(options.data_dir, lfm25))
+    async with app.run_test(size=(140, 40)) as pilot:
+        screen = await chat_screen(app, pilot)
+        assert screen.panes[0].conversation.settings.preset == "LFM2 card defaults"
+        await pick(app, pilot, lfm25.name)
+        await wait_until(pilot, lambda: any("Now running" in str(n.message) for n in app._notifications))
+        await screen.action_new_pane()
+        settings = screen.panes[-1].conversation.settings
+        assert settings.preset == "LFM2.5 card defaults"
+        assert (settings.temperature, settings.top_k, settings.top_p) == (0.1, 50, 0.1)
+        assert (settings.system_prompt, settings.max_tokens) == ("Be brief.", 99)
+        assert screen.panes[0].conversation.settings.preset == "LFM2 card defaults"  # its own, kept
+
+
 async def test_a_checkpoint_that_fails_to_load_keeps_the_old_model_running(
     make_options: MakeOptions, tmp_path: Path
 ) -> None:
@@ -186,6 +210,11 @@ async def test_on_a_server_each_pane_asks_for_its_own_model(make_options: MakeOp
             assert "fake-large" not in first.status.describe()
             saved = app.store.load(second.conversation.id) if app.store and second.conversation.id else None
             assert saved is not None and saved.settings.model == "fake-large"
+
+            await second.run_action("export")
+            await wait_until(pilot, lambda: list(options.data_dir.glob("exports/*.md")), "the export")
+            (exported,) = options.data_dir.glob("exports/*.md")
+            assert "- Model: fake-large" in exported.read_text(encoding="utf-8")
 
 
 async def test_a_server_that_cannot_list_its_models_is_said_in_the_picker(make_options: MakeOptions) -> None:

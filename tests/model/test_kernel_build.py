@@ -59,3 +59,15 @@ def test_a_killed_builds_lock_is_removed_and_a_running_builds_is_kept(tmp_path):
     assert build.clear_stale_lock(tmp_path, now=made + build.STALE_LOCK_SECONDS + 1)
     assert not lock.exists()
     assert not build.clear_stale_lock(tmp_path)  # no lock: nothing to do
+
+
+def test_a_build_is_found_built_only_once_its_library_is_in_torchs_cache(tmp_path, monkeypatch):
+    """The loading screen says "building CPU kernels" only when a compile is coming."""
+    from torch.utils.cpp_extension import LIB_EXT
+
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
+    assert not build.is_built("avx2")
+    name = build.build_name("avx2")
+    (tmp_path / name).mkdir(exist_ok=True)
+    (tmp_path / name / f"{name}{LIB_EXT}").touch()
+    assert build.is_built("avx2") and not build.is_built("avxvnni")

@@ -302,22 +302,24 @@ class ChatScreen(Screen[None]):
         await self.action_new_pane(message.conversation, after=parent)
 
     async def on_chat_pane_broadcast(self, message: ChatPane.Broadcast) -> None:
-        """Send to the marked panes (else all): every prompt is built first, then all are submitted at
-        once, so the engine batches their replies. A pane still replying is skipped and named; if
-        none could take it, the text goes back."""
+        """Send to the marked panes (else all), with the sender's attachments: every prompt is built
+        first, then all are submitted at once, so the engine batches their replies. A pane still
+        replying is skipped and named; if none could take it, the text and attachments go back."""
         panes = self.panes
         targets = [p for p in panes if p.marked] or panes
         ready = [p for p in targets if not p.busy]
         if skipped := [p.label for p in targets if p.busy]:
             self.notify(f"Not sent to pane {', '.join(skipped)}: still replying.", severity="warning")
+        carried = message.pane.session.hand_over()  # the sender's attachments go to every pane
         if not ready:
             message.pane.prompt_input.give_back(message.text)
+            message.pane.session.hold_again(carried)
             return
         if len(targets) > 1:
             for pane in ready:
                 name_broadcast(pane, message.text)
         sessions = [pane.session for pane in ready]
-        taken = [session for session in sessions if await session.take_message(message.text)]
+        taken = [session for session in sessions if await session.take_message(message.text, carried)]
         prepared = await asyncio.gather(*(session.prepare_turn() for session in taken))
         for session, turn in zip(taken, prepared, strict=True):
             if turn is not None:

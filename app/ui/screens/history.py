@@ -26,9 +26,11 @@ CONFIRM_SECONDS = 3.0
 
 def describe(summary: ConversationSummary, is_open: bool) -> Text:
     when = time.strftime("%Y-%m-%d %H:%M", time.localtime(summary.updated_at))
+    count = summary.message_count
+    messages = f"{count} message" + ("" if count == 1 else "s")
     return Text.assemble(
         (for_display(summary.title) or "(empty)", "bold"),
-        (f"\n  {when} · {summary.message_count} messages" + (" · open" if is_open else ""), "dim"),
+        (f"\n  {when} · {messages}" + (" · open" if is_open else ""), "dim"),
     )
 
 

@@ -27,23 +27,30 @@ FIELDS: tuple[tuple[str, str, type], ...] = (
     ("max_tokens", "Max new tokens", int),
 )
 
+SERVER_DEFAULT = "the server's default"
+
 
 def parse_settings(
-    system_prompt: str, values: dict[str, str], base: ChatSettings | None = None
+    system_prompt: str, values: dict[str, str], base: ChatSettings | None = None, server: bool = False
 ) -> ChatSettings:
     """Settings from the form's text; ValueError with a message naming the field on bad input.
 
     The preset's name (`base.preset`) stays while the sampling is `base`'s, and becomes "custom" once
-    any value differs."""
+    any value differs. On a `server` a blank field is left to the server's default (not chosen)."""
     parsed: dict[str, float | int] = {}
+    chosen = []
     for name, label, kind in FIELDS:
         text = values[name].strip()
+        if server and not text:
+            parsed[name] = getattr(base or ChatSettings(), name)
+            continue
+        chosen.append(name)
         try:
             parsed[name] = kind(text)
         except ValueError:
             noun = "a whole number" if kind is int else "a number"
             raise ValueError(f"{label} must be {noun}, not {text!r}.") from None
-    settings = ChatSettings(system_prompt=system_prompt, **parsed)  # type: ignore[arg-type]
+    settings = ChatSettings(system_prompt=system_prompt, chosen=tuple(chosen), **parsed)  # type: ignore[arg-type]
     if base is not None:
         sampling = [name for name, _, _ in FIELDS if name != "max_tokens"]
         same = all(getattr(settings, name) == getattr(base, name) for name in sampling)
@@ -67,12 +74,19 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
     ]
 
     def __init__(
-        self, settings: ChatSettings, pane_label: str, tool_servers: list[str] | None = None
+        self,
+        settings: ChatSettings,
+        pane_label: str,
+        tool_servers: list[str] | None = None,
+        server: bool = False,
     ) -> None:
+        """`tool_servers`: the MCP servers configured (mcp.json, --mcp); `server`: a field the user
+        did not set shows blank, the server's default."""
         super().__init__()
         self.settings = settings
         self.pane_label = pane_label
-        self.tool_servers = tool_servers or []  # the MCP servers configured (mcp.json, --mcp)
+        self.tool_servers = tool_servers or []
+        self.server = server
 
     def compose(self) -> ComposeResult:
         with Vertical(id="settings-dialog") as dialog:
@@ -83,7 +97,10 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
             with Grid(id="settings-fields"):
                 for name, label, _ in FIELDS:
                     yield Label(label)
-                    yield InstantInput(str(getattr(self.settings, name)), id=name, compact=True)
+                    shown = not self.server or name in self.settings.chosen
+                    value = str(getattr(self.settings, name)) if shown else ""
+                    blank = SERVER_DEFAULT if self.server else ""
+                    yield InstantInput(value, placeholder=blank, id=name, compact=True)
             if self.tool_servers:
                 yield Label("Tools from these MCP servers (space toggles)")
                 yield SelectionList[str](
@@ -117,7 +134,7 @@ class SettingsScreen(ModalScreen[ChatSettings | None]):
         values = {name: self.query_one(f"#{name}", Input).value for name, _, _ in FIELDS}
         try:
             system_prompt = strip_control(self.query_one("#system-prompt", TextArea).text)
-            settings = parse_settings(system_prompt, values, self.settings)
+            settings = parse_settings(system_prompt, values, self.settings, self.server)
         except ValueError as exc:
             self.query_one("#settings-error", Label).update(str(exc))
             return

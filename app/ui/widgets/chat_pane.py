@@ -20,7 +20,7 @@ from textual.timer import Timer
 from textual.widgets import TextArea
 
 from app.backend.base import Metrics
-from app.core.attachment import from_text
+from app.core.attachment import file_command, from_text
 from app.core.conversation import ChatMessage, Conversation
 from app.core.sanitize import for_display, strip_control
 from app.session import PaneSession, ReplyView
@@ -113,9 +113,12 @@ class ChatPane(PaneActions, Vertical):
             self.label = label
             self.changed()
 
-    def _refusal(self) -> str | None:
-        """A busy pane takes no message, but takes the answer to a tool call that waits for one."""
-        return STILL_REPLYING if self.busy and self.session.asking is None else None
+    def _refusal(self, text: str) -> str | None:
+        """A message waits for the reply; `/file` attaches for the next one at any time (as f3 does),
+        and the answer to a tool call that waits for one is taken."""
+        if not self.busy or self.session.asking is not None or file_command(text) is not None:
+            return None
+        return STILL_REPLYING
 
     # ------------------------------------------------------------------ keys to the session
     async def on_prompt_input_submitted(self, message: PromptInput.Submitted) -> None:
@@ -247,7 +250,7 @@ class ChatPane(PaneActions, Vertical):
         used = session.context_used
         shown = "?" if used is None else f"{'~' * session.context_estimated}{used}"
         limit = session.backend.max_model_len or "?"
-        preset = self.conversation.settings.preset
+        preset = self.conversation.settings.in_force(session.backend.server_sampling)
         held = session.attachments.summary()
         tools = session.tools.summary(session.context.toolbox, self.conversation.settings)
         self.border_subtitle = Content(

@@ -89,7 +89,9 @@ class PaneActions(Widget):
 
         toolbox = self.session.context.toolbox
         servers = [state.name for state in toolbox.servers()] if toolbox is not None else []
-        self.app.push_screen(SettingsScreen(self.session.conversation.settings, self.label, servers), apply)
+        server = self.session.backend.server_sampling
+        settings = self.session.conversation.settings
+        self.app.push_screen(SettingsScreen(settings, self.label, servers, server), apply)
 
     def action_attach_file(self) -> None:
         async def attach(path: str | None) -> None:
@@ -130,4 +132,4 @@ class PaneActions(Widget):
 
     def action_export(self) -> None:
         session = self.session
-        export_out(self, self.context.files_dir, session.conversation, session.backend.model_name)
+        export_out(self, self.context.files_dir, session.conversation, session.model)

@@ -86,7 +86,7 @@ class PromptInput(InstantKeys, SturdyTextArea):
     def __init__(
         self,
         history: Callable[[], Sequence[str]] = tuple,
-        refusal: Callable[[], str | None] = lambda: None,
+        refusal: Callable[[str], str | None] = lambda text: None,
         on_key: Callable[[], None] = lambda: None,
         *,
         id: str | None = None,
@@ -161,7 +161,7 @@ class PromptInput(InstantKeys, SturdyTextArea):
     def _submit(self) -> None:
         if not self.text.strip():
             return
-        if (reason := self._refusal()) is not None:
+        if (reason := self._refusal(self.text)) is not None:
             self.notify(reason, severity="warning")
             return
         self.post_message(self.Submitted(self, self.take()))

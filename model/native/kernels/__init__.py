@@ -24,7 +24,7 @@ from types import ModuleType
 import torch
 
 from model.native.cpu import cpu_flags
-from model.native.kernels.build import ISAS, build
+from model.native.kernels.build import ISAS, build, is_built
 
 logger = logging.getLogger(__name__)
 
@@ -81,6 +81,16 @@ def availability(isa: str | None = None) -> tuple[ModuleType | None, str | None]
         logger.info("native CPU kernels (%s) off: %s", isa, reason)
         return None, reason
     return build(isa)
+
+
+def needs_build(isa: str | None = None) -> bool:
+    """Whether `load()` compiles now (a first launch, or new sources): only then is a minute's wait
+    worth saying. False where the kernels are off or cannot run (loading them is then instant)."""
+    if os.environ.get(DISABLE_ENV) == "0":
+        return False
+    if isa is None:
+        isa = chosen_isa()[0]
+    return isa is not None and not missing_flags(isa) and not is_built(isa)
 
 
 def load(isa: str | None = None) -> ModuleType | None:

@@ -109,9 +109,21 @@ def clear_stale_lock(build_directory: Path, now: float | None = None) -> bool:
     return True
 
 
+def build_name(isa: str, sources: tuple[Path, ...] = SOURCES) -> str:
+    return f"lfm_chat_cpu_kernels_{isa}_{_digest(sources, isa)}"
+
+
+def is_built(isa: str, sources: tuple[Path, ...] = SOURCES) -> bool:
+    """The library of this exact build is in torch's cache: loading it takes a moment, not a compile."""
+    from torch.utils.cpp_extension import LIB_EXT, _get_build_directory
+
+    name = build_name(isa, sources)
+    return (Path(_get_build_directory(name, False)) / f"{name}{LIB_EXT}").is_file()
+
+
 def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | None, str | None]:
     """Compile ``sources`` for ``isa`` (cached by torch); on failure None and the reason."""
-    name = f"lfm_chat_cpu_kernels_{isa}_{_digest(sources, isa)}"
+    name = build_name(isa, sources)
     try:
         from torch.utils.cpp_extension import _get_build_directory
         from torch.utils.cpp_extension import load as load_extension

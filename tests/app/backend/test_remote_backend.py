@@ -12,7 +12,7 @@ from app.backend.base import Prompt, StreamEvent
 from app.backend.http_errors import ServerError
 from app.backend.remote import RemoteBackend, pick_model
 from app.backend.server_metrics import ServerSnapshot
-from app.core.conversation import ChatSettings
+from app.core.conversation import ChatMessage, ChatSettings, Conversation
 from tests.app.fake_openai import FakeServer
 from tests.waiting import HANG_GUARD, wait_for
 
@@ -177,3 +177,45 @@ def test_a_named_model_is_used_when_the_server_lists_none() -> None:
     assert pick_model({"object": "list", "data": []}, "/models/tiny", "http://x") == {"id": "/models/tiny"}
     with pytest.raises(ServerError, match="serves no models"):
         pick_model({"data": []}, None, "http://x")
+
+
+@pytest.mark.parametrize("field", ["reasoning_content", "reasoning"])
+def test_reasoning_deltas_arrive_as_thinking_before_the_answer(server: FakeServer, field: str) -> None:
+    """vLLM's and llama-server's reasoning parsers send thinking beside the text: it comes to the
+    pane as `<think>` text, as from a model that writes it inline."""
+    server.thinking, server.reasoning_field = ["Let me", " see."], field
+    backend = RemoteBackend.connect(server.url, None, None)
+    try:
+        events = run(backend)
+    finally:
+        backend.close()
+    assert text(events) == "<think>Let me see.</think>Hello from the server."
+    assert events[-1].metrics is not None and events[-1].metrics.generated_tokens == 5  # the usage's
+
+
+CALL = "Calling:<|tool_call_start|>[f()]<|tool_call_end|>"
+
+
+def test_past_thinking_is_not_sent_back_to_the_server(server: FakeServer) -> None:
+    """What a reasoning parser took out of the text goes back without it; tool calls keep their markers."""
+    conversation = Conversation(
+        [
+            ChatMessage("user", "Hi"),
+            ChatMessage("assistant", f"<think>Plan it</think>\n\n{CALL}"),
+            ChatMessage("user", "More"),
+            ChatMessage("assistant", "Plain </thinking> answer"),
+            ChatMessage("user", "<think>mine</think> stays"),
+        ]
+    )
+    backend = RemoteBackend.connect(server.url, None, None)
+    try:
+        sent = [m["content"] for m in backend.prepare(conversation).messages]
+    finally:
+        backend.close()
+    assert sent == [
+        "Hi",
+        CALL,
+        "More",
+        "Plain </thinking> answer",
+        "<think>mine</think> stays",
+    ]

@@ -237,3 +237,40 @@ async def test_a_paste_too_big_for_the_box_is_attached_instead(make_options: Mak
             await wait_replied(pilot, pane)
         sent = server.bodies[-1]["messages"][-1]["content"]
     assert sent.startswith("pasted text\n```\nlog line red\n") and sent.endswith("```\n\nWhat failed?")
+
+
+async def test_a_refused_messages_attachment_is_held_again_not_pasted_into_the_box(
+    make_options: MakeOptions, tmp_path: Path
+) -> None:
+    notes = _write(tmp_path / "notes.md", b"Buy milk.\n")
+    with FakeServer(mode="escape_error_body") as server:
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=1))
+        async with app.run_test(size=(120, 36)) as pilot:
+            pane = (await chat_screen(app, pilot)).panes[0]
+            await submit(pilot, pane, f"/file {notes}")
+            await wait_until(pilot, lambda: "Attached notes.md" in notices(app), "the attach notice")
+            await submit(pilot, pane, "Summarise")
+            await wait_until(pilot, lambda: pane.prompt_input.text == "Summarise", "the message back")
+            assert [a.name for a in pane.session.attachments.attachments] == ["notes.md"]
+            assert "+notes.md" in str(pane.border_subtitle) and pane.conversation.messages == []
+            assert "notes.md" in server.bodies[-1]["messages"][-1]["content"]  # it did go with it
+
+
+async def test_file_attaches_while_the_pane_replies_as_the_attach_key_does(
+    make_options: MakeOptions, tmp_path: Path
+) -> None:
+    notes = _write(tmp_path / "notes.md", b"Buy milk.\n")
+    with FakeServer() as server:
+        server.delay = 0.2
+        app = LfmChatApp(make_options(server=server.url, model=DEFAULT_MODEL, panes=1))
+        async with app.run_test(size=(120, 36)) as pilot:
+            pane = (await chat_screen(app, pilot)).panes[0]
+            await submit(pilot, pane, "Hi")
+            assert pane.busy
+            await submit(pilot, pane, f"/file {notes}")
+            await wait_until(pilot, lambda: "Attached notes.md" in notices(app), "the attach notice")
+            assert pane.busy and "still replying" not in notices(app)
+            await wait_replied(pilot, pane)
+            await submit(pilot, pane, "Summarise")
+            await wait_replied(pilot, pane, turns=2)
+            assert pane.conversation.messages[2].content == "notes.md\n```\nBuy milk.\n```\n\nSummarise"

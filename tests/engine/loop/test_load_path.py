@@ -13,6 +13,7 @@ import pytest
 
 from engine import Engine, EngineConfig, ModelSource, SamplingParams, load_engine
 from model.checkpoint.loader import load_model
+from model.native import kernels as native_kernels
 from model.text.tokenizer import Tokenizer
 from tests.engine.speculative.test_draft_model import DRAFT_PRESET
 
@@ -95,3 +96,13 @@ def test_a_launch_reads_and_resolves_once_and_reports_each_stage_in_order(
         "draft model: loading weights",
         "allocating cache",
     ]
+
+
+def test_a_launch_says_building_kernels_only_when_they_are_not_built(tiny_ckpt, tmp_path):
+    """Once built (a launch before this one), the kernels load in a moment: no "first launch" stage."""
+    if native_kernels.load() is None:
+        pytest.skip(f"native CPU kernels cannot run here: {native_kernels.unavailable_reason()}")
+    stages: list[str] = []
+    load_engine(ModelSource(model=str(tiny_ckpt)), CONFIG, tmp_path, lambda stage, _: stages.append(stage))
+    assert "loading weights" in stages
+    assert not [s for s in stages if s.startswith("building CPU kernels")]
