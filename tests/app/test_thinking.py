@@ -69,7 +69,7 @@ async def test_a_tool_call_is_a_labelled_block(make_options: MakeOptions, tool_c
         assert pane.conversation.messages[-1].content == TOOL_REPLY  # markers kept for the template
         reply = pane.transcript.replies[-1]
         call = reply.query_one(ToolCallBlock)
-        assert call.render().plain == "[f(x=1)]"  # type: ignore[union-attr]
+        assert call.render().plain == 'f\n{\n  "x": 1\n}'  # type: ignore[union-attr]  # name, pretty JSON
         assert call.border_title == "tool call"
         assert reply.answer == "Calling:[f(x=1)]"
         assert "<|tool_call" not in reply.query_one(AnswerMarkdown).source
