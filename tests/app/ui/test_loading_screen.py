@@ -49,6 +49,7 @@ async def test_the_kernel_stage_fits_80_columns_and_counts_seconds_not_percent(
 ) -> None:
     release, seen = threading.Event(), []
     monkeypatch.setattr(loading, "load_backend", held_at_kernel_stage(release, seen))
+    monkeypatch.setattr(kernels, "needs_build", lambda isa=None: True)  # as on a first launch
     app = LfmChatApp(make_options(engine=EngineConfig(**{**ENGINE, "dtype": "bfloat16"})))
     try:
         async with app.run_test(size=(80, 24)) as pilot:
