@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, ClassVar
 from textual.app import ComposeResult
 from textual.binding import BindingType
 from textual.containers import Vertical
-from textual.content import Content
 from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import TextArea
@@ -22,12 +21,13 @@ from textual.widgets import TextArea
 from app.backend.base import Metrics
 from app.core.attachment import file_command, from_text
 from app.core.conversation import ChatMessage, Conversation
-from app.core.sanitize import for_display, strip_control
+from app.core.sanitize import strip_control
 from app.session import PaneSession, ReplyView
 from app.session.pane_session import STILL_REPLYING, TOOL_WAITS
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.pane_context import PaneContext
 from app.ui.widgets.pane_actions import PaneActions
+from app.ui.widgets.pane_border import pane_border
 from app.ui.widgets.pane_status import PaneStatus
 from app.ui.widgets.prompt_input import PromptInput
 from app.ui.widgets.reply import Reply
@@ -242,20 +242,4 @@ class ChatPane(PaneActions, Vertical):
         self.status.show(self.status.state)
 
     def changed(self) -> None:
-        """The border: plain text, never markup (the title is the user's own first message)."""
-        session = self.session
-        mark = "● " if self.marked else ""
-        title = for_display(self.conversation.title) or "new chat"
-        self.border_title = Content(f"{mark}{self.label} · {title}")
-        used = session.context_used
-        shown = "?" if used is None else f"{'~' * session.context_estimated}{used}"
-        limit = session.backend.max_model_len or "?"
-        preset = self.conversation.settings.in_force(session.backend.server_sampling)
-        held = session.attachments.summary()
-        tools = session.tools.summary(session.context.toolbox, self.conversation.settings)
-        self.border_subtitle = Content(
-            f"ctx {shown}/{limit}"
-            + (f" · {preset}" if preset else "")
-            + (f" · {tools}" if tools else "")
-            + (f" · {held}" if held else "")
-        )
+        self.border_title, self.border_subtitle = pane_border(self.session, self.label, self.marked)
