@@ -6,6 +6,7 @@ The loads are real (tiny checkpoints); only the two calls are wrapped, to count 
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -22,12 +23,13 @@ GREEDY = SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True)
 
 
 class Counts:
-    """How often the engine's config was resolved, and each checkpoint's config.json opened."""
+    """How often the engine's config was resolved, and each checkpoint's config.json opened: through
+    Path.open, or os.open (model/small_file.py reads a checkpoint's files as untrusted)."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.resolves = 0
         self.config_reads: Counter[Path] = Counter()
-        resolve, open_file = EngineConfig.resolve, Path.open
+        resolve, open_file, os_open = EngineConfig.resolve, Path.open, os.open
 
         def counting_resolve(config: EngineConfig, *args, **kwargs) -> EngineConfig:
             self.resolves += 1
@@ -38,8 +40,14 @@ class Counts:
                 self.config_reads[path.parent.resolve()] += 1
             return open_file(path, *args, **kwargs)
 
+        def counting_os_open(path: str | os.PathLike[str], *args, **kwargs) -> int:
+            if Path(path).name == "config.json":
+                self.config_reads[Path(path).parent.resolve()] += 1
+            return os_open(path, *args, **kwargs)
+
         monkeypatch.setattr(EngineConfig, "resolve", counting_resolve)
         monkeypatch.setattr(Path, "open", counting_open)
+        monkeypatch.setattr(os, "open", counting_os_open)
 
 
 @pytest.fixture
