@@ -49,6 +49,10 @@ _UNSUPPORTED: dict[str, Callable[[Any], bool]] = {
     "echo": _off,
     "suffix": _off,
     "best_of": lambda v: v is None or v == 1,
+    # vLLM's extras for extending the last assistant message: refused, so a client that relies on them
+    # (the TUI's continue) learns it cannot continue here instead of getting a new turn glued on
+    "continue_final_message": _off,
+    "add_generation_prompt": lambda v: v is None or v is True,
 }
 
 

@@ -65,6 +65,8 @@ def assert_error(response: httpx.Response, status: int, param: str | None = None
         ({"messages": HELLO, "logit_bias": {"99999999": 1}}, "logit_bias"),
         ({"messages": HELLO, "logit_bias": [5]}, "logit_bias"),
         ({"messages": HELLO, "tools": [{"type": "function"}]}, "tools"),
+        ({"messages": HELLO, "continue_final_message": True}, "continue_final_message"),
+        ({"messages": HELLO, "add_generation_prompt": False}, "add_generation_prompt"),
         ({"messages": HELLO, "stream": "yes"}, "stream"),
         ({"messages": HELLO, "stream": True, "stream_options": "x"}, "stream_options"),
         ({"messages": HELLO, "stream": True, "stream_options": [True]}, "stream_options"),
