@@ -6,10 +6,16 @@ from __future__ import annotations
 
 from app.app import LfmChatApp
 from app.core.conversation import ChatSettings
+from app.ui.widgets.chat_pane import ChatPane
 from app.ui.widgets.transcript import VersionLabel
 from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
 
 SETTINGS = ChatSettings(temperature=0.0, max_tokens=12)
+
+
+def labels(pane: ChatPane) -> list[str]:
+    """The version labels' text; a label is mounted before it is written (it names the keys)."""
+    return [str(label.render()) for label in pane.transcript.query(VersionLabel)]
 
 
 async def test_continue_and_flip_versions_with_keys(make_options: MakeOptions) -> None:
@@ -33,11 +39,9 @@ async def test_continue_and_flip_versions_with_keys(make_options: MakeOptions) -
 
         await pilot.press("f5")
         await wait_until(
-            pilot, lambda: not pane.busy and pane.transcript.query(VersionLabel), "a second version"
+            pilot, lambda: not pane.busy and labels(pane) == ["‹ 2/2 › alt+left / alt+right"], "v2"
         )
         assert pane.conversation.messages[-1].content == cut  # greedy: the first 12 tokens again
-        [label] = pane.transcript.query(VersionLabel)
-        assert str(label.render()) == "‹ 2/2 › alt+left / alt+right"
 
         await pilot.press("alt+left")
         await wait_until(
@@ -59,8 +63,8 @@ async def test_an_edited_message_is_labelled_and_flips_back_with_its_reply(make_
         await pilot.press("alt+e")
         await pilot.press(*" there", "enter")
         await wait_replied(pilot, pane)
+        await wait_until(pilot, lambda: [t[:7] for t in labels(pane)] == ["‹ 2/2 ›"], "the label")
         [label] = pane.transcript.query(VersionLabel)
-        assert str(label.render()).startswith("‹ 2/2 ›")
         assert pane.transcript.children.index(label) + 1 == pane.transcript.children.index(
             pane.transcript.messages[0]
         )
