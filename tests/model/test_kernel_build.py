@@ -5,7 +5,12 @@ from __future__ import annotations
 import importlib
 import os
 import shutil
+import subprocess
+import sys
+import threading
 from pathlib import Path
+
+from tests.waiting import HANG_GUARD
 
 # the package re-exports a function named build over its module of that name
 build = importlib.import_module("model.native.kernels.build")
@@ -50,15 +55,30 @@ def test_a_build_is_reused_only_for_the_same_sources_and_flags(tmp_path):
     assert build._digest(sources, "avx2") != first
 
 
-def test_a_killed_builds_lock_is_removed_and_a_running_builds_is_kept(tmp_path):
-    """torch waits forever on the lock a killed build (kill -9 during the first launch) left behind."""
-    lock = tmp_path / "lock"
-    lock.touch()
-    made = lock.stat().st_mtime
-    assert not build.clear_stale_lock(tmp_path, now=made + 60) and lock.exists()  # a build under way
-    assert build.clear_stale_lock(tmp_path, now=made + build.STALE_LOCK_SECONDS + 1)
-    assert not lock.exists()
-    assert not build.clear_stale_lock(tmp_path)  # no lock: nothing to do
+def test_a_killed_builders_lock_is_removed_once_it_is_dead_and_not_before(tmp_path):
+    """torch waits forever on the lock file a killed build (kill -9 or SIGTERM during the first launch)
+    left behind; the builder's flock says whether that builder still lives."""
+    holder = (
+        "import fcntl, sys, time, pathlib\n"
+        f"d = pathlib.Path({str(tmp_path)!r})\n"
+        "h = open(d / 'builder.lock', 'a'); fcntl.flock(h, fcntl.LOCK_EX)\n"
+        "(d / 'lock').touch(); print('building', flush=True); time.sleep(600)\n"
+    )
+    builder = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True)
+    assert builder.stdout is not None and builder.stdout.readline() == "building\n"
+    entered = threading.Event()
+
+    def launch() -> None:
+        with build.builder_lock(tmp_path):
+            entered.set()
+
+    waiting = threading.Thread(target=launch)
+    waiting.start()
+    assert not entered.wait(0.5) and (tmp_path / "lock").exists()  # a live build is waited for
+    builder.kill()
+    builder.wait()
+    waiting.join(HANG_GUARD)
+    assert entered.is_set() and not (tmp_path / "lock").exists()
 
 
 def test_a_build_is_found_built_only_once_its_library_is_in_torchs_cache(tmp_path, monkeypatch):

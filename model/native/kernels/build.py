@@ -11,10 +11,12 @@ also runs on the next machine that has them (a shared home directory, a copied c
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import logging
 import os
-import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from types import ModuleType
 
@@ -90,23 +92,21 @@ def stage_sources(sources: tuple[Path, ...], folder: Path) -> list[Path]:
     return [folder / source.name for source in sources]
 
 
-# A build takes a minute or two; torch's lock file older than this was left by a build that was killed
-# (kill -9, a closed terminal), and torch would wait on it forever.
-STALE_LOCK_SECONDS = 20 * 60
-
-
-def clear_stale_lock(build_directory: Path, now: float | None = None) -> bool:
-    """Remove torch's build lock in ``build_directory`` if a killed build left it; True if removed."""
-    lock = build_directory / "lock"
-    try:
-        age = (time.time() if now is None else now) - lock.stat().st_mtime
-        if age < STALE_LOCK_SECONDS:
-            return False
-        lock.unlink()
-    except FileNotFoundError:
-        return False
-    logger.warning("removed a kernel build lock a build that did not finish left %d minutes ago", age // 60)
-    return True
+@contextmanager
+def builder_lock(build_directory: Path) -> Iterator[None]:
+    """Held while this build is staged, compiled or loaded. Unlike torch's lock file, which a killed
+    build leaves behind and torch then waits on forever, a flock is released by the system when its
+    holder dies; so, holding it, a torch lock file there can only be a dead builder's, and goes."""
+    build_directory.mkdir(parents=True, exist_ok=True)
+    with open(build_directory / "builder.lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            if (build_directory / "lock").exists():
+                (build_directory / "lock").unlink(missing_ok=True)
+                logger.warning("removed the lock a kernel build that did not finish left behind")
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def build_name(isa: str, sources: tuple[Path, ...] = SOURCES) -> str:
@@ -130,16 +130,16 @@ def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | N
 
         _put_ninja_on_path()
         build_directory = Path(_get_build_directory(name, False))
-        clear_stale_lock(build_directory)
-        staged = stage_sources(sources, build_directory / "src")
-        module = load_extension(
-            name=name,
-            sources=[str(source) for source in staged],
-            extra_cflags=compile_flags(isa),
-            extra_ldflags=["-fopenmp"],
-            extra_include_paths=[str(build_directory / "src")],
-            verbose=False,
-        )
+        with builder_lock(build_directory):
+            staged = stage_sources(sources, build_directory / "src")
+            module = load_extension(
+                name=name,
+                sources=[str(source) for source in staged],
+                extra_cflags=compile_flags(isa),
+                extra_ldflags=["-fopenmp"],
+                extra_include_paths=[str(build_directory / "src")],
+                verbose=False,
+            )
     except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once
         lines = str(exc).strip().splitlines()
         reason = f"the build failed: {lines[-1] if lines else type(exc).__name__}"
