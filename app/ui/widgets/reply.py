@@ -262,9 +262,13 @@ class Reply(Vertical):
         return any(isinstance(v, ThinkingBlock) and v.part.text.strip() for v in self._views)
 
     async def update(self, text: str) -> None:
-        """Show `text` (the whole reply so far): append to open parts, add new ones, redraw on a mismatch."""
+        """Show `text` (the whole reply so far): append to open parts, add new ones, redraw on a mismatch.
+        A reply not (or no longer) on screen only keeps its parts: its compose draws them if it comes."""
         self.source = strip_control(text)
         parts = split_reply(without_disputed_widths(self.source))
+        if not self.is_attached:
+            self._views = [self._view(p) for p in parts]
+            return
         if len(parts) < len(self._views) or any(
             not isinstance(view, KINDS[part.kind]) for view, part in zip(self._views, parts, strict=False)
         ):
