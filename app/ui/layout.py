@@ -22,9 +22,10 @@ MIN_PANE_WIDTH = 20
 
 
 def grid_shape(panes: int) -> tuple[int, int]:
-    """Columns and rows that keep every pane visible: side by side up to three, then rows."""
-    columns = 1 if panes == 1 else 2 if panes in (2, 4) else 3
-    return columns, math.ceil(panes / columns)
+    """Columns and rows that keep every pane visible: side by side up to three, then rows. No panes
+    (the screen between closing its last one and quitting) is planned as one row."""
+    columns = 1 if panes <= 1 else 2 if panes in (2, 4) else 3
+    return columns, max(1, math.ceil(panes / columns))
 
 
 @dataclass(frozen=True, slots=True)

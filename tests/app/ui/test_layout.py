@@ -44,3 +44,9 @@ def test_too_small_names_what_is_needed(size: tuple[int, int], panes: int) -> No
 
 def test_a_hidden_dashboard_stays_hidden_when_there_is_room() -> None:
     assert plan_layout(200, 60, 1, CHROME, dashboard_wanted=False).dashboard == "hidden"
+
+
+def test_no_panes_is_planned_without_dividing_by_zero() -> None:
+    """A save problem shown while the last pane closes relays out a screen with no panes."""
+    layout = plan_layout(120, 40, 0, 3, True)
+    assert (layout.columns, layout.rows, layout.too_small) == (1, 1, None)
