@@ -24,7 +24,7 @@ from app.backend.server_metrics import ServerSnapshot
 from app.core.conversation import ChatSettings, Conversation
 from app.core.options import MAX_PANES
 from app.session import ConversationSaver, SessionContext
-from app.session.pane_session import TOOL_WAITS
+from app.session.tool_loop import TOOL_WAITS
 from app.store.persistence import Saver
 from app.ui.keys import PANE_KEYS, key, key_named, palette_commands
 from app.ui.layout import plan_layout

@@ -23,7 +23,8 @@ from app.core.attachment import file_command, from_text
 from app.core.conversation import ChatMessage, Conversation
 from app.core.sanitize import strip_control
 from app.session import PaneSession, ReplyView
-from app.session.pane_session import STILL_REPLYING, TOOL_WAITS
+from app.session.pane_session import STILL_REPLYING
+from app.session.tool_loop import TOOL_WAITS
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.pane_context import PaneContext
 from app.ui.widgets.pane_actions import PaneActions
