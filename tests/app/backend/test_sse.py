@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.backend.base import StreamEvent
 from app.backend.chat_stream import ChatStream
 from app.backend.server_text import server_text
 from app.backend.sse import Chunk, LineSplitter, StreamFault, parse_chunk, parse_line
+from engine import TokenEvent
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FAST = settings(max_examples=300, deadline=None)
@@ -135,7 +135,7 @@ def test_a_stream_ends_with_one_event_whatever_goes_wrong() -> None:
     def broken(request: httpx.Request) -> httpx.Response:
         raise KeyError("something nobody expected")
 
-    events: list[StreamEvent] = []
+    events: list[TokenEvent] = []
 
     async def go() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(broken), base_url="http://x") as client:
