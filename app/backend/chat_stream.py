@@ -91,6 +91,8 @@ class ChatStream:
     ) -> None:
         """One event. A server tells no token ids and no phase but that it replies, then that it ended."""
         finished = finish_reason is not None
+        if finished:
+            self.metrics = replace(self.metrics, finished_time=time.monotonic())
         event = TokenEvent(
             request_id=self.request_id,
             tag=self.tag,
