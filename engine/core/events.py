@@ -24,7 +24,8 @@ class TokenEvent:
     """One step's news for one request; safe to hand to another thread.
 
     An event with no tokens and a `phase` before "decode" is progress news: the request was
-    scheduled, computed a prompt chunk, or was preempted (the worker's `Engine.step(progress=True)`).
+    scheduled and computed a prompt chunk, or was preempted (`Engine.report_progress`, which the
+    worker sets).
     `finish_reason`: "stop" | "length" | "abort" | "error".
     """
 
