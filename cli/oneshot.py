@@ -23,10 +23,10 @@ from app.core.sanitize import StreamStripper, strip_control
 from cli.terminal_reply import TerminalReply
 
 if TYPE_CHECKING:
-    from app.backend.base import Backend, StreamEvent
+    from app.backend.base import Backend
     from app.store.database import Store
     from cli.oneshot_tools import ToolUse
-    from engine import Structure, ToolCallStream
+    from engine import Structure, TokenEvent, ToolCallStream
 
 PROG = "lfm-chat"
 STDIN_NAME = "stdin"
@@ -141,7 +141,7 @@ def stream_reply(
     room = settings.max_tokens if limit is None or used is None else limit - used
     if room < 1:
         raise OneShotError(f"The prompt is {used:,} tokens and the model's context is {limit:,}: shorten it.")
-    events: queue.SimpleQueue[StreamEvent] = queue.SimpleQueue()
+    events: queue.SimpleQueue[TokenEvent] = queue.SimpleQueue()
     max_tokens = min(settings.max_tokens, room)
     handle = backend.submit(prompt, settings, max_tokens, "one-shot", events.put, structure=structure)
     try:
@@ -163,11 +163,11 @@ def stream_reply(
 
 
 def print_stream(
-    events: queue.SimpleQueue[StreamEvent],
+    events: queue.SimpleQueue[TokenEvent],
     out: TextIO,
     calls: ToolCallStream | None = None,
     render: bool = False,
-) -> tuple[str, list[int], StreamEvent]:
+) -> tuple[str, list[int], TokenEvent]:
     """Print events up to the final one, cleaned as they come; (the reply cleaned, its ids, the final
     event). The printed text is the returned reply, ended by a newline. With ``calls``, the text goes
     through it first: its calls are kept there, only its content is printed. ``render`` (a person

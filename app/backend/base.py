@@ -1,7 +1,9 @@
 """What a backend is to the app: submit a conversation, stream events, cancel, snapshot, close.
 
 Events reach the app on the backend's own thread through `on_event`, exactly as the engine's
-worker delivers them, so a pane's inbox works unchanged for either backend.
+worker delivers them: the engine's TokenEvent, which the remote backend builds from a server's
+stream (with what a server can tell: text, usage figures, no token ids and no prefill progress),
+so a pane's inbox works unchanged for either backend.
 """
 
 from __future__ import annotations
@@ -14,38 +16,10 @@ from app.core.conversation import ChatSettings, Conversation
 
 if TYPE_CHECKING:
     from app.backend.server_metrics import ServerSnapshot
-    from engine import EngineSnapshot, Structure
+    from engine import EngineSnapshot, Structure, TokenEvent
 
 
-class Metrics(Protocol):
-    """A request's figures as the status line shows them (engine.RequestMetrics has these)."""
-
-    prompt_tokens: int
-    cached_prompt_tokens: int
-    generated_tokens: int
-
-    @property
-    def ttft(self) -> float | None: ...
-    @property
-    def tokens_per_s(self) -> float | None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
-    """A piece of a reply. `finish_reason`: "stop" | "length" | "abort" | "error"; `notice` is one
-    line for the pane that is not part of the reply (dropped sampling fields, a retry)."""
-
-    request_id: str
-    text: str = ""
-    token_ids: tuple[int, ...] = ()
-    finished: bool = False
-    finish_reason: str | None = None
-    error: str | None = None
-    metrics: Metrics | None = None
-    notice: str = ""
-
-
-OnEvent = Callable[[StreamEvent], None]
+OnEvent = Callable[["TokenEvent"], None]
 
 
 @dataclass(frozen=True, slots=True)

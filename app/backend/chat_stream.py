@@ -13,18 +13,19 @@ import asyncio
 import sys
 import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import httpx
 
-from app.backend.base import OnEvent, StreamEvent
+from app.backend.base import OnEvent
 from app.backend.http_errors import status_problem
 from app.backend.server_text import server_text
 from app.backend.sse import Chunk, LineSplitter, StreamFault, parse_line
 from app.backend.tool_deltas import CallDeltas
 from app.backend.unpack import PIECE, BodyRefused, aunpacked, is_packed
 from app.core.reply_parts import THINK_END, THINK_START
+from engine import RequestMetrics, TokenEvent
 
 # Fields vLLM, SGLang and llama-server take beyond the OpenAI API; others may refuse them.
 EXTENSIONS = ("top_k", "min_p", "repetition_penalty")
@@ -35,17 +36,6 @@ ERROR_BODY_BYTES = 64 * 1024  # of an error status's body, this much is read (a 
 # A stream compressed although we asked for none (unpack.py) unpacks to at most this: ~25,000
 # tokens of SSE. Uncompressed, the network bounds it, and REPLY_CHARS and sse.LINE_BYTES its text.
 PACKED_STREAM_BYTES = 4 * 1024 * 1024
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteMetrics:
-    """What the status line shows, from the client's clock and the server's usage figures."""
-
-    prompt_tokens: int = 0
-    cached_prompt_tokens: int = 0
-    generated_tokens: int = 0
-    ttft: float | None = None
-    tokens_per_s: float | None = None
 
 
 class Dropped(Exception):
@@ -74,23 +64,51 @@ def rejected(body: str, sent: dict[str, Any]) -> list[str]:
 class ChatStream:
     """Runs one request on the backend's event loop: retries, field drops, SSE, final event."""
 
-    def __init__(self, client: httpx.AsyncClient, request_id: str, body: dict[str, Any], on_event: OnEvent):
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        request_id: str,
+        body: dict[str, Any],
+        on_event: OnEvent,
+        tag: object = None,
+    ):
         self.client = client
         self.request_id = request_id
+        self.tag = tag
         self.body = body
         self.on_event = on_event
         self.start = time.monotonic()
         self.first: float | None = None
-        self.metrics = RemoteMetrics()
+        # The engine's figures, from this client's clock and the server's usage: ttft and the rate
+        # come out as the engine computes them (its times are arrival, first and last token).
+        self.metrics = RequestMetrics(arrival_time=self.start, prompt_tokens=0)
         self.received = 0  # characters of reply text so far
         self.calls = CallDeltas()  # the reply's tool calls, given as text when it ends
         self.thinking = False  # reasoning deltas came last: the reply's <think> part is open
 
-    def emit(self, **fields: Any) -> None:
-        self.on_event(StreamEvent(self.request_id, metrics=self.metrics, **fields))
+    def emit(
+        self, text: str = "", finish_reason: str | None = None, error: str | None = None, notice: str = ""
+    ) -> None:
+        """One event. A server tells no token ids and no phase but that it replies, then that it ended."""
+        finished = finish_reason is not None
+        if finished:
+            self.metrics = replace(self.metrics, finished_time=time.monotonic())
+        event = TokenEvent(
+            request_id=self.request_id,
+            tag=self.tag,
+            text=text,
+            token_ids=(),
+            finished=finished,
+            finish_reason=finish_reason,
+            error=error,
+            metrics=self.metrics,
+            phase="finished" if finished else "decode",
+            notice=notice,
+        )
+        self.on_event(event)
 
     def fail(self, error: str) -> None:
-        self.emit(finished=True, finish_reason="error", error=error)
+        self.emit(finish_reason="error", error=error)
 
     async def run(self) -> None:
         """Every ending is one final event, whatever was raised; only a cancel is raised on, after
@@ -98,7 +116,7 @@ class ChatStream:
         try:
             reason = await self._attempts()
         except asyncio.CancelledError:
-            self.emit(finished=True, finish_reason="abort")
+            self.emit(finish_reason="abort")
             raise
         except Dropped as exc:
             self.fail(f"the connection dropped mid-reply ({exc})")
@@ -113,7 +131,7 @@ class ChatStream:
         else:
             if block := self.calls.as_text():
                 self.emit(text=block)
-            self.emit(finished=True, finish_reason=reason)
+            self.emit(finish_reason=reason)
 
     async def _attempts(self) -> str:
         for attempt in range(RETRIES + 1):
@@ -171,9 +189,8 @@ class ChatStream:
                 raise StreamFault(f"the reply passed {limit} of text; the rest was not read")
             self.first = self.first or now
             generated = self.metrics.generated_tokens + 1  # a chunk is a token on the servers we know
-            rate = (generated - 1) / (now - self.first) if now > self.first else None
             self.metrics = replace(
-                self.metrics, generated_tokens=generated, ttft=self.first - self.start, tokens_per_s=rate
+                self.metrics, generated_tokens=generated, first_token_time=self.first, last_token_time=now
             )
             if text:
                 self.emit(text=text)

@@ -10,11 +10,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from app.backend.base import OnEvent, Prompt, StreamEvent
+from app.backend.base import OnEvent, Prompt
 from app.core.conversation import ChatSettings, Conversation
 
 if TYPE_CHECKING:
-    from engine import Engine, EngineSnapshot, StreamHandle, Structure, TokenEvent
+    from engine import Engine, EngineSnapshot, StreamHandle, Structure
 
 # The engine thread runs this much nicer than the UI: with 8 panes streaming on 2 busy cores the
 # UI thread otherwise waited for CPU, and keys took ~0.25-0.9 s to show (p50, bench.key_latency
@@ -78,23 +78,10 @@ class LocalBackend:
         on_event: OnEvent,
         structure: Structure | None = None,
     ) -> StreamHandle:
-        def forward(event: TokenEvent) -> None:
-            on_event(
-                StreamEvent(
-                    event.request_id,
-                    event.text,
-                    event.token_ids,
-                    event.finished,
-                    event.finish_reason,
-                    event.error,
-                    event.metrics,
-                )
-            )
-
         if structure is None and prompt.tools and prompt.tool_choice == "required":
             structure = forced_call(prompt.tools)
         params = replace(settings.sampling_params(max_tokens), structure=structure)  # validated already
-        return self.worker.submit(prompt.ids or prompt.text, params, tag=tag, on_event=forward)
+        return self.worker.submit(prompt.ids or prompt.text, params, tag=tag, on_event=on_event)
 
     def remember(self, conversation: Conversation, prompt: Prompt, reply: str, ids: list[int]) -> None:
         if prompt.ids is not None:

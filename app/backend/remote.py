@@ -238,7 +238,7 @@ class RemoteBackend:
         if structure is not None:  # OpenAI's structured outputs; -p --json-schema makes json_schema ones only
             schema = {"name": "reply", "schema": structure.value, "strict": True}
             body["response_format"] = {"type": "json_schema", "json_schema": schema}
-        stream = ChatStream(self._client, request_id, body, on_event)
+        stream = ChatStream(self._client, request_id, body, on_event, tag)
 
         async def run() -> None:
             self._streams[request_id] = (tag, stream)

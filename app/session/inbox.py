@@ -10,17 +10,19 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from app.backend.base import StreamEvent
+if TYPE_CHECKING:
+    from engine import TokenEvent
 
 
 class TokenInbox:
     def __init__(self, wake: Callable[[], None]) -> None:
         self._lock = threading.Lock()
-        self._events: list[StreamEvent] = []
+        self._events: list[TokenEvent] = []
         self._wake = wake
 
-    def put(self, event: StreamEvent) -> None:
+    def put(self, event: TokenEvent) -> None:
         """Backend thread: never blocks on the UI."""
         with self._lock:
             first = not self._events
@@ -28,7 +30,7 @@ class TokenInbox:
         if first:
             self._wake()
 
-    def take(self) -> list[StreamEvent]:
+    def take(self) -> list[TokenEvent]:
         """UI thread: everything since the last take, oldest first (may be empty after a spare wake)."""
         with self._lock:
             events, self._events = self._events, []

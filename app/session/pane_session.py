@@ -7,7 +7,9 @@ Retries, edits, forks and attachments change the conversation here too. The view
 (app/session/view.py) is told what changed and draws it; a test drives a session with no screen.
 
 Events reach the session by the session itself: the backend's thread puts them in its inbox, which
-wakes the view, which applies them at its next frame. Focus never decides where tokens go.
+wakes the view, which applies them at its next frame. Focus never decides where tokens go. They are
+the request's one feed: its tokens, and before the first of them its phase (queued, prefill with
+its progress, preempted), which the engine's worker sends as events of their own.
 
 What is saved when: the user's message before its request is submitted, the reply so far every
 `PARTIAL_SAVE_SECONDS` while it streams, the finished turn, and the draft when the view hands it
@@ -21,7 +23,7 @@ import time
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from app.backend.base import Backend, Metrics, Prompt, StreamEvent
+from app.backend.base import Backend, Prompt
 from app.core.attachment import Attachment, AttachmentError, file_command, read_file, with_attachments
 from app.core.conversation import ChatMessage, ChatSettings, Conversation
 from app.core.sanitize import strip_control
@@ -44,10 +46,10 @@ from app.session.view import PaneView
 
 if TYPE_CHECKING:
     from app.tools.toolbox import ToolBox
-    from engine import RequestSnapshot, ToolCall
+    from engine import RequestMetrics, TokenEvent, ToolCall
 
-# Snapshot phases as the status line names them.
-PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill", "decode": "decoding"}
+# The phases before a request's first token (TokenEvent.phase), as the status line names them.
+PHASE_STATES = {"waiting": "queued", "preempted": "preempted", "prefill": "prefill"}
 FINISHED_STATES = {"abort": "stopped", "error": "error", "length": "cut"}  # others leave it idle
 PARTIAL_SAVE_SECONDS = 1.0
 STILL_REPLYING = "This pane is still replying: Esc stops it."
@@ -69,7 +71,7 @@ class PaneSession(ToolLoop):
 
     def __init__(self, conversation: Conversation, context: SessionContext, view: PaneView, tag: str) -> None:
         self.conversation = conversation
-        self.tag = tag  # what the backend's snapshots name this session's requests by
+        self.tag = tag  # what the backend's snapshots (the dashboard's rows) name this session's requests by
         self.context = context
         self.view = view
         self.attachments = PaneAttachments.holding(conversation.attachments)  # for the next message
@@ -321,10 +323,13 @@ class PaneSession(ToolLoop):
         await self.view.add_notice(notice)
 
     # ------------------------------------------------------------------ streaming
-    async def apply(self, events: list[StreamEvent]) -> None:
+    async def apply(self, events: list[TokenEvent]) -> None:
         """Show the events of the current request, drawn once; events of older requests are ignored."""
         turn = self.turn
         if turn is None or not (mine := turn.take(events)):
+            return
+        if all(e.phase in PHASE_STATES for e in mine):  # progress news only: nothing to draw or save
+            self._show_progress(turn, mine[-1])
             return
         for notice in (e.notice for e in mine if e.notice):
             await self.view.add_notice(notice, before=turn.reply)
@@ -343,16 +348,13 @@ class PaneSession(ToolLoop):
                 self.save(turn.text)
         self.view.changed()
 
-    def apply_snapshot(self, request: RequestSnapshot) -> None:
-        """Queue and prefill progress, which token events cannot tell (no tokens yet)."""
-        turn = self.turn
-        if turn is None or request.request_id != turn.handle.request_id or turn.ids:
-            return
-        if self.state != "stopping":
-            phase = PHASE_STATES.get(request.phase, request.phase)
-            self._show(phase, prefill=(request.computed_prompt_tokens, request.prompt_tokens))
+    def _show_progress(self, turn: Turn, event: TokenEvent) -> None:
+        """Queue and prefill progress, shown until the first token: from then on the reply's own
+        figures are (a preemption later, and the prefill that recomputes it, change nothing shown)."""
+        if not turn.ids and self.state != "stopping":
+            self._show(PHASE_STATES[event.phase], prefill=(event.prompt_done, event.metrics.prompt_tokens))
 
-    async def _finish(self, turn: Turn, event: StreamEvent) -> None:
+    async def _finish(self, turn: Turn, event: TokenEvent) -> None:
         """The conversation, the state and the save change before the first await, so a quit
         meanwhile loses nothing; the session stays busy until the view has settled the reply, so a
         message sent meanwhile cannot land above this reply or have its status overwritten."""
@@ -429,7 +431,7 @@ class PaneSession(ToolLoop):
             await self.view.add_notice("The reply above was stopped to switch the model.")
 
     def _show(
-        self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
+        self, state: str, metrics: RequestMetrics | None = None, prefill: tuple[int, int] | None = None
     ) -> None:
         self.state = state
         self.view.show_state(state, metrics, prefill)

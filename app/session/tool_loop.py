@@ -29,9 +29,8 @@ from app.session.turn import Turn
 from app.session.view import PaneView, ToolCallView
 
 if TYPE_CHECKING:
-    from app.backend.base import StreamEvent
     from app.session.pane_session import SessionContext
-    from engine import ToolCall
+    from engine import TokenEvent, ToolCall
 
 ASKING = "asking you"  # a call waits for the user's answer
 RUNNING_TOOL = "waiting on tool"
@@ -50,7 +49,7 @@ class ToolLoop:
     asking: ToolCall | None
     _answer: asyncio.Future[Approval] | None
 
-    def _calls_made(self, turn: Turn, event: StreamEvent) -> list[ToolCall]:
+    def _calls_made(self, turn: Turn, event: TokenEvent) -> list[ToolCall]:
         """The calls of a reply that ended by itself in a pane offering tools, kept with the reply."""
         if event.finish_reason != "stop" or not turn.prompt.tools or not turn.text:
             return []

@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from app.backend.base import Backend, Prompt, Stream, StreamEvent
+from app.backend.base import Backend, Prompt, Stream
 from app.core.conversation import ChatMessage, Conversation
 from app.core.sanitize import strip_control
 from app.core.versions import take_place
 from app.session.view import ReplyView
+
+if TYPE_CHECKING:
+    from engine import TokenEvent
 
 TOOL_CALL_START, TOOL_CALL_END = "<|tool_call_start|>", "<|tool_call_end|>"
 
@@ -59,7 +63,7 @@ class Turn:
         text = self.text
         return text[len(self.base) :] if text.startswith(self.base) else text
 
-    def take(self, events: list[StreamEvent]) -> list[StreamEvent]:
+    def take(self, events: list[TokenEvent]) -> list[TokenEvent]:
         """Collect the text and ids of this request's events; those of older requests are dropped."""
         mine = [e for e in events if e.request_id == self.handle.request_id]
         self.raw += "".join(e.text for e in mine)
@@ -68,13 +72,13 @@ class Turn:
         self.ended = any(e.finish_reason == "stop" for e in mine)
         return mine
 
-    def context_used(self, last: StreamEvent) -> tuple[int | None, bool]:
+    def context_used(self, last: TokenEvent) -> tuple[int | None, bool]:
         """(tokens the conversation fills with this reply so far, estimated): counted here when the
         prompt's ids are known, else the server's usage figures, else (before they come, or for a
         stopped reply, which gets none) the prompt's estimate plus the chunks received."""
         tokens, estimated = self.prompt.count
         m = last.metrics
-        if not estimated or m is None:
+        if not estimated:
             return (None if tokens is None else tokens + len(self.ids)), estimated
         if m.prompt_tokens:
             return m.prompt_tokens + m.generated_tokens, False

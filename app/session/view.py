@@ -11,9 +11,8 @@ from collections.abc import Awaitable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from app.backend.base import Metrics
     from app.core.conversation import ChatMessage, Conversation
-    from engine import ToolCall
+    from engine import RequestMetrics, ToolCall
 
 
 class ReplyView(Protocol):
@@ -80,7 +79,7 @@ class PaneView(Protocol):
         ...
 
     def show_state(
-        self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
+        self, state: str, metrics: RequestMetrics | None = None, prefill: tuple[int, int] | None = None
     ) -> None:
         """The request's state for the status line; metrics are kept from before unless given."""
         ...

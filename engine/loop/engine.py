@@ -25,6 +25,7 @@ from engine.core.metrics import EngineMetrics, RequestMetrics, StepStats
 from engine.core.prompts import Prompt, prompt_token_ids
 from engine.core.request import Request, RequestStatus
 from engine.core.sampling_params import SamplingParams, SamplingParamsError
+from engine.core.schedule import SchedulerOutput
 from engine.kv.block_manager import BranchCopies
 from engine.loop.branches import MAX_N, branch_id, branch_seed
 from engine.loop.build import EngineParts, load_parts, parts_for_model
@@ -74,6 +75,9 @@ class Engine:
         self._arrivals = itertools.count()
         self._seeds = random.Random(self.config.seed)  # seeds of requests that bring none
         self.grammars = GrammarCompiler(parts.tokenizer, parts.model_config.vocab_size)  # for structures
+        # step() also reports requests that moved without sampling (set by a caller that streams
+        # where each request stands, as the worker does): see `step`
+        self.report_progress = False
 
     @classmethod
     def from_pretrained(
@@ -201,7 +205,12 @@ class Engine:
 
     # ------------------------------------------------------------------ stepping
     def step(self) -> list[RequestOutput]:
-        """Run one scheduled batch; outputs of requests that produced tokens or finished."""
+        """Run one scheduled batch; outputs of requests that produced tokens or finished.
+
+        With `report_progress` (a caller that shows where each request stands, as the worker's
+        streams do), also an output with no new tokens for each request whose prompt advanced
+        without sampling or which was preempted, carrying its phase and prefill progress.
+        """
         began = time.monotonic()
         # Drafts are proposed here rather than at the end of the step that sampled (as vLLM does):
         # that step's tokens were handed out first, so a draft model's forwards (its catch-up on a
@@ -212,7 +221,7 @@ class Engine:
             self._on_admitted(request, began)
         self.metrics.preemptions += len(scheduled.preempted)
         if not scheduled.chunks:
-            return []
+            return self._progress(scheduled) if self.report_progress else []
         sampling = [chunk for chunk in scheduled.chunks if chunk.want_logits]
         sampled = [chunk.request for chunk in sampling]
         generated = accepted = 0
@@ -252,7 +261,7 @@ class Engine:
         if self.pacer is not None:
             self.pacer.observe(stats.step_time, stats.decode_tokens, stats.prefill_tokens)
             self.prefill_cap = self.pacer.cap(*self.scheduler.demand())
-        return outputs
+        return (outputs + self._progress(scheduled)) if self.report_progress else outputs
 
     def generate(
         self,
@@ -343,6 +352,13 @@ class Engine:
         if heirs:  # it ended before computing the prompt its branches wait for: the next one will
             heirs[0].branches = heirs[1:]
             self.scheduler.add(heirs[0])
+
+    def _progress(self, scheduled: SchedulerOutput) -> list[RequestOutput]:
+        """Outputs (no new tokens) of the requests that moved in a step without sampling: a prompt
+        chunk computed, or preempted back to the queue."""
+        moved = [chunk.request for chunk in scheduled.chunks if not chunk.want_logits]
+        live = [request for request in moved if not request.is_finished]
+        return [self.outputs.output(request) for request in live + scheduled.preempted]
 
     def _fail(self, request: Request, error: str) -> RequestOutput:
         if not request.is_finished:

@@ -42,6 +42,8 @@ class RequestOutput:
     logprobs: list[TokenLogprob] | None = None
     new_logprobs: list[TokenLogprob] = field(default_factory=list)  # those of new_token_ids
     rejected_by: type[Exception] | None = None  # what refused it at the door (bad input), if anything
+    phase: str = "finished"  # Request.phase after the step: "waiting" | "preempted" | "prefill" | "decode"...
+    prompt_done: int = 0  # prompt tokens computed so far (prefill progress), of len(prompt_token_ids)
 
     @classmethod
     def rejected(
@@ -146,4 +148,6 @@ class OutputProcessor:
             index=request.index,
             logprobs=list(logprobs) if logprobs is not None else None,
             new_logprobs=new_logprobs,
+            phase=request.phase,
+            prompt_done=min(request.num_computed_tokens, request.num_prompt_tokens),
         )

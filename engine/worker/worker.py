@@ -5,6 +5,7 @@
     submit() / cancel()  --> inbox (deque) ----> drain inbox: add_request / abort
                               + Condition        engine.step()
     on_event(ev)         <---------------------- one TokenEvent per RequestOutput, called here
+                                                 (tokens, and progress: a prompt chunk, a preemption)
     snapshot()    <-- latest EngineSnapshot <--- published after every step
 
 The worker sleeps on the condition while there is nothing to do (no busy spin) and is woken
@@ -52,6 +53,8 @@ def _event(out: RequestOutput) -> TokenEvent:
         index=out.index,
         logprobs=tuple(out.new_logprobs),
         rejected_by=out.rejected_by,
+        phase=out.phase,
+        prompt_done=out.prompt_done,
     )
 
 
@@ -96,6 +99,7 @@ class EngineWorker:
         """`nice`: how far below its caller the worker thread's CPU priority runs (Linux, where each
         thread has its own; ignored elsewhere). An interactive caller gives its UI the CPU first."""
         self.engine = engine
+        engine.report_progress = True  # a stream says when its request is scheduled, prefills, is preempted
         self._nice = nice
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._cond = threading.Condition()

@@ -195,10 +195,12 @@ class ChatScreen(Screen[None]):
             # hiding the panes took the focus away: give it back, so typing goes where it went before
             self.call_after_refresh(self.active_pane.focus_input)
 
-    # ------------------------------------------------------------------ backend -> panes
+    # ------------------------------------------------------------------ backend -> dashboard
     @work(thread=True, exclusive=True, group="monitor")
     def _monitor(self) -> None:
-        """Read the backend's published snapshot a few times a second; never touches the model.
+        """Read the backend's published snapshot a few times a second, for the dashboard's figures
+        (each pane hears of its own request, phase and prefill included, from its events); never
+        touches the model.
 
         Only a new snapshot is posted: an idle engine publishes none, so an idle app stays idle.
         """
@@ -219,12 +221,8 @@ class ChatScreen(Screen[None]):
         self.dashboard.show_tool_waits(waits)
 
     def on_chat_screen_snapshotted(self, message: Snapshotted) -> None:
-        snap = message.snapshot
-        panes = {p.id: p for p in self.panes}
-        for request in snap.requests:
-            if (pane := panes.get(request.tag)) is not None:
-                pane.session.apply_snapshot(request)
-        self.dashboard.show(snap, {pane_id: f"pane {p.label}" for pane_id, p in panes.items()})
+        labels = {p.id: f"pane {p.label}" for p in self.panes}
+        self.dashboard.show(message.snapshot, labels)
 
     # ------------------------------------------------------------------ persistence
     def _retry_saves(self) -> None:

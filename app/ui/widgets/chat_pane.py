@@ -18,7 +18,6 @@ from textual.message import Message
 from textual.timer import Timer
 from textual.widgets import TextArea
 
-from app.backend.base import Metrics
 from app.core.attachment import file_command, from_text
 from app.core.conversation import ChatMessage, Conversation
 from app.core.sanitize import strip_control
@@ -36,7 +35,7 @@ from app.ui.widgets.tool_message import ToolMessage
 from app.ui.widgets.transcript import Transcript
 
 if TYPE_CHECKING:
-    from engine import ToolCall
+    from engine import RequestMetrics, ToolCall
 
 DRAFT_SAVE_SECONDS = 1.0
 
@@ -204,7 +203,7 @@ class ChatPane(PaneActions, Vertical):
         return key_named(self.app, PANE_KEYS, action)
 
     def show_state(
-        self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
+        self, state: str, metrics: RequestMetrics | None = None, prefill: tuple[int, int] | None = None
     ) -> None:
         waiting = state in TOOL_WAITS or self.status.state in TOOL_WAITS
         self.status.show(state, metrics, prefill)

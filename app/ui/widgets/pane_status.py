@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from textual.widgets import Static
 
-from app.backend.base import Metrics
 from app.ui.keys import PANE_KEYS, key_named
+
+if TYPE_CHECKING:
+    from engine import RequestMetrics
 
 STATES = ("idle", "queued", "preempted", "prefill", "decoding", "stopping", "stopped", "error", "cut")
 HINT = 5  # a key hint's priority: left out before any figure is shortened
@@ -24,13 +27,13 @@ class PaneStatus(Static):
     def __init__(self, *, id: str | None = None) -> None:
         super().__init__("idle", id=id, markup=False)
         self.state = "idle"
-        self.metrics: Metrics | None = None
+        self.metrics: RequestMetrics | None = None
         self.prefill: tuple[int, int] | None = None
         self.model = ""  # the pane's own model on a server (panes may differ); "" locally
         self.tool_step = ""  # "tool step 2/8" while a turn calls tools
 
     def show(
-        self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
+        self, state: str, metrics: RequestMetrics | None = None, prefill: tuple[int, int] | None = None
     ) -> None:
         """Set the state; metrics are kept from the previous call unless new ones are given."""
         self.state = state

@@ -17,11 +17,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from app.backend.base import Prompt, StreamEvent
+from app.backend.base import Prompt
 from app.backend.http_errors import ServerError
 from app.backend.remote import RemoteBackend
 from app.backend.unpack import BodyRefused, Unpacker
 from app.core.conversation import ChatSettings
+from engine import TokenEvent
 from tests.waiting import HANG_GUARD, wait_for
 
 UNPACKED = 200 << 20
@@ -103,8 +104,8 @@ def serving(*bombs: str) -> Iterator[BombServer]:
         server.close()
 
 
-def chat(backend: RemoteBackend) -> list[StreamEvent]:
-    inbox: queue.Queue[StreamEvent] = queue.Queue()
+def chat(backend: RemoteBackend) -> list[TokenEvent]:
+    inbox: queue.Queue[TokenEvent] = queue.Queue()
     settings = ChatSettings(max_tokens=16)
     backend.submit(Prompt([{"role": "user", "content": "Hi"}]), settings, 16, "pane-1", inbox.put)
     events = [inbox.get(timeout=HANG_GUARD)]

@@ -8,11 +8,12 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from app.backend.base import Prompt, StreamEvent
+from app.backend.base import Prompt
 from app.backend.http_errors import ServerError
 from app.backend.remote import RemoteBackend, pick_model
 from app.backend.server_metrics import ServerSnapshot
 from app.core.conversation import ChatMessage, ChatSettings, Conversation
+from engine import TokenEvent
 from tests.app.fake_openai import FakeServer
 from tests.waiting import HANG_GUARD, wait_for
 
@@ -28,11 +29,11 @@ def server() -> Iterator[FakeServer]:
 
 def run(
     backend: RemoteBackend, settings: ChatSettings = SETTINGS, cancel_after: int | None = None
-) -> list[StreamEvent]:
+) -> list[TokenEvent]:
     """Submit one chat and collect its events up to the final one."""
-    inbox: queue.Queue[StreamEvent] = queue.Queue()
+    inbox: queue.Queue[TokenEvent] = queue.Queue()
     stream = backend.submit(Prompt(CHAT), settings, settings.max_tokens, "pane-1", inbox.put)
-    events: list[StreamEvent] = []
+    events: list[TokenEvent] = []
     while not events or not events[-1].finished:
         events.append(inbox.get(timeout=HANG_GUARD))
         if cancel_after is not None and sum(bool(e.text) for e in events) == cancel_after:
@@ -68,7 +69,7 @@ def first_snapshot(url: str) -> ServerSnapshot:
         return wait_for(backend.snapshot, "a first dashboard snapshot")
 
 
-def text(events: list[StreamEvent]) -> str:
+def text(events: list[TokenEvent]) -> str:
     return "".join(e.text for e in events)
 
 

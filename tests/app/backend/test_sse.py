@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from typing import Any
 
@@ -11,10 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from app.backend.base import StreamEvent
 from app.backend.chat_stream import ChatStream
 from app.backend.server_text import server_text
 from app.backend.sse import Chunk, LineSplitter, StreamFault, parse_chunk, parse_line
+from engine import TokenEvent
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 FAST = settings(max_examples=300, deadline=None)
@@ -135,7 +136,7 @@ def test_a_stream_ends_with_one_event_whatever_goes_wrong() -> None:
     def broken(request: httpx.Request) -> httpx.Response:
         raise KeyError("something nobody expected")
 
-    events: list[StreamEvent] = []
+    events: list[TokenEvent] = []
 
     async def go() -> None:
         async with httpx.AsyncClient(transport=httpx.MockTransport(broken), base_url="http://x") as client:
@@ -145,3 +146,46 @@ def test_a_stream_ends_with_one_event_whatever_goes_wrong() -> None:
     asyncio.run(go())
     assert [e.finished for e in events] == [True]
     assert events[0].finish_reason == "error" and "KeyError" in (events[0].error or "")
+
+
+def test_a_servers_stream_becomes_the_engines_events_with_its_figures() -> None:
+    """The remote backend speaks the engine's TokenEvent: text as it comes (no token ids, no prefill
+    news), then one final event whose RequestMetrics hold the client's clock and the server's usage."""
+    lines = [
+        {"choices": [{"index": 0, "delta": {"content": "Hel"}}]},
+        {"choices": [{"index": 0, "delta": {"content": "lo"}, "finish_reason": "stop"}]},
+        {
+            "choices": [],
+            "usage": {
+                "prompt_tokens": 11,
+                "completion_tokens": 2,
+                "prompt_tokens_details": {"cached_tokens": 8},
+            },
+        },
+    ]
+    sse = "".join(f"data: {json.dumps(line)}\n\n" for line in lines) + "data: [DONE]\n\n"
+
+    def server(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(
+            200, stream=httpx.ByteStream(sse.encode()), headers={"content-type": "text/event-stream"}
+        )
+
+    events: list[TokenEvent] = []
+
+    async def go() -> None:
+        async with httpx.AsyncClient(transport=httpx.MockTransport(server), base_url="http://x") as client:
+            body = {"model": "m", "messages": [], "stream": True}
+            await ChatStream(client, "chat-1", body, events.append, tag="pane-2").run()
+
+    asyncio.run(go())
+    assert [(e.text, e.phase, e.finished) for e in events] == [
+        ("Hel", "decode", False),
+        ("lo", "decode", False),
+        ("", "finished", True),
+    ]
+    assert all(e.request_id == "chat-1" and e.tag == "pane-2" and e.token_ids == () for e in events)
+    last = events[-1]
+    m = last.metrics
+    assert last.finish_reason == "stop" and m.ttft is not None and m.finished_time is not None
+    assert (m.prompt_tokens, m.cached_prompt_tokens, m.generated_tokens) == (11, 8, 2)
+    assert events[0].metrics.tokens_per_s == 0.0  # one token: no rate yet

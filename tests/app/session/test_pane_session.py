@@ -14,14 +14,13 @@ from pathlib import Path
 
 import pytest
 
-from app.backend.base import Metrics
 from app.backend.local import LocalBackend
 from app.core.conversation import ChatMessage, ChatSettings, Conversation
 from app.core.sanitize import strip_control
 from app.session import ConversationSaver, PaneSession, SessionContext
 from app.store.database import Store
 from app.store.persistence import Saver
-from engine import Engine, RequestOutput
+from engine import Engine, RequestMetrics, RequestOutput
 from tests.app.pilot_helpers import ENGINE, Reference, user
 
 GREEDY = ChatSettings(temperature=0.0, max_tokens=24)
@@ -58,7 +57,8 @@ class RecordingView:
         self.toasts: list[str] = []
         self.notices: list[str] = []
         self.states: list[str] = []
-        self.metrics: Metrics | None = None  # the latest figures the status line was given
+        self.metrics: RequestMetrics | None = None  # the latest figures the status line was given
+        self.prefills: list[tuple[int, int]] = []  # (prompt tokens computed, of how many), as shown
         self.users: list[str] = []
         self.replies: list[RecordingReply] = []
         self.shown: list[list[ChatMessage]] = []
@@ -89,10 +89,12 @@ class RecordingView:
         pass
 
     def show_state(
-        self, state: str, metrics: Metrics | None = None, prefill: tuple[int, int] | None = None
+        self, state: str, metrics: RequestMetrics | None = None, prefill: tuple[int, int] | None = None
     ) -> None:
         self.states.append(state)
         self.metrics = metrics or self.metrics
+        if prefill is not None:
+            self.prefills.append(prefill)
 
     async def show_conversation(self, conversation: Conversation) -> None:
         self.shown.append(list(conversation.messages))
@@ -173,6 +175,25 @@ async def test_a_turn_streams_finishes_and_is_saved(
     saved = store.load(session.conversation.id)
     assert saved is not None and [m.content for m in saved.messages] == ["Hello!", want]
     assert [c.id for c in store.open_conversations()] == [session.conversation.id]
+
+
+async def test_a_long_prompt_shows_its_prefill_progress_from_its_own_events_then_decodes(
+    backend: LocalBackend, store: Store
+) -> None:
+    """No snapshot is read: the request's events say it prefills (chunks of at most
+    max_num_batched_tokens) before its first token, and the status line follows them."""
+    session, view = open_session(backend, store)
+    await session.send("tell me more about the weather " * 60)
+    assert session.turn is not None and (prompt := session.turn.prompt.tokens) is not None
+    assert prompt > 2 * ENGINE["max_num_batched_tokens"]  # several chunks
+    await run(session, view)
+
+    first_decoding = view.states.index("decoding")
+    assert view.states[0] == "queued" and set(view.states[1:first_decoding]) == {"prefill"}
+    done = [computed for computed, total in view.prefills]
+    assert {total for _, total in view.prefills} == {prompt}
+    assert done == sorted(done) and done[0] > 0 and done[-1] < prompt
+    assert "prefill" not in view.states[first_decoding:]
 
 
 async def test_cancel_mid_turn_keeps_the_partial_reply_marked_stopped(

@@ -15,11 +15,10 @@ from textual import events
 from textual.pilot import Pilot
 
 from app.app import LfmChatApp
-from app.backend.base import StreamEvent
 from app.core.conversation import ChatSettings
 from app.ui import frame_pacer
 from bench.key_latency import FrameClock, type_from_thread
-from engine import EngineConfig
+from engine import EngineConfig, TokenEvent
 from tests.app.pilot_helpers import ENGINE, MakeOptions, chat_screen, wait_replied, wait_until
 
 LONG = ChatSettings(temperature=0.0, max_tokens=160)
@@ -128,10 +127,10 @@ async def test_keys_reach_the_screen_before_any_stream_redraws_while_five_panes_
         assert typing.prompt_input.text == "twenty keys, typed.."
 
 
-def recorded(apply: Callable[[list[StreamEvent]], Awaitable[None]], draws: list[float]):  # type: ignore[no-untyped-def]
+def recorded(apply: Callable[[list[TokenEvent]], Awaitable[None]], draws: list[float]):  # type: ignore[no-untyped-def]
     """A pane's `apply`, noting when it drew events."""
 
-    async def run(events: list[StreamEvent]) -> None:
+    async def run(events: list[TokenEvent]) -> None:
         if events:
             draws.append(time.perf_counter())
         await apply(events)

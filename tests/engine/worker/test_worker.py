@@ -165,3 +165,40 @@ def test_idle_worker_sleeps_instead_of_spinning(worker):
     before = cpu_ticks()
     time.sleep(0.5)  # about 50 ticks of wall time
     assert cpu_ticks() - before <= 2
+
+
+def test_a_long_prompt_streams_its_prefill_progress_before_its_tokens(tiny_ckpt, make_engine, prompts):
+    """The pane's one feed: each prompt chunk computed is an event (no tokens) saying how far the
+    prefill got, then the tokens come as decode events."""
+    worker = EngineWorker(make_engine(tiny_ckpt, max_num_batched_tokens=16)).start()
+    try:
+        _, stream = submit(worker, prompts([100], seed=21)[0], PARAMS[0])
+        events = stream.until_finished()
+    finally:
+        worker.shutdown()
+    progress = [e for e in events if not e.token_ids and not e.finished]
+    assert [(e.phase, e.prompt_done) for e in progress] == [("prefill", done) for done in range(16, 100, 16)]
+    assert all(e.text == "" and e.metrics.prompt_tokens == 100 for e in progress)
+    first_token = events[len(progress)]
+    assert first_token.token_ids and first_token.phase == "decode" and first_token.prompt_done == 100
+    assert events[-1].phase == "finished" and len(joined(events)[1]) == PARAMS[0].max_tokens
+
+
+def test_a_preempted_request_says_so_and_only_streaming_steps_report_progress(
+    tiny_ckpt, make_engine, prompts
+):
+    """Preemption is news for the stream (an event in phase "preempted"); `Engine.step()` without
+    `report_progress` keeps returning only outputs that carry tokens or end a request."""
+    config = {"block_size": 8, "num_kv_blocks": 20, "max_num_seqs": 4, "max_num_batched_tokens": 48}
+    batch = prompts([40, 90, 25, 60, 10, 75, 33], seed=6)
+    plain, streaming = make_engine(tiny_ckpt, **config), make_engine(tiny_ckpt, **config)
+    streaming.report_progress = True
+    for engine in (plain, streaming):
+        for prompt in batch:
+            engine.add_request(prompt, SamplingParams(temperature=0.0, max_tokens=24, ignore_eos=True))
+    while plain.has_unfinished():
+        assert all(out.new_token_ids or out.finished for out in plain.step())
+    phases = set()
+    while streaming.has_unfinished():
+        phases.update(out.phase for out in streaming.step() if not out.new_token_ids)
+    assert streaming.snapshot().preemptions > 0 and phases == {"preempted", "prefill"}
