@@ -9,7 +9,7 @@ A waiting pane has no request in the backend: the engine never waits on a tool.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.core.conversation import ChatSettings
@@ -59,6 +59,11 @@ class PaneTools:
     always: set[str] = field(default_factory=set)  # tools this pane runs without asking
     choice: Literal["auto", "required"] = "auto"
     step_limit: int = STEP_LIMIT
+
+    def forked(self) -> PaneTools:
+        """A fork's: what this pane agreed to, in a set of its own (an "always" given in the fork
+        stays there, as one given here stays here)."""
+        return replace(self, always=set(self.always))
 
     @staticmethod
     async def offered(toolbox: ToolBox | None, settings: ChatSettings) -> list[ToolSpec]:

@@ -176,6 +176,33 @@ async def test_always_runs_that_tool_again_without_asking(
     assert view.steps[-1] == (2, 2) and session.asking is None and len(view.calls) == 6
 
 
+async def test_a_fork_runs_the_tools_its_parent_always_runs_and_offers_the_same_servers(
+    backend: LocalBackend,
+    store: Store,
+    toolbox: ToolBox,
+) -> None:
+    parent, parent_view = open_session(backend, store, toolbox, ["weather"], step_limit=1)
+    await parent.send("Weather in Lima?")
+    await drive(parent, parent_view, asking(parent))
+    assert parent.answer(Approval("always"))
+    await drive(parent, parent_view, idle(parent))
+
+    fork = parent.fork(None)
+    assert fork is not None and fork.tools.always == {"weather"}
+    servers = fork.conversation.settings.tool_servers
+    assert servers == ["weather"] and servers is not parent.conversation.settings.tool_servers
+    view = ToolView()  # the new pane, as the screen opens it
+    child = PaneSession(fork.conversation, parent.context, view, "pane-2", fork.tools)
+    await child.send("And in Quito?")
+    await drive(child, view, idle(child))
+    assert roles(child)[-5:] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert child.conversation.messages[-3].content.startswith("WEATHER-RESULT")  # run, not asked about
+    assert not any(call.statuses and call.statuses[0].startswith("Run it?") for call in view.calls)
+
+    child.tools.always.add("sleeper")  # an "always" given in the fork stays in the fork
+    assert parent.tools.always == {"weather"}
+
+
 async def test_esc_during_a_tool_that_never_answers_cancels_the_call_and_the_turn(
     backend: LocalBackend,
     store: Store,
