@@ -40,6 +40,7 @@ PROMPTS = (
 )
 FOLLOW_UPS = ("Now tell it from the ship's side.", "Make it a poem instead.")
 TOOL_PROMPTS = ("Weather in Paris?", "Weather in Oslo?", PROMPTS[0], PROMPTS[2])
+SHOTS = ("streaming", "fork", "tools", "server")  # streaming.svg comes with history.svg
 WEATHER_SERVER = HERE.parent / "tests" / "app" / "tools" / "servers.py"  # an MCP server of the SDK's API
 
 
@@ -143,7 +144,11 @@ async def shoot_tools(options: AppOptions) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a local LFM2 checkpoint (default: the --demo checkpoint)")
+    parser.add_argument(
+        "--only", nargs="+", choices=SHOTS, default=SHOTS, help="regenerate these shots only (default: all)"
+    )
     args = parser.parse_args()
+    wanted = set(args.only)
     with tempfile.TemporaryDirectory() as tmp:
         options = AppOptions(
             model=args.model or "",
@@ -154,20 +159,24 @@ def main() -> None:
             data_dir=Path(tmp) / "data",
             cache_dir=Path(tmp) / "cache",
         )
-        asyncio.run(shoot(options))
-        asyncio.run(shoot_fork(replace(options, data_dir=Path(tmp) / "fork-data")))
-        asyncio.run(shoot_tools(replace(options, data_dir=Path(tmp) / "tools-data")))
-        with lfm_chat_serve(args.model) as url:
-            remote = AppOptions(
-                model=DEFAULT_MODEL,
-                server=url,
-                panes=len(PROMPTS),
-                chat=options.chat,
-                data_dir=Path(tmp) / "server-data",
-                cache_dir=Path(tmp) / "cache",
-            )
-            asyncio.run(shoot(remote, "server.svg", history=False))
-    print(f"wrote streaming.svg, history.svg, fork.svg, tools.svg and server.svg in {HERE}")
+        if "streaming" in wanted:  # and history.svg
+            asyncio.run(shoot(options))
+        if "fork" in wanted:
+            asyncio.run(shoot_fork(replace(options, data_dir=Path(tmp) / "fork-data")))
+        if "tools" in wanted:
+            asyncio.run(shoot_tools(replace(options, data_dir=Path(tmp) / "tools-data")))
+        if "server" in wanted:
+            with lfm_chat_serve(args.model) as url:
+                remote = AppOptions(
+                    model=DEFAULT_MODEL,
+                    server=url,
+                    panes=len(PROMPTS),
+                    chat=options.chat,
+                    data_dir=Path(tmp) / "server-data",
+                    cache_dir=Path(tmp) / "cache",
+                )
+                asyncio.run(shoot(remote, "server.svg", history=False))
+    print(f"wrote the {', '.join(args.only)} screenshots in {HERE}")
 
 
 def lfm_chat_serve(model: str | None) -> contextlib.AbstractContextManager[str]:
