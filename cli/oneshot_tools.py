@@ -53,37 +53,40 @@ class ToolUse:
 
 def ask_on_terminal(question: str) -> Approval | None:
     """The answer typed on the controlling terminal, whatever stdin and stdout are; None when there
-    is none."""
+    is none. Read and written through two files: a terminal cannot seek, so one opened "r+" fails."""
     try:
-        with open("/dev/tty", "r+", encoding="utf-8", errors="replace") as tty:
-            return ask_in(tty, question)
+        with (
+            open("/dev/tty", encoding="utf-8", errors="replace") as keys,
+            open("/dev/tty", "w", encoding="utf-8", errors="replace") as screen,
+        ):
+            return ask_in(keys, screen, question)
     except OSError:
         return None
 
 
-def ask_in(terminal: TextIO, question: str) -> Approval:
-    """Ask on `terminal` until the answer is y, a or n (with its reason on the line or on the next
-    one); Enter, the end of input or TRIES other answers deny."""
+def ask_in(keys: TextIO, screen: TextIO, question: str) -> Approval:
+    """Ask on `screen` until the answer read from `keys` is y, a or n (with its reason on the line
+    or on the next one); Enter, the end of input or TRIES other answers deny."""
     for _ in range(TRIES):
-        line = _read(terminal, f"{question} {CHOICES} ")
+        line = _read(keys, screen, f"{question} {CHOICES} ")
         if not line.strip():
             return Approval("deny")
         if (approval := parse_answer(line)) is None:
-            terminal.write("Answer y, a, or n and a reason.\n")
+            screen.write("Answer y, a, or n and a reason.\n")
             continue
         if approval.decision == "deny" and not approval.reason:
-            return Approval("deny", " ".join(_read(terminal, WHY).split()))
+            return Approval("deny", " ".join(_read(keys, screen, WHY).split()))
         return approval
     return Approval("deny")
 
 
-def _read(terminal: TextIO, prompt: str) -> str:
+def _read(keys: TextIO, screen: TextIO, prompt: str) -> str:
     """One line typed after `prompt`, its control characters dropped and its length bounded."""
-    terminal.write(prompt)
-    terminal.flush()
-    line = rest = terminal.readline(ANSWER_CHARS)
+    screen.write(prompt)
+    screen.flush()
+    line = rest = keys.readline(ANSWER_CHARS)
     while rest and not rest.endswith("\n"):  # the rest of a line too long: dropped, so the next
-        rest = terminal.readline(ANSWER_CHARS)  # answer starts afresh
+        rest = keys.readline(ANSWER_CHARS)  # answer starts afresh
     return strip_control(line)
 
 

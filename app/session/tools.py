@@ -81,13 +81,16 @@ class PaneTools:
 
     @staticmethod
     def summary(toolbox: ToolBox | None, settings: ChatSettings) -> str:
-        """For the pane's border: "3 tools", "tools" before the servers have started, "" for none."""
+        """For the pane's border: "3 tools", "1 tool", "tools" before the servers have started, ""
+        for none."""
         offered = [s for s in toolbox.servers() if settings.offers(s.name)] if toolbox is not None else []
         if not offered:
             return ""
         known = sum(len(s.tools) for s in offered if s.state == "ready")
         pending = any(s.state in ("stopped", "starting") for s in offered)
-        return f"{known}{'+' if pending else ''} tools" if known else "tools"
+        if not known:
+            return "tools"
+        return "1 tool" if known == 1 and not pending else f"{known}{'+' if pending else ''} tools"
 
 
 def calls_in(reply: str) -> list[ToolCall]:

@@ -10,6 +10,7 @@ import asyncio
 import re
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from app.backend.local import LocalBackend
 from app.backend.remote import RemoteBackend
 from app.core.conversation import ChatSettings, Conversation
 from app.session import ConversationSaver, PaneSession, SessionContext
-from app.session.tools import CANCELLED, NOT_RUN, Approval
+from app.session.tools import CANCELLED, NOT_RUN, Approval, PaneTools
 from app.store.database import Store
 from app.store.persistence import Saver
 from app.tools.config import StdioServer
@@ -240,6 +241,12 @@ async def test_a_pane_without_servers_offers_no_tools_and_replies_as_before(
     await drive(session, view, idle(session))
     assert roles(session) == ["user", "assistant"] and not view.calls
     assert session.conversation.messages[-1].tool_calls == []
+
+
+async def test_the_border_says_1_tool_and_2_tools(toolbox: ToolBox) -> None:
+    one, both = (replace(FORCED, tool_servers=servers) for servers in (["sleeper"], ["sleeper", "weather"]))
+    assert await PaneTools.offered(toolbox, both)  # both servers started: one tool each
+    assert PaneTools.summary(toolbox, one) == "1 tool" and PaneTools.summary(toolbox, both) == "2 tools"
 
 
 def test_answers_typed_in_the_box() -> None:

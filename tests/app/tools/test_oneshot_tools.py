@@ -109,22 +109,10 @@ def test_a_reason_to_deny_goes_back_to_the_model(backend: LocalBackend, weather:
 
 def test_always_runs_that_tool_for_the_rest_of_the_run_without_asking(weather: ToolBox) -> None:
     use, err = ToolUse(weather), io.StringIO()
-    first = run_call(ToolCall("weather", '{"city": "Rome"}'), use, err, lambda question: Approval("always"))
-    second = run_call(ToolCall("weather", '{"city": "Bern"}'), use, err, ask_never)
-    assert (first.text, second.text) == ("WEATHER-RESULT: sunny in Rome", "WEATHER-RESULT: sunny in Bern")
+    first = run_call(ToolCall("weather", '{"city": "Paris"}'), use, err, lambda question: Approval("always"))
+    second = run_call(ToolCall("weather", '{"city": "Oslo"}'), use, err, ask_never)
+    assert (first.text, second.text) == ("WEATHER-RESULT: sunny in Paris", "WEATHER-RESULT: sunny in Oslo")
     assert use.always == {"weather"}
-
-
-class Typed(io.StringIO):
-    """A terminal on which the user typed `keys`; what it showed is kept apart."""
-
-    def __init__(self, keys: str) -> None:
-        super().__init__(keys)
-        self.shown = ""
-
-    def write(self, text: str) -> int:
-        self.shown += text
-        return len(text)
 
 
 @pytest.mark.parametrize(
@@ -143,17 +131,18 @@ class Typed(io.StringIO):
     ],
 )
 def test_the_terminal_prompt_takes_y_a_or_n_with_a_reason(keys: str, answer: Approval) -> None:
-    terminal = Typed(keys)
-    assert ask_in(terminal, "lfm-chat: run weather(...)?") == answer
-    assert terminal.shown.startswith("lfm-chat: run weather(...)? [y once / a always / N and a reason]")
-    assert (WHY in terminal.shown) == keys.startswith(("n\n", "no\n"))
-    assert ("Answer y, a, or n and a reason." in terminal.shown) == keys.startswith(("maybe", "x"))
+    screen = io.StringIO()
+    assert ask_in(io.StringIO(keys), screen, "lfm-chat: run weather(...)?") == answer
+    shown = screen.getvalue()
+    assert shown.startswith("lfm-chat: run weather(...)? [y once / a always / N and a reason]")
+    assert (WHY in shown) == keys.startswith(("n\n", "no\n"))
+    assert ("Answer y, a, or n and a reason." in shown) == keys.startswith(("maybe", "x"))
 
 
 def test_a_line_too_long_is_cut_and_the_next_answer_starts_afresh() -> None:
-    answer = ask_in(Typed("n " + "r" * 5 * ANSWER_CHARS + "\n"), "run?")
+    answer = ask_in(io.StringIO("n " + "r" * 5 * ANSWER_CHARS + "\n"), io.StringIO(), "run?")
     assert answer.decision == "deny" and answer.reason == "r" * (ANSWER_CHARS - 2)
-    assert ask_in(Typed("x" * 5 * ANSWER_CHARS + "\ny\n"), "run?") == Approval("once")
+    assert ask_in(io.StringIO("x" * 5 * ANSWER_CHARS + "\ny\n"), io.StringIO(), "run?") == Approval("once")
 
 
 def test_on_a_terminal_the_user_denies_with_a_reason_and_the_model_is_told(
