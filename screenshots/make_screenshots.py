@@ -40,11 +40,12 @@ PROMPTS = (
 )
 FOLLOW_UPS = ("Now tell it from the ship's side.", "Make it a poem instead.")
 TOOL_PROMPTS = ("Weather in Paris?", "Weather in Oslo?", PROMPTS[0], PROMPTS[2])
+LIMIT = 900.0  # seconds for a step of a shot: a first start may build the kernels, on a busy machine
 SHOTS = ("streaming", "fork", "tools", "server")  # streaming.svg comes with history.svg
 WEATHER_SERVER = HERE.parent / "tests" / "app" / "tools" / "servers.py"  # an MCP server of the SDK's API
 
 
-async def until(pilot: Pilot, predicate: Callable[[], object], limit: float = 300.0) -> None:
+async def until(pilot: Pilot, predicate: Callable[[], object], limit: float = LIMIT) -> None:
     deadline = time.monotonic() + limit
     while not predicate():
         if time.monotonic() > deadline:

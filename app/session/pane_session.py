@@ -138,6 +138,8 @@ class PaneSession(ToolLoop):
         """Once the view shows the conversation: the context it fills, and its restored attachments."""
         if self.conversation.messages and self.conversation.messages[-1].cut:
             self._show("cut")  # a restored reply cut at its token limit can still be continued
+        if self._close_left_calls():
+            await self.view.show_messages(self.conversation.messages)
         await self.measure_context()
         if await self.attachments.count_restored(self.backend, self.conversation):
             self.view.changed()

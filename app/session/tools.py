@@ -129,6 +129,7 @@ def denied_text(reason: str) -> str:
 
 CANCELLED = "The user cancelled this call (Esc) before it finished."
 NOT_RUN = "Not run: this turn reached its limit of {limit} tool steps. The user may let it continue."
+LEFT_OPEN = "Not run: lfm-chat stopped, or the chat was forked, before this call was answered."
 
 
 def folded(text: str, lines: int = SHOWN_LINES) -> tuple[str, int]:
