@@ -6,6 +6,8 @@ dashboard, then the history screen; a fork (f6) growing beside its parent; two p
 tool of an MCP server beside two plain ones (tools.svg); then the same
 three panes with `--server` on a `lfm-chat serve` of the same model, the dashboard fed by the
 server's /metrics. Random weights make the replies gibberish, but the scheduler on screen is real.
+`--only tools server` regenerates some shots. In a git worktree, run it with `PYTHONPATH=.`: else
+the app imported is the one the venv's editable install points to.
 """
 
 from __future__ import annotations
