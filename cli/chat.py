@@ -88,7 +88,9 @@ def build_parser() -> argparse.ArgumentParser:
         "only these (else the data dir's mcp.json too)",
     )
     one_shot.add_argument(
-        "--yes", action="store_true", help="run every tool call without asking (else: y/n on the terminal)"
+        "--yes",
+        action="store_true",
+        help="run every tool call without asking (else: y, a or n REASON on the terminal)",
     )
     one_shot.add_argument(
         "--tool-choice",

@@ -6,6 +6,8 @@ dashboard, then the history screen; a fork (f6) growing beside its parent; two p
 tool of an MCP server beside two plain ones (tools.svg); then the same
 three panes with `--server` on a `lfm-chat serve` of the same model, the dashboard fed by the
 server's /metrics. Random weights make the replies gibberish, but the scheduler on screen is real.
+`--only tools server` regenerates some shots. In a git worktree, run it with `PYTHONPATH=.`: else
+the app imported is the one the venv's editable install points to.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ PROMPTS = (
 )
 FOLLOW_UPS = ("Now tell it from the ship's side.", "Make it a poem instead.")
 TOOL_PROMPTS = ("Weather in Paris?", "Weather in Oslo?", PROMPTS[0], PROMPTS[2])
+LIMIT = 900.0  # seconds for a step of a shot: a first start may build the kernels, on a busy machine
+SHOTS = ("streaming", "fork", "tools", "server")  # streaming.svg comes with history.svg
 WEATHER_SERVER = HERE.parent / "tests" / "app" / "tools" / "servers.py"  # an MCP server of the SDK's API
 
 
-async def until(pilot: Pilot, predicate: Callable[[], object], limit: float = 300.0) -> None:
+async def until(pilot: Pilot, predicate: Callable[[], object], limit: float = LIMIT) -> None:
     deadline = time.monotonic() + limit
     while not predicate():
         if time.monotonic() > deadline:
@@ -143,7 +147,11 @@ async def shoot_tools(options: AppOptions) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a local LFM2 checkpoint (default: the --demo checkpoint)")
+    parser.add_argument(
+        "--only", nargs="+", choices=SHOTS, default=SHOTS, help="regenerate these shots only (default: all)"
+    )
     args = parser.parse_args()
+    wanted = set(args.only)
     with tempfile.TemporaryDirectory() as tmp:
         options = AppOptions(
             model=args.model or "",
@@ -154,20 +162,24 @@ def main() -> None:
             data_dir=Path(tmp) / "data",
             cache_dir=Path(tmp) / "cache",
         )
-        asyncio.run(shoot(options))
-        asyncio.run(shoot_fork(replace(options, data_dir=Path(tmp) / "fork-data")))
-        asyncio.run(shoot_tools(replace(options, data_dir=Path(tmp) / "tools-data")))
-        with lfm_chat_serve(args.model) as url:
-            remote = AppOptions(
-                model=DEFAULT_MODEL,
-                server=url,
-                panes=len(PROMPTS),
-                chat=options.chat,
-                data_dir=Path(tmp) / "server-data",
-                cache_dir=Path(tmp) / "cache",
-            )
-            asyncio.run(shoot(remote, "server.svg", history=False))
-    print(f"wrote streaming.svg, history.svg, fork.svg, tools.svg and server.svg in {HERE}")
+        if "streaming" in wanted:  # and history.svg
+            asyncio.run(shoot(options))
+        if "fork" in wanted:
+            asyncio.run(shoot_fork(replace(options, data_dir=Path(tmp) / "fork-data")))
+        if "tools" in wanted:
+            asyncio.run(shoot_tools(replace(options, data_dir=Path(tmp) / "tools-data")))
+        if "server" in wanted:
+            with lfm_chat_serve(args.model) as url:
+                remote = AppOptions(
+                    model=DEFAULT_MODEL,
+                    server=url,
+                    panes=len(PROMPTS),
+                    chat=options.chat,
+                    data_dir=Path(tmp) / "server-data",
+                    cache_dir=Path(tmp) / "cache",
+                )
+                asyncio.run(shoot(remote, "server.svg", history=False))
+    print(f"wrote the {', '.join(args.only)} screenshots in {HERE}")
 
 
 def lfm_chat_serve(model: str | None) -> contextlib.AbstractContextManager[str]:

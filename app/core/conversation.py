@@ -284,9 +284,10 @@ class Conversation:
     def fork(self, end: int, draft: str = "") -> Conversation:
         """A new conversation with the first `end` messages, the same settings and the ids the engine
         saw (so its first turn is served from the prefix cache), named after this one."""
+        servers = self.settings.tool_servers  # a list of its own: choosing servers there leaves these
         return Conversation(
             [replace(m, tool_calls=list(m.tool_calls)) for m in self.messages[:end]],
-            replace(self.settings),
+            replace(self.settings, tool_servers=None if servers is None else list(servers)),
             name=f"fork of {self.title or 'new chat'}",
             draft=draft,
             prompt_cache=self.prompt_cache.copy(),

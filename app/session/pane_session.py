@@ -66,10 +66,26 @@ class SessionContext:
     toolbox: ToolBox | None = field(default=None)
 
 
+@dataclass(frozen=True, slots=True)
+class Fork:
+    """What a fork takes into its new pane: the conversation, and the tools the user let this pane
+    run without asking (its choice of servers is in the conversation's settings)."""
+
+    conversation: Conversation
+    tools: PaneTools
+
+
 class PaneSession(ToolLoop):
     """A conversation with the shared backend; everything here acts on this conversation only."""
 
-    def __init__(self, conversation: Conversation, context: SessionContext, view: PaneView, tag: str) -> None:
+    def __init__(
+        self,
+        conversation: Conversation,
+        context: SessionContext,
+        view: PaneView,
+        tag: str,
+        tools: PaneTools | None = None,
+    ) -> None:
         self.conversation = conversation
         self.tag = tag  # what the backend's snapshots (the dashboard's rows) name this session's requests by
         self.context = context
@@ -82,7 +98,7 @@ class PaneSession(ToolLoop):
         self._finishing = False  # a finished reply is being settled on screen; likewise
         self.context_used: int | None = 0
         self.context_estimated = False  # context_used is the client's guess (a server counts)
-        self.tools = PaneTools()
+        self.tools = tools or PaneTools()  # a fork's come from its parent
         self.tool_step = 0  # rounds of calls run in this turn
         self.tool_task: asyncio.Task[None] | None = None  # the calls of a reply, and the reply after
         self.asking: ToolCall | None = None  # the call waiting for the user's answer
@@ -122,6 +138,8 @@ class PaneSession(ToolLoop):
         """Once the view shows the conversation: the context it fills, and its restored attachments."""
         if self.conversation.messages and self.conversation.messages[-1].cut:
             self._show("cut")  # a restored reply cut at its token limit can still be continued
+        if self._close_left_calls():
+            await self.view.show_messages(self.conversation.messages)
         await self.measure_context()
         if await self.attachments.count_restored(self.backend, self.conversation):
             self.view.changed()
@@ -507,11 +525,12 @@ class PaneSession(ToolLoop):
         if (message := self.conversation.messages[index]).versions:
             self.view.show_version(index, message)
 
-    def fork(self, selected: int | None) -> Conversation | None:
+    def fork(self, selected: int | None) -> Fork | None:
         """A fork through message `selected`, else the whole chat; None (with a notice) if there is
         nothing to fork. A fork never ends on a user message: that message becomes the fork's draft,
         to be sent (or edited) there. The whole chat is not forked mid-reply: the fork would keep
-        half an answer as if it were whole (Esc first keeps it, marked stopped, and forks with it)."""
+        half an answer as if it were whole (Esc first keeps it, marked stopped, and forks with it).
+        The fork runs the tools this pane always runs, as this pane would."""
         messages = self.conversation.messages
         if selected is None and self.busy:
             self.view.notify(FORK_MID_REPLY, severity="warning", markup=False)
@@ -523,7 +542,7 @@ class PaneSession(ToolLoop):
         if not end and not draft:
             self.view.notify("Nothing to fork yet: send a message first.", severity="warning", markup=False)
             return None
-        return self.conversation.fork(end, strip_control(draft))
+        return Fork(self.conversation.fork(end, strip_control(draft)), self.tools.forked())
 
     # ------------------------------------------------------------------ settings and draft
     async def use_settings(self, settings: ChatSettings) -> None:

@@ -15,6 +15,7 @@ from app.session.tools import (
     ANSWERS,
     CALL_TIMEOUT,
     CANCELLED,
+    LEFT_OPEN,
     NOT_RUN,
     RESULT_CHARS,
     Approval,
@@ -156,6 +157,21 @@ class ToolLoop:
         answered.add(call.id)
         self.conversation.messages.append(ChatMessage("tool", text, tool_call_id=call.id, name=call.name))
         self.save()
+
+    def _close_left_calls(self) -> bool:
+        """Calls of the last reply that have no result (lfm-chat was killed while one was asked
+        about or ran, or a fork ends at them) get one, saved: a server refuses a conversation with
+        a call left open, and the template would show the model a call that never came back. True
+        when some did."""
+        messages = self.conversation.messages
+        last = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role != "tool"), None)
+        if last is None or self.tool_task is not None:
+            return False
+        answered = {m.tool_call_id for m in messages[last + 1 :]}
+        left = [call for call in messages[last].tool_calls if call.id not in answered]
+        for call in left:
+            self._add_result(call, LEFT_OPEN, answered)
+        return bool(left)
 
     def _new_tool_steps(self) -> None:
         """A message from the user starts a turn with all its tool steps again."""

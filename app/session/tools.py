@@ -9,7 +9,7 @@ A waiting pane has no request in the backend: the engine never waits on a tool.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 from app.core.conversation import ChatSettings
@@ -60,6 +60,11 @@ class PaneTools:
     choice: Literal["auto", "required"] = "auto"
     step_limit: int = STEP_LIMIT
 
+    def forked(self) -> PaneTools:
+        """A fork's: what this pane agreed to, in a set of its own (an "always" given in the fork
+        stays there, as one given here stays here)."""
+        return replace(self, always=set(self.always))
+
     @staticmethod
     async def offered(toolbox: ToolBox | None, settings: ChatSettings) -> list[ToolSpec]:
         """The tools for the next prompt (their servers start now if they have not)."""
@@ -76,13 +81,16 @@ class PaneTools:
 
     @staticmethod
     def summary(toolbox: ToolBox | None, settings: ChatSettings) -> str:
-        """For the pane's border: "3 tools", "tools" before the servers have started, "" for none."""
+        """For the pane's border: "3 tools", "1 tool", "tools" before the servers have started, ""
+        for none."""
         offered = [s for s in toolbox.servers() if settings.offers(s.name)] if toolbox is not None else []
         if not offered:
             return ""
         known = sum(len(s.tools) for s in offered if s.state == "ready")
         pending = any(s.state in ("stopped", "starting") for s in offered)
-        return f"{known}{'+' if pending else ''} tools" if known else "tools"
+        if not known:
+            return "tools"
+        return "1 tool" if known == 1 and not pending else f"{known}{'+' if pending else ''} tools"
 
 
 def calls_in(reply: str) -> list[ToolCall]:
@@ -121,6 +129,7 @@ def denied_text(reason: str) -> str:
 
 CANCELLED = "The user cancelled this call (Esc) before it finished."
 NOT_RUN = "Not run: this turn reached its limit of {limit} tool steps. The user may let it continue."
+LEFT_OPEN = "Not run: lfm-chat stopped, or the chat was forked, before this call was answered."
 
 
 def folded(text: str, lines: int = SHOWN_LINES) -> tuple[str, int]:

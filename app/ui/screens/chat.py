@@ -35,6 +35,7 @@ from app.ui.widgets.dashboard import Dashboard
 from app.ui.widgets.key_footer import KeyFooter
 
 if TYPE_CHECKING:
+    from app.session.tools import PaneTools
     from app.tools.toolbox import ToolBox
     from engine import EngineSnapshot
 
@@ -166,11 +167,11 @@ class ChatScreen(Screen[None]):
         )
         return pane or self.pane(self.active_pane_id or "") or self.panes[0]
 
-    def _new_pane(self, conversation: Conversation) -> ChatPane:
+    def _new_pane(self, conversation: Conversation, tools: PaneTools | None = None) -> ChatPane:
         """A pane takes the lowest number no open pane shows and keeps it until it closes, so forks and
         closes never renumber the others (ids are never reused: late engine events name a pane by id)."""
         self._pane_count += 1
-        pane = ChatPane(conversation, self.context, id=f"pane-{self._pane_count}")
+        pane = ChatPane(conversation, self.context, id=f"pane-{self._pane_count}", tools=tools)
         number = min(set(range(1, len(self._numbers) + 2)) - set(self._numbers.values()))
         self._numbers[pane.id or ""] = number
         pane.label = str(number)
@@ -282,13 +283,16 @@ class ChatScreen(Screen[None]):
         return False
 
     async def action_new_pane(
-        self, conversation: Conversation | None = None, after: ChatPane | None = None
+        self,
+        conversation: Conversation | None = None,
+        after: ChatPane | None = None,
+        tools: PaneTools | None = None,
     ) -> None:
         if len(self.panes) >= MAX_PANES:
             self.notify(f"At most {MAX_PANES} panes fit on screen.", severity="warning")
             return
         self.minimize()  # a new pane is seen at once, beside the others
-        pane = self._new_pane(conversation or Conversation(settings=replace(self.defaults)))
+        pane = self._new_pane(conversation or Conversation(settings=replace(self.defaults)), tools)
         await self.grid.mount(pane, after=after)
         self._relayout()
         self.set_focus(pane.prompt_input)
@@ -297,7 +301,7 @@ class ChatScreen(Screen[None]):
     async def on_chat_pane_forked(self, message: ChatPane.Forked) -> None:
         """The fork opens right after its parent (if still open), so the two answers grow side by side."""
         parent = message.pane if message.pane in self.panes else None
-        await self.action_new_pane(message.conversation, after=parent)
+        await self.action_new_pane(message.fork.conversation, after=parent, tools=message.fork.tools)
 
     async def on_chat_pane_broadcast(self, message: ChatPane.Broadcast) -> None:
         """Send to the marked panes (else all), with the sender's attachments: every prompt is built

@@ -22,8 +22,9 @@ from app.core.attachment import file_command, from_text
 from app.core.conversation import ChatMessage, Conversation
 from app.core.sanitize import strip_control
 from app.session import PaneSession, ReplyView
-from app.session.pane_session import STILL_REPLYING
+from app.session.pane_session import STILL_REPLYING, Fork
 from app.session.tool_loop import TOOL_WAITS
+from app.session.tools import PaneTools
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.pane_context import PaneContext
 from app.ui.widgets.pane_actions import PaneActions
@@ -54,10 +55,11 @@ class ChatPane(PaneActions, Vertical):
 
     @dataclass
     class Forked(Message):
-        """A fork of this pane's conversation, for the screen to open beside it."""
+        """A fork of this pane's conversation (and its "always" approvals), for the screen to open
+        beside it."""
 
         pane: ChatPane
-        conversation: Conversation
+        fork: Fork
 
     @dataclass
     class Broadcast(Message):
@@ -72,7 +74,9 @@ class ChatPane(PaneActions, Vertical):
 
         pane: ChatPane
 
-    def __init__(self, conversation: Conversation, context: PaneContext, *, id: str) -> None:
+    def __init__(
+        self, conversation: Conversation, context: PaneContext, *, id: str, tools: PaneTools | None = None
+    ) -> None:
         super().__init__(id=id)
         self.context = context
         self.label = id.removeprefix("pane-")
@@ -83,7 +87,7 @@ class ChatPane(PaneActions, Vertical):
         # Kept as attributes, not queried: backend events may still arrive while the pane is torn down.
         self.transcript = Transcript(conversation.messages)
         self.status = PaneStatus()
-        self.session = PaneSession(conversation, context.sessions, self, tag=id)
+        self.session = PaneSession(conversation, context.sessions, self, tag=id, tools=tools)
         self.prompt_input = PromptInput(self.session.sent_texts, self._refusal, context.pacer.key_pressed)
 
     def compose(self) -> ComposeResult:

@@ -260,19 +260,18 @@ async def test_fork_copies_the_conversation_and_ends_before_a_user_message(
     await session.send("Hello!")
     await run(session, view)
 
-    fork = session.fork(None)
-    assert fork is not None and fork.id is None and fork.name == "fork of Hello!"
+    forked = session.fork(None)
+    assert forked is not None
+    fork = forked.conversation
+    assert fork.id is None and fork.name == "fork of Hello!"
     assert [(m.role, m.content) for m in fork.messages] == [
         (m.role, m.content) for m in session.conversation.messages
     ]
     assert fork.messages[0] is not session.conversation.messages[0]
     assert fork.prompt_cache.entries == session.conversation.prompt_cache.entries  # served from the cache
-    through_question = session.fork(0)
-    assert (
-        through_question is not None
-        and through_question.messages == []
-        and through_question.draft == "Hello!"
-    )
+    at_question = session.fork(0)
+    assert at_question is not None
+    assert at_question.conversation.messages == [] and at_question.conversation.draft == "Hello!"
 
 
 async def test_a_backend_error_before_any_text_gives_the_message_back_with_its_sentence(

@@ -10,6 +10,7 @@ import asyncio
 import re
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -19,7 +20,7 @@ from app.backend.local import LocalBackend
 from app.backend.remote import RemoteBackend
 from app.core.conversation import ChatSettings, Conversation
 from app.session import ConversationSaver, PaneSession, SessionContext
-from app.session.tools import CANCELLED, NOT_RUN, Approval
+from app.session.tools import CANCELLED, LEFT_OPEN, NOT_RUN, Approval, PaneTools
 from app.store.database import Store
 from app.store.persistence import Saver
 from app.tools.config import StdioServer
@@ -176,6 +177,62 @@ async def test_always_runs_that_tool_again_without_asking(
     assert view.steps[-1] == (2, 2) and session.asking is None and len(view.calls) == 6
 
 
+async def test_a_fork_runs_the_tools_its_parent_always_runs_and_offers_the_same_servers(
+    backend: LocalBackend,
+    store: Store,
+    toolbox: ToolBox,
+) -> None:
+    parent, parent_view = open_session(backend, store, toolbox, ["weather"], step_limit=1)
+    await parent.send("Weather in Lima?")
+    await drive(parent, parent_view, asking(parent))
+    assert parent.answer(Approval("always"))
+    await drive(parent, parent_view, idle(parent))
+
+    fork = parent.fork(None)
+    assert fork is not None and fork.tools.always == {"weather"}
+    servers = fork.conversation.settings.tool_servers
+    assert servers == ["weather"] and servers is not parent.conversation.settings.tool_servers
+    view = ToolView()  # the new pane, as the screen opens it
+    child = PaneSession(fork.conversation, parent.context, view, "pane-2", fork.tools)
+    await child.send("And in Quito?")
+    await drive(child, view, idle(child))
+    assert roles(child)[-5:] == ["user", "assistant", "tool", "assistant", "tool"]
+    assert child.conversation.messages[-3].content.startswith("WEATHER-RESULT")  # run, not asked about
+    assert not any(call.statuses and call.statuses[0].startswith("Run it?") for call in view.calls)
+
+    child.tools.always.add("sleeper")  # an "always" given in the fork stays in the fork
+    assert parent.tools.always == {"weather"}
+
+
+async def test_a_call_left_open_gets_its_result_when_the_chat_is_opened_again_or_forked(
+    backend: LocalBackend,
+    store: Store,
+    toolbox: ToolBox,
+) -> None:
+    """lfm-chat killed while it asked about a call leaves the chat ending with the call; opened
+    again (or forked at the call), the call gets a result, saved, so a server accepts the chat."""
+    session, view = open_session(backend, store, toolbox, ["weather"], step_limit=1)
+    await session.send("Weather in Paris?")
+    await drive(session, view, asking(session))
+    call = session.asking
+    restored = store.load(session.conversation.id)  # what a kill -9 now leaves
+    fork = session.fork(1)  # through the reply that made the call
+    assert restored is not None and fork is not None and call is not None
+    assert restored.messages[-1].tool_calls == [call] == fork.conversation.messages[-1].tool_calls
+    for conversation, tag in ((restored, "pane-2"), (fork.conversation, "pane-3")):
+        reopened_view = ToolView()
+        reopened = PaneSession(conversation, session.context, reopened_view, tag)
+        await reopened.start()
+        assert roles(reopened) == ["user", "assistant", "tool"]
+        result = reopened.conversation.messages[-1]
+        assert (result.tool_call_id, result.name, result.content) == (call.id, "weather", LEFT_OPEN)
+        assert reopened_view.shown[-1] == reopened.conversation.messages
+    saved = store.load(restored.id)  # type: ignore[arg-type]
+    assert saved is not None and saved.messages[-1].content == LEFT_OPEN
+    assert session.stop()
+    await drive(session, view, idle(session))
+
+
 async def test_esc_during_a_tool_that_never_answers_cancels_the_call_and_the_turn(
     backend: LocalBackend,
     store: Store,
@@ -213,6 +270,12 @@ async def test_a_pane_without_servers_offers_no_tools_and_replies_as_before(
     await drive(session, view, idle(session))
     assert roles(session) == ["user", "assistant"] and not view.calls
     assert session.conversation.messages[-1].tool_calls == []
+
+
+async def test_the_border_says_1_tool_and_2_tools(toolbox: ToolBox) -> None:
+    one, both = (replace(FORCED, tool_servers=servers) for servers in (["sleeper"], ["sleeper", "weather"]))
+    assert await PaneTools.offered(toolbox, both)  # both servers started: one tool each
+    assert PaneTools.summary(toolbox, one) == "1 tool" and PaneTools.summary(toolbox, both) == "2 tools"
 
 
 def test_answers_typed_in_the_box() -> None:
