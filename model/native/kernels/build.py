@@ -71,8 +71,14 @@ def _files(sources: tuple[Path, ...]) -> list[tuple[str, bytes]]:
 
 
 def _digest(sources: tuple[Path, ...], isa: str) -> str:
-    """Flags, sources and headers by content: a build is reused exactly for these, wherever they are."""
+    """Flags, sources and headers by content, and the torch they build against: a build is reused
+    exactly for these, wherever the sources are. Two venvs share no build directory, so ninja does
+    not rebuild one venv's build over the other's each time they take turns (its commands name
+    torch's headers by the venv's path)."""
+    from torch.utils.cpp_extension import include_paths
+
     digest = hashlib.sha256(" ".join(compile_flags(isa)).encode())
+    digest.update(" ".join(include_paths()).encode())
     for name, data in _files(sources):
         digest.update(name.encode() + b"\0" + data)
     return digest.hexdigest()[:10]
