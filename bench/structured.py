@@ -4,12 +4,14 @@ Each stream asks for a JSON list of records (SCHEMA: names, integers, enums, nes
 MIN_RECORDS of them, so no reply completes within NEW_TOKENS and every run decodes the same count).
 Both modes run on one loaded model, alternating; the table gives decode tok/s (after every request's
 first token), the ratio, and per constrained token the time the steps spent applying the masks and
-the time llguidance spent computing them.
+the time llguidance spent computing them; the load average before and after says how busy the
+machine was.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -102,6 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     with progress.stage("a warm-up run of each mode"):
         for name, engine in engines.items():
             run(engine, max(streams), MODES[name])
+    print(f"load average before: {load_average()}")
     print("| streams | plain tok/s | constrained tok/s | ratio | masks applied | masks computed |")
     print("| --- | --- | --- | --- | --- | --- |")
     for n in streams:
@@ -120,7 +123,12 @@ def main(argv: list[str] | None = None) -> int:
             f"| {n} | {plain:.1f} | {constrained:.1f} | {ratio:.2f}x | {wait:.0f} µs/token "
             f"| {compute:.0f} µs/token |"
         )
+    print(f"load average after: {load_average()} (the machine's other work shares its cores)")
     return 0
+
+
+def load_average() -> str:
+    return ", ".join(f"{load:.2f}" for load in os.getloadavg())
 
 
 if __name__ == "__main__":

@@ -55,8 +55,11 @@ class Service:
 
     def __post_init__(self) -> None:
         self.max_prompt_bytes = prompt_byte_bound(self.engine)
-        decode = self.engine.tokenizer.decode
-        self.logprob_shapes = LogprobShapes(lambda token: decode([token], skip_special_tokens=False))
+        tokenizer = self.engine.tokenizer
+        decode = tokenizer.decode
+        self.logprob_shapes = LogprobShapes(
+            lambda token: decode([token], skip_special_tokens=False), tokenizer.token_bytes
+        )
 
     def end_all(self) -> None:
         """End every request in flight, each with its final event: the drain timeout has passed."""

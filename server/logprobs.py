@@ -5,8 +5,10 @@ legacy completions' parallel lists.
     completions  {"tokens": [...], "token_logprobs": [...], "top_logprobs": [{token: logprob}],
                   "text_offset": [...]}
 
-A token's text is its own decoding (special tokens by name); a byte-level token that is part of a
-character decodes to U+FFFD, and ``bytes`` are that text's UTF-8, as vLLM reports them. JSON has
+A token's text is its own decoding (special tokens by name): a token that is part of a character
+decodes to U+FFFD, as vLLM shows it. Its ``bytes`` are the token's own (model/text/token_bytes.py),
+as OpenAI documents them, so a client joining them rebuilds the reply's text: vLLM sends U+FFFD's
+three bytes instead, and a joined split character comes out as replacement characters. JSON has
 no -inf, so a token the model rules out entirely is reported at FLOOR, as vLLM does.
 """
 
@@ -23,8 +25,10 @@ FLOOR = -9999.0
 class LogprobShapes:
     """Formats logprobs for one tokenizer; each token's text is decoded once (at most the vocabulary)."""
 
-    def __init__(self, decode: Callable[[int], str]) -> None:
-        self._decode = decode  # one token id's text
+    def __init__(self, decode: Callable[[int], str], token_bytes: Callable[[int], bytes]) -> None:
+        """``decode``: one token id's text; ``token_bytes``: its own bytes (the tokenizer caches them)."""
+        self._decode = decode
+        self._token_bytes = token_bytes
         self._texts: dict[int, str] = {}
 
     def text(self, token_id: int) -> str:
@@ -35,7 +39,7 @@ class LogprobShapes:
 
     def _entry(self, token_id: int, logprob: float) -> dict[str, Any]:
         text = self.text(token_id)
-        return {"token": text, "logprob": max(logprob, FLOOR), "bytes": list(text.encode("utf-8", "replace"))}
+        return {"token": text, "logprob": max(logprob, FLOOR), "bytes": list(self._token_bytes(token_id))}
 
     def chat(self, entries: Sequence[TokenLogprob]) -> dict[str, Any]:
         """Chat's ``choices[i].logprobs`` for these tokens."""

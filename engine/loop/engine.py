@@ -26,19 +26,22 @@ from engine.core.prompts import Prompt, prompt_token_ids
 from engine.core.request import Request, RequestStatus
 from engine.core.sampling_params import SamplingParams, SamplingParamsError
 from engine.core.schedule import SchedulerOutput
+from engine.core.structure import RequestGrammar, Structure, StructureError
 from engine.kv.block_manager import BranchCopies
 from engine.loop.branches import MAX_N, branch_id, branch_seed
 from engine.loop.build import EngineParts, load_parts, parts_for_model
 from engine.loop.output import RequestOutput
 from engine.loop.snapshot import EngineSnapshot, take_snapshot
 from engine.sample.sampler import make_generator
-from engine.structured.compiler import GrammarCompiler
+from engine.structured.compiler import GrammarCompiler, check_structure
 from model.arch.lfm2 import Lfm2ForCausalLM
 from model.arch.lfm2_config import Lfm2Config
 from model.checkpoint.progress import Progress
 from model.text.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
+
+GRAMMAR_POLL_SECONDS = 0.05  # an idle step's wait for llguidance's tokenizer build, before it looks again
 
 
 class Engine:
@@ -78,6 +81,8 @@ class Engine:
         # step() also reports requests that moved without sampling (set by a caller that streams
         # where each request stands, as the worker does): see `step`
         self.report_progress = False
+        # constrained requests (with their branches) held until llguidance's tokenizer is built
+        self._awaiting_grammar: list[Request] = []
 
     @classmethod
     def from_pretrained(
@@ -122,8 +127,8 @@ class Engine:
         params = SamplingParams() if params is None else dataclasses.replace(params)
         ids = prompt_token_ids(prompt, self.tokenizer, self.model_config.vocab_size, self.max_model_len)
         self.check_params(params)
-        if params.structure is not None:  # compiled (StructureError) and cached before anything is queued
-            self.grammars.grammar(params.structure)
+        if params.structure is not None:  # refused (StructureError) before anything is queued
+            self._check_structure(params.structure)
         arrival = next(self._arrivals)
         request_id = f"req-{arrival}" if request_id is None else request_id
         taken = next((i for i in (branch_id(request_id, k) for k in range(n)) if i in self._requests), None)
@@ -140,8 +145,43 @@ class Engine:
         for request in requests:
             self.outputs.add(request)
             self._requests[request.request_id] = request
-        self.scheduler.add(requests[0])
+        self._enqueue(requests[0])
         return request_id
+
+    def _check_structure(self, structure: Structure) -> None:
+        """Compile ``structure`` now (and cache it) if llguidance's tokenizer is built; until then
+        check it without one, so the step never waits for the build (the full compile comes when
+        the request leaves `_awaiting_grammar`)."""
+        if self.grammars.ready():
+            self.grammars.grammar(structure)
+        else:
+            check_structure(structure)
+
+    def _enqueue(self, request: Request) -> None:
+        """To the scheduler; a constrained request whose grammar awaits the tokenizer build waits here."""
+        if request.params.structure is not None and request.grammar is None:
+            self._awaiting_grammar.append(request)
+        else:
+            self.scheduler.add(request)
+
+    def _admit_awaiting_grammar(self) -> list[RequestOutput]:
+        """Once llguidance's tokenizer is built, compile the waiting requests' grammars and schedule
+        them; the outputs of those whose structure then fails to compile."""
+        if not self._awaiting_grammar or not self.grammars.ready():
+            return []
+        awaiting, self._awaiting_grammar = self._awaiting_grammar, []
+        failed = []
+        for head in awaiting:
+            family = [head, *head.branches]
+            try:
+                for request in family:
+                    request.grammar = self.grammars.grammar(request.params.structure)  # type: ignore[arg-type]
+            except StructureError as exc:
+                head.branches = []
+                failed += [self._fail(request, str(exc)) for request in family]
+                continue
+            self.scheduler.add(head)
+        return failed
 
     def stop_token_ids(self, params: SamplingParams) -> frozenset[int]:
         """The tokens that end a request with ``params``: its own, and unless it ignores EOS the model's."""
@@ -185,8 +225,14 @@ class Engine:
             tag=tag,
             logit_bias=bias,
             index=index,
-            grammar=None if params.structure is None else self.grammars.grammar(params.structure),
+            grammar=self._grammar_now(params),
         )
+
+    def _grammar_now(self, params: SamplingParams) -> RequestGrammar | None:
+        """A new request's grammar; None if it is unconstrained or waits for the tokenizer build."""
+        if params.structure is None or not self.grammars.ready():
+            return None
+        return self.grammars.grammar(params.structure)
 
     def abort(self, request_id: str) -> RequestOutput | None:
         """Stop a request now and free its blocks; returns its final output (None if unknown/finished)."""
@@ -201,7 +247,7 @@ class Engine:
         return [self._fail(request, error) for request in list(self._requests.values())]
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or bool(self._awaiting_grammar)
 
     # ------------------------------------------------------------------ stepping
     def step(self) -> list[RequestOutput]:
@@ -216,12 +262,15 @@ class Engine:
         # that step's tokens were handed out first, so a draft model's forwards (its catch-up on a
         # new prompt above all) never hold them back.
         self.runner.propose(self.scheduler.draft_allowances())
+        refused = self._admit_awaiting_grammar()
         scheduled = self.scheduler.schedule(self.prefill_cap)
         for request in scheduled.admitted:
             self._on_admitted(request, began)
         self.metrics.preemptions += len(scheduled.preempted)
         if not scheduled.chunks:
-            return self._progress(scheduled) if self.report_progress else []
+            if self._awaiting_grammar and not refused:  # nothing else to run: wait for the build, not spin
+                self.grammars.wait_ready(GRAMMAR_POLL_SECONDS)
+            return refused + (self._progress(scheduled) if self.report_progress else [])
         sampling = [chunk for chunk in scheduled.chunks if chunk.want_logits]
         sampled = [chunk.request for chunk in sampling]
         generated = accepted = 0
@@ -246,6 +295,7 @@ class Engine:
             logger.exception("engine step failed")
             error = f"internal error in an engine step ({type(exc).__name__}: {exc})"
             outputs = [self._fail(chunk.request, error) for chunk in scheduled.chunks]
+        outputs = refused + outputs
         now = time.monotonic()
         stats = StepStats(
             num_seqs=len(scheduled.chunks),
@@ -346,12 +396,14 @@ class Engine:
         self.scheduler.finish(request, status)
         self.runner.release(request.request_id)
         self._requests.pop(request.request_id, None)
+        if request in self._awaiting_grammar:
+            self._awaiting_grammar.remove(request)
         request.metrics.finished_time = time.monotonic()
         heirs = [branch for branch in request.branches if not branch.is_finished]
         request.branches = []
         if heirs:  # it ended before computing the prompt its branches wait for: the next one will
             heirs[0].branches = heirs[1:]
-            self.scheduler.add(heirs[0])
+            self._enqueue(heirs[0])
 
     def _progress(self, scheduled: SchedulerOutput) -> list[RequestOutput]:
         """Outputs (no new tokens) of the requests that moved in a step without sampling: a prompt

@@ -22,6 +22,7 @@ from model.errors import CheckpointError, TokenizerCrash
 from model.small_file import JSON_BYTES, read_small_file
 from model.text import template_worker
 from model.text.chat_template import LFM2_CHAT_TEMPLATE, RENDER_TIME_LIMIT, ChatTemplate
+from model.text.token_bytes import TokenBytes
 
 Message = Mapping[str, Any]
 
@@ -162,6 +163,7 @@ class Tokenizer:
         self.bos_token_id = self._id_of(template_tokens.get("bos_token"))
         stops = {self._id_of(IM_END), self._id_of(template_tokens.get("eos_token")), *extra_stop_ids}
         self.stop_token_ids: frozenset[int] = frozenset(i for i in stops if i is not None)
+        self._token_bytes: TokenBytes | None = None  # built when first asked for
 
     @classmethod
     def from_pretrained(cls, checkpoint_dir: str | Path, extra_stop_ids: Iterable[int] = ()) -> Tokenizer:
@@ -210,6 +212,14 @@ class Tokenizer:
 
     def is_special(self, token_id: int) -> bool:
         return token_id in self._special_ids
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The token's own bytes, which may be part of a character (model/text/token_bytes.py)."""
+        if self._token_bytes is None:
+            self._token_bytes = TokenBytes(
+                self._backend, lambda i: self.decode([i], skip_special_tokens=False)
+            )
+        return self._token_bytes(token_id)
 
     def _id_of(self, token: str | None) -> int | None:
         return None if token is None else self._backend.token_to_id(token)

@@ -39,7 +39,9 @@ def test_chat_logprobs_are_the_engines_in_openais_shape_streamed_and_not(
     assert len(content) == len(expected.token_ids) - (reply.choices[0].finish_reason == "stop")
     for entry, mine in zip(content, shown, strict=True):
         assert entry.token == reference.tokenizer.decode([mine.token_id], skip_special_tokens=False)
-        assert entry.bytes == list(entry.token.encode())
+        assert entry.bytes == list(
+            reference.tokenizer.token_bytes(mine.token_id)
+        )  # part of a character or not
         assert entry.logprob == pytest.approx(mine.logprob, abs=TOL)
         assert [top.logprob for top in entry.top_logprobs] == pytest.approx([v for _, v in mine.top], abs=TOL)
         assert len(entry.top_logprobs) == 3
@@ -55,6 +57,34 @@ def test_chat_logprobs_are_the_engines_in_openais_shape_streamed_and_not(
     assert plain.choices[0].logprobs is None
     bare = client.chat.completions.create(**ask)
     assert all(entry.top_logprobs == [] for entry in bare.choices[0].logprobs.content)
+
+
+def test_logprob_bytes_are_each_tokens_own_where_tokens_split_a_character(client: openai.OpenAI) -> None:
+    """The tiny vocabulary spells these characters byte by byte: each such token shows U+FFFD (as
+    vLLM does) but its bytes are its own, so the joined bytes are the reply (OpenAI's contract)."""
+    text = "世界🦀"
+    ask = {
+        "model": MODEL,
+        "messages": MESSAGES,
+        "max_tokens": 20,
+        "logprobs": True,
+        "top_logprobs": 2,
+        "extra_body": {"structured_outputs": {"regex": text}},
+    }
+    reply = client.chat.completions.create(**ask)
+    assert reply.choices[0].message.content == text
+    content = reply.choices[0].logprobs.content
+    assert any(entry.token == "\ufffd" for entry in content)
+    assert b"".join(bytes(entry.bytes) for entry in content) == text.encode()
+    for entry in content:
+        assert all(
+            bytes(top.bytes) == top.token.encode() or top.token == "\ufffd" for top in entry.top_logprobs
+        )
+    chunks = client.chat.completions.create(**ask, stream=True)
+    streamed = [
+        e for c in chunks if c.choices and c.choices[0].logprobs for e in c.choices[0].logprobs.content
+    ]
+    assert b"".join(bytes(entry.bytes) for entry in streamed) == text.encode()
 
 
 def test_completion_logprobs_streamed_and_not(client: openai.OpenAI, reference: Engine) -> None:
