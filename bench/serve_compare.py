@@ -25,6 +25,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import signal
 import statistics
 import subprocess
@@ -54,6 +55,12 @@ VLLM_PYTHON = Path("/work/vllm-venv/bin/python")
 VLLM_MAX_MODEL_LEN = 4096  # the prompts need ~300 tokens; a short context keeps vLLM's KV space small
 START_LIMIT_S = 900.0  # vLLM's CPU build compiles at start-up
 MAX_LINE_CHARS = 1 << 20  # one server-sent event line; a longer one is a broken server, not a reply
+# vLLM's log prefix, "(VllmWorker-0 pid=1) ERROR 11-29 02:31:48 [file.py:953] ", and an exception line
+_LOG_PREFIX = re.compile(r"^\([^)]*\)\s+(?:ERROR|CRITICAL)\s+\S+\s+\S+\s+\[[^\]]*\]\s?")
+_EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
+# On the CPU backend this is the share of memory vLLM reserves (weights and KV cache), checked
+# against what is free at start-up: its default 0.92 fails on a machine that runs anything else.
+VLLM_MEMORY_FRACTION = 0.25
 WORDS = (  # the prompts' vocabulary, split where used
     "river stone light winter garden paper window market silver morning forest engine letter "
     "island question mountain story harbour lantern orchard meadow thunder velvet copper bridge "
@@ -192,6 +199,15 @@ def vllm_unavailable(python: Path) -> str | None:
     return None
 
 
+def failure(log: Path) -> str:
+    """Why a server's start failed, from its log: the first exception line (vLLM's workers log the
+    root cause before the API server's generic one), else the last line."""
+    lines = [_LOG_PREFIX.sub("", line).strip() for line in log.read_text(errors="replace").splitlines()]
+    lines = [line for line in lines if line]
+    cause = next((line for line in lines if _EXCEPTION.match(line)), lines[-1] if lines else "")
+    return cause[:300]
+
+
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
     """How to start one server for the comparison."""
@@ -218,7 +234,12 @@ def lfm_chat_spec(checkpoint: Path, max_num_seqs: int, quantize: str) -> ServerS
 def vllm_spec(python: Path, checkpoint: Path, max_num_seqs: int, threads: int) -> ServerSpec:
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint)]
     command += ["--dtype", "bfloat16", "--served-model-name", MODEL_NAME, "--max-num-seqs", str(max_num_seqs)]
-    command += ["--max-model-len", str(VLLM_MAX_MODEL_LEN)]
+    command += [
+        "--max-model-len",
+        str(VLLM_MAX_MODEL_LEN),
+        "--gpu-memory-utilization",
+        str(VLLM_MEMORY_FRACTION),
+    ]
     # by default vLLM keeps one core for its API server; the comparison gives it all of them
     env = {"OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"}
     return ServerSpec("vLLM CPU", lambda port: [*command, "--host", "127.0.0.1", "--port", str(port)], env)
@@ -346,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
             except ServerDidNotStart as error:
                 if spec.name == specs[0].name:
                     raise
-                missing = f"{error} (its log: {log})"
+                missing = f"{error} {failure(log)} (its log: {log})"
                 continue
             # untimed: the first requests pay for compilation and allocation on either server
             asyncio.run(run_round(servers[spec.name][0], spec.name, max(clients), WARM_UP_TOKENS, -1))

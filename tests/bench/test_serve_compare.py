@@ -75,6 +75,15 @@ def test_vllm_gets_a_checkpoint_with_conv_dim_and_a_missing_venv_is_one_sentence
     assert sorted(p.name for p in linked.iterdir()) == sorted(p.name for p in tiny_ckpt.iterdir())
     said = serve_compare.vllm_unavailable(tmp_path / "no-venv" / "python")
     assert said and "docs/SCALE_OUT.md" in said
+    log = tmp_path / "vllm.log"
+    log.write_text(
+        "(APIServer pid=1) WARNING 11-29 02:30:31 [utils.py:2] can cause `OSError: [Errno 24]`\n"
+        "(VllmWorker-0 pid=2) ERROR 11-29 02:31:48 [executor.py:953] ValueError: Available memory on node 0\n"
+        "RuntimeError: Engine core initialization failed. See root cause above.\n\n"
+    )
+    assert serve_compare.failure(log) == "ValueError: Available memory on node 0"
+    log.write_text("lfm-chat serve: importing PyTorch\nKilled\n")
+    assert serve_compare.failure(log) == "Killed"
 
 
 @pytest.mark.subprocess  # the server is started by bench.served, not by code of tests/
