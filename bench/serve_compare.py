@@ -173,7 +173,8 @@ async def run_round(url: str, server: str, clients: int, tokens: int, round_numb
 
 def vllm_checkpoint(checkpoint: Path) -> Path:
     """The checkpoint as vLLM reads it, beside the original: the same files linked, and a config
-    with ``conv_dim`` (vLLM's LFM2 needs it; LFM2's published configs give the hidden size)."""
+    with ``conv_dim`` and ``block_dim`` (vLLM's LFM2 reads them; LFM2's published configs give the
+    hidden size for both)."""
     target = checkpoint.parent / f"{checkpoint.name}-vllm"
     target.mkdir(exist_ok=True)
     for source in checkpoint.iterdir():
@@ -181,7 +182,8 @@ def vllm_checkpoint(checkpoint: Path) -> Path:
         if source.name != "config.json" and not link.exists():
             link.symlink_to(source.resolve())
     config = json.loads((checkpoint / "config.json").read_text())
-    config.setdefault("conv_dim", config["hidden_size"])
+    for field in ("conv_dim", "block_dim"):
+        config.setdefault(field, config["hidden_size"])
     (target / "config.json").write_text(json.dumps(config, indent=2))
     return target
 

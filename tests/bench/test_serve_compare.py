@@ -71,7 +71,7 @@ def test_vllm_gets_a_checkpoint_with_conv_dim_and_a_missing_venv_is_one_sentence
 ):
     linked = serve_compare.vllm_checkpoint(tiny_ckpt)
     config = json.loads((linked / "config.json").read_text())
-    assert config["conv_dim"] == config["hidden_size"]
+    assert config["conv_dim"] == config["block_dim"] == config["hidden_size"]
     assert sorted(p.name for p in linked.iterdir()) == sorted(p.name for p in tiny_ckpt.iterdir())
     said = serve_compare.vllm_unavailable(tmp_path / "no-venv" / "python")
     assert said and "docs/SCALE_OUT.md" in said
