@@ -32,12 +32,21 @@ def free_port() -> int:
 @contextlib.contextmanager
 def served(command: Callable[[int], list[str]], what: str, limit: float, **popen: Any) -> Iterator[str]:
     """Start ``command(port)`` (``popen``: Popen's keywords); yield its URL once /health answers."""
+    with served_process(command, what, limit, **popen) as (url, _):
+        yield url
+
+
+@contextlib.contextmanager
+def served_process(
+    command: Callable[[int], list[str]], what: str, limit: float, **popen: Any
+) -> Iterator[tuple[str, subprocess.Popen[Any]]]:
+    """As `served`, and the process too, for a caller that pauses it between rounds."""
     port = free_port()
     process = subprocess.Popen(command(port), **popen)
     url = f"http://127.0.0.1:{port}"
     try:
         wait_until_healthy(process, url, what, limit)
-        yield url
+        yield url, process
     finally:
         process.terminate()
         process.wait(30)
