@@ -142,7 +142,8 @@ class ChatScreen(Screen[None]):
 
     @property
     def panes(self) -> list[ChatPane]:
-        return list(self.query(ChatPane))
+        # the grid's children, not a query of the screen: that walks every widget of every transcript
+        return list(self.grid.query_children(ChatPane))
 
     def pane(self, pane_id: str) -> ChatPane | None:
         return next((p for p in self.panes if p.id == pane_id), None)
