@@ -127,7 +127,7 @@ def denied_text(reason: str) -> str:
     return "The user denied this call." + (f" Their reason: {reason}" if reason else "")
 
 
-CANCELLED = "The user cancelled this call (Esc) before it finished."
+CANCELLED = "The call was stopped before it finished (the user pressed Esc, closed the pane or quit)."
 NOT_RUN = "Not run: this turn reached its limit of {limit} tool steps. The user may let it continue."
 LEFT_OPEN = "Not run: lfm-chat stopped, or the chat was forked, before this call was answered."
 
