@@ -7,6 +7,13 @@ by bench.key_latency on a 2-core machine). So the panes draw on a shared beat (o
 all of them), and while keys are arriving they hold their frames: a keystroke's frame then
 redraws only the input. A held stream still shows its text at least every MAX_HOLD_SECONDS,
 and everything held arrives at the next frame (the inbox keeps it), so nothing is lost.
+
+A beat's frame costs what the screen costs to lay out and compose, which grows with the replies
+on it (~40 ms with 8 long Markdown replies on a 2-core Xeon), so a fixed 15 fps can take the
+whole UI thread and a key waits behind frames. The pacer therefore measures each frame (the UI
+thread's CPU from the beat's first pane redraw to the screen's refresh after it) and spaces the
+next beat so drawing streams takes at most DRAWING_SHARE of the thread: a 40 ms frame puts the
+next beat ~115 ms later, cheap frames keep 15 fps.
 """
 
 from __future__ import annotations
@@ -21,27 +28,64 @@ STREAM_FRAME_SECONDS = 1 / 15
 TYPING_HOLD_SECONDS = 0.3
 # However long the typing, a stream shows its new text at least this often.
 MAX_HOLD_SECONDS = 1.0
+# Streaming frames take at most this share of the UI thread; the rest is left to keys and events.
+DRAWING_SHARE = 0.35
+# However costly a frame (or a stall counted into one), the next beat comes at most this long after it.
+LONGEST_FRAME_GAP_SECONDS = 2.0
 
 
 class FramePacer:
     """Shared by every pane of a screen; told about keystrokes, asked when a stream may draw."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    # None: a fixed beat whatever frames cost (as before the frame costs were measured; the bench's "before").
+    drawing_share: float | None = DRAWING_SHARE
+
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = time.thread_time
+    ) -> None:
         self._clock = clock
+        self._cpu_clock = cpu_clock  # the UI thread's CPU: a frame's cost, not time spent waiting
         self._typed_at = -math.inf
+        self._frame_began: tuple[float, float] | None = None  # (clock, cpu clock) of the frame measured
+        self._next_beat_from = -math.inf  # no beat before this: the last frame's cost spaced it
+
+    def frame_begun(self) -> bool:
+        """A pane starts drawing; True when it is the beat's first, whose caller must report
+        `frame_shown` once the screen has refreshed after it (the frame is measured up to there)."""
+        if self._frame_began is not None and self._clock() - self._frame_began[0] < LONGEST_FRAME_GAP_SECONDS:
+            return False  # measuring (a frame whose report never came, its pane closed, is dropped)
+        self._frame_began = (self._clock(), self._cpu_clock())
+        return True
+
+    def frame_shown(self) -> None:
+        """The screen refreshed after the frame begun: space the next beat by what the frame cost."""
+        if self._frame_began is None:
+            return
+        (began, cpu), self._frame_began = self._frame_began, None
+        if self.drawing_share is not None:
+            gap = (self._cpu_clock() - cpu) / self.drawing_share
+            self._next_beat_from = began + min(gap, LONGEST_FRAME_GAP_SECONDS)
 
     def key_pressed(self) -> None:
         self._typed_at = self._clock()
 
     def until_frame(self, drawn_at: float) -> float:
         """Seconds until a pane that last drew at `drawn_at` may draw: the next shared beat at least
-        one beat after its last frame, or later while the user types."""
+        one beat after its last frame and after the gap the last frame's cost asks, or later while
+        the user types."""
         now = self._clock()
-        earliest = max(now, drawn_at + STREAM_FRAME_SECONDS)
-        beat = math.ceil(earliest / STREAM_FRAME_SECONDS) * STREAM_FRAME_SECONDS
-        return max(beat - now, self.hold(drawn_at))
+        earliest = max(now, drawn_at + STREAM_FRAME_SECONDS, self._next_beat_from)
+        return max(_beat_at(earliest) - now, self.hold(drawn_at))
 
     def hold(self, drawn_at: float) -> float:
-        """Seconds a frame due now must still wait for the typing to pause (0: draw now)."""
-        until = min(self._typed_at + TYPING_HOLD_SECONDS, drawn_at + MAX_HOLD_SECONDS)
-        return max(0.0, until - self._clock())
+        """Seconds a frame due now must still wait for the typing to pause or, if a costly frame
+        was measured since it was planned, for the gap that frame asks (0: draw now)."""
+        typing = min(self._typed_at + TYPING_HOLD_SECONDS, drawn_at + MAX_HOLD_SECONDS)
+        now = self._clock()
+        spaced = _beat_at(self._next_beat_from) if self._next_beat_from > now else now
+        return max(0.0, typing - now, spaced - now)
+
+
+def _beat_at(earliest: float) -> float:
+    """The first shared beat at or after `earliest`: panes planned apart still draw in one frame."""
+    return math.ceil(earliest / STREAM_FRAME_SECONDS) * STREAM_FRAME_SECONDS

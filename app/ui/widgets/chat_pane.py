@@ -149,6 +149,8 @@ class ChatPane(PaneActions, Vertical):
             return
         self._frame_timer = None
         self._drawn_at = time.monotonic()
+        if self.context.pacer.frame_begun():
+            self.call_after_refresh(self.context.pacer.frame_shown)  # the frame's cost spaces the next beat
         await self.session.apply(self.session.inbox.take())
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
