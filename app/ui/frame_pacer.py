@@ -8,12 +8,13 @@ all of them), and while keys are arriving they hold their frames: a keystroke's 
 redraws only the input. A held stream still shows its text at least every MAX_HOLD_SECONDS,
 and everything held arrives at the next frame (the inbox keeps it), so nothing is lost.
 
-A beat's frame costs what the screen costs to lay out and compose, which grows with the replies
-on it (~40 ms with 8 long Markdown replies on a 2-core Xeon), so a fixed 15 fps can take the
-whole UI thread and a key waits behind frames. The pacer therefore measures each frame (the UI
-thread's CPU from the beat's first pane redraw to the screen's refresh after it) and spaces the
-next beat so drawing streams takes at most DRAWING_SHARE of the thread: a 40 ms frame puts the
-next beat ~115 ms later, cheap frames keep 15 fps.
+A beat's frame costs what its panes' Markdown and then the screen cost to lay out and compose,
+which grows with the replies on it (100-600 ms with 8 server panes' Markdown replies on a 2-core
+Xeon, measured by bench.key_latency --server), so a fixed 15 fps took the whole UI thread and
+keys waited behind frames. The pacer therefore measures each frame (the UI thread's CPU from the
+beat's first pane redraw to the screen's refresh after it), spaces the next beat so drawing
+streams takes at most DRAWING_SHARE of the thread (a 40 ms frame puts the next beat ~115 ms
+later, cheap frames keep 15 fps), and starts no new beat while a frame is not on screen yet.
 """
 
 from __future__ import annotations
@@ -83,7 +84,18 @@ class FramePacer:
         typing = min(self._typed_at + TYPING_HOLD_SECONDS, drawn_at + MAX_HOLD_SECONDS)
         now = self._clock()
         spaced = _beat_at(self._next_beat_from) if self._next_beat_from > now else now
-        return max(0.0, typing - now, spaced - now)
+        return max(0.0, typing - now, spaced - now, self._unshown(now))
+
+    def _unshown(self, now: float) -> float:
+        """A beat later than the frame measured waits one beat more while that frame is not on
+        screen yet: a beat's panes draw in one frame, but frames do not pile up behind a slow one."""
+        if self.drawing_share is None or self._frame_began is None:
+            return 0.0
+        if now - self._frame_began[0] < STREAM_FRAME_SECONDS / 2:
+            return 0.0
+        if now - self._frame_began[0] >= LONGEST_FRAME_GAP_SECONDS:
+            return 0.0  # its report never came (its pane closed): no longer waited for
+        return STREAM_FRAME_SECONDS
 
 
 def _beat_at(earliest: float) -> float:

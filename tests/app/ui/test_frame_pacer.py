@@ -92,3 +92,15 @@ def test_a_fixed_beat_ignores_the_frames_cost(monkeypatch: pytest.MonkeyPatch) -
     monkeypatch.setattr(FramePacer, "drawing_share", None)
     pacer, _ = paced(cost=0.1)
     assert pacer.until_frame(drawn_at=30.2) <= STREAM_FRAME_SECONDS + 1e-9
+
+
+def test_a_later_beat_waits_while_the_frame_before_it_is_not_on_screen() -> None:
+    clock = Clock(20.0)
+    pacer = FramePacer(clock, Clock(0.0))
+    assert pacer.frame_begun()
+    clock.now += 0.005
+    assert pacer.hold(drawn_at=19.0) == 0.0  # the same beat's panes join its frame
+    clock.now += STREAM_FRAME_SECONDS
+    assert pacer.hold(drawn_at=19.0) > 0.0  # the next beat: the screen has not shown the frame yet
+    pacer.frame_shown()
+    assert pacer.hold(drawn_at=19.0) == 0.0
