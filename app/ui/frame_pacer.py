@@ -33,6 +33,9 @@ MAX_HOLD_SECONDS = 1.0
 DRAWING_SHARE = 0.35
 # However costly a frame (or a stall counted into one), the next beat comes at most this long after it.
 LONGEST_FRAME_GAP_SECONDS = 2.0
+# A frame is measured over this many screen refreshes (when the screen has nothing left to do,
+# a refresh's callbacks run at once, so a cheap frame ends its measure at once).
+FRAME_REFRESHES = 3
 
 
 class FramePacer:
@@ -49,23 +52,30 @@ class FramePacer:
         self._typed_at = -math.inf
         self._frame_began: tuple[float, float] | None = None  # (clock, cpu clock) of the frame measured
         self._next_beat_from = -math.inf  # no beat before this: the last frame's cost spaced it
+        self._refreshes = 0  # of the screen, since the frame measured began
 
     def frame_begun(self) -> bool:
         """A pane starts drawing; True when it is the beat's first, whose caller must report
         `frame_shown` once the screen has refreshed after it (the frame is measured up to there)."""
         if self._frame_began is not None and self._clock() - self._frame_began[0] < LONGEST_FRAME_GAP_SECONDS:
             return False  # measuring (a frame whose report never came, its pane closed, is dropped)
-        self._frame_began = (self._clock(), self._cpu_clock())
+        self._frame_began, self._refreshes = (self._clock(), self._cpu_clock()), 0
         return True
 
-    def frame_shown(self) -> None:
-        """The screen refreshed after the frame begun: space the next beat by what the frame cost."""
+    def frame_shown(self) -> bool:
+        """The screen refreshed after the frame begun. True: report again after the next refresh
+        (a frame's Markdown mounts its blocks over several refreshes, each laying out the screen);
+        False: the frame is measured, and its cost spaces the next beat."""
         if self._frame_began is None:
-            return
-        (began, cpu), self._frame_began = self._frame_began, None
+            return False
+        self._refreshes += 1
+        if self._refreshes < FRAME_REFRESHES:
+            return True
+        (began, cpu), self._frame_began, self._refreshes = self._frame_began, None, 0
         if self.drawing_share is not None:
             gap = (self._cpu_clock() - cpu) / self.drawing_share
             self._next_beat_from = began + min(gap, LONGEST_FRAME_GAP_SECONDS)
+        return False
 
     def key_pressed(self) -> None:
         self._typed_at = self._clock()
