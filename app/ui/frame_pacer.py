@@ -12,9 +12,9 @@ A beat's frame costs what its panes' Markdown and then the screen cost to lay ou
 which grows with the replies on it (100-600 ms with 8 server panes' Markdown replies on a 2-core
 Xeon, measured by bench.key_latency --server), so a fixed 15 fps took the whole UI thread and
 keys waited behind frames. The pacer therefore measures each frame (the UI thread's CPU from the
-beat's first pane redraw to the screen's refresh after it), spaces the next beat so drawing
-streams takes at most DRAWING_SHARE of the thread (a 40 ms frame puts the next beat ~115 ms
-later, cheap frames keep 15 fps), and starts no new beat while a frame is not on screen yet.
+beat's first pane redraw over the screen's next FRAME_REFRESHES refreshes), spaces the next beat
+so drawing streams takes at most DRAWING_SHARE of the thread (a 40 ms frame puts the next beat
+~115 ms later, cheap frames keep 15 fps), and starts no new beat while a frame is not on screen.
 """
 
 from __future__ import annotations
