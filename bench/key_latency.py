@@ -4,6 +4,7 @@
     python -m bench.key_latency --streams 4 --keys 100 --interval 0.05
     python -m bench.key_latency --server               8 panes stream Markdown from a server, 50 tok/s each
     python -m bench.key_latency --server --compare     before/after the drawing bounds, alternated, in one run
+    python -m bench.key_latency --server --fixed-beat  streams draw at 15 fps whatever a frame costs
 
 The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
 (`--server`, in a process of its own). Keys come from a separate thread, as a terminal driver's
@@ -12,7 +13,8 @@ counts as on screen at the first frame the app composes (App._display, which the
 then discards) after the input holds it. The TUI's own CPU is the UI thread's (time.thread_time):
 the --demo engine's threads are left out. `--unbounded` draws every answer as one Markdown widget,
 as the app did before its drawing bounds (app/ui/widgets/answer_segments.py); `--compare` alternates
-both.
+both. `--fixed-beat` draws the streams on a fixed 15 fps beat, as before the frames were paced by
+their cost (app/ui/frame_pacer.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from textual import events
 from app.app import LfmChatApp
 from app.core.conversation import ChatSettings
 from app.core.options import MAX_PANES, AppOptions
+from app.ui.frame_pacer import DRAWING_SHARE, FramePacer
 from app.ui.screens.chat import ChatScreen
 from app.ui.widgets.answer_segments import LIMITS, DrawingLimits
 from app.ui.widgets.chat_pane import ChatPane
@@ -161,6 +164,7 @@ async def measure(
 
 def run(args: argparse.Namespace, unbounded: bool) -> KeyLatency:
     AnswerMarkdown.limits = UNBOUNDED if unbounded else LIMITS
+    FramePacer.drawing_share = None if args.fixed_beat else DRAWING_SHARE
     with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
         if not args.server:
             return asyncio.run(
@@ -183,6 +187,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--server", action="store_true", help="stream from a local paced server, not --demo")
     parser.add_argument("--rate", type=float, default=50.0, help="--server: tokens a second per stream")
     parser.add_argument("--unbounded", action="store_true", help="draw as before the drawing bounds")
+    parser.add_argument(
+        "--fixed-beat", action="store_true", help="streams draw at 15 fps whatever a frame costs"
+    )
     parser.add_argument(
         "--compare", type=int, default=0, metavar="N", help="N before/after pairs, alternated"
     )

@@ -7,6 +7,14 @@ by bench.key_latency on a 2-core machine). So the panes draw on a shared beat (o
 all of them), and while keys are arriving they hold their frames: a keystroke's frame then
 redraws only the input. A held stream still shows its text at least every MAX_HOLD_SECONDS,
 and everything held arrives at the next frame (the inbox keeps it), so nothing is lost.
+
+A beat's frame costs what its panes' Markdown and then the screen cost to lay out and compose,
+which grows with the replies on it (100-600 ms with 8 server panes' Markdown replies on a 2-core
+Xeon, measured by bench.key_latency --server), so a fixed 15 fps took the whole UI thread and
+keys waited behind frames. The pacer therefore measures each frame (the UI thread's CPU from the
+beat's first pane redraw over the screen's next FRAME_REFRESHES refreshes), spaces the next beat
+so drawing streams takes at most DRAWING_SHARE of the thread (a 40 ms frame puts the next beat
+~115 ms later, cheap frames keep 15 fps), and starts no new beat while a frame is not on screen.
 """
 
 from __future__ import annotations
@@ -21,27 +29,85 @@ STREAM_FRAME_SECONDS = 1 / 15
 TYPING_HOLD_SECONDS = 0.3
 # However long the typing, a stream shows its new text at least this often.
 MAX_HOLD_SECONDS = 1.0
+# Streaming frames take at most this share of the UI thread; the rest is left to keys and events.
+DRAWING_SHARE = 0.35
+# However costly a frame (or a stall counted into one), the next beat comes at most this long after it.
+LONGEST_FRAME_GAP_SECONDS = 2.0
+# A frame is measured over this many screen refreshes (when the screen has nothing left to do,
+# a refresh's callbacks run at once, so a cheap frame ends its measure at once).
+FRAME_REFRESHES = 3
 
 
 class FramePacer:
     """Shared by every pane of a screen; told about keystrokes, asked when a stream may draw."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    # None: a fixed beat whatever frames cost (as before the frame costs were measured; the bench's "before").
+    drawing_share: float | None = DRAWING_SHARE
+
+    def __init__(
+        self, clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = time.thread_time
+    ) -> None:
         self._clock = clock
+        self._cpu_clock = cpu_clock  # the UI thread's CPU: a frame's cost, not time spent waiting
         self._typed_at = -math.inf
+        self._frame_began: tuple[float, float] | None = None  # (clock, cpu clock) of the frame measured
+        self._next_beat_from = -math.inf  # no beat before this: the last frame's cost spaced it
+        self._refreshes = 0  # of the screen, since the frame measured began
+
+    def frame_begun(self) -> bool:
+        """A pane starts drawing; True when it is the beat's first, whose caller must report
+        `frame_shown` once the screen has refreshed after it (the frame is measured up to there)."""
+        if self._frame_began is not None and self._clock() - self._frame_began[0] < LONGEST_FRAME_GAP_SECONDS:
+            return False  # measuring (a frame whose report never came, its pane closed, is dropped)
+        self._frame_began, self._refreshes = (self._clock(), self._cpu_clock()), 0
+        return True
+
+    def frame_shown(self) -> bool:
+        """The screen refreshed after the frame begun. True: report again after the next refresh
+        (a frame's Markdown mounts its blocks over several refreshes, each laying out the screen);
+        False: the frame is measured, and its cost spaces the next beat."""
+        if self._frame_began is None:
+            return False
+        self._refreshes += 1
+        if self._refreshes < FRAME_REFRESHES:
+            return True
+        (began, cpu), self._frame_began, self._refreshes = self._frame_began, None, 0
+        if self.drawing_share is not None:
+            gap = (self._cpu_clock() - cpu) / self.drawing_share
+            self._next_beat_from = began + min(gap, LONGEST_FRAME_GAP_SECONDS)
+        return False
 
     def key_pressed(self) -> None:
         self._typed_at = self._clock()
 
     def until_frame(self, drawn_at: float) -> float:
         """Seconds until a pane that last drew at `drawn_at` may draw: the next shared beat at least
-        one beat after its last frame, or later while the user types."""
+        one beat after its last frame and after the gap the last frame's cost asks, or later while
+        the user types."""
         now = self._clock()
-        earliest = max(now, drawn_at + STREAM_FRAME_SECONDS)
-        beat = math.ceil(earliest / STREAM_FRAME_SECONDS) * STREAM_FRAME_SECONDS
-        return max(beat - now, self.hold(drawn_at))
+        earliest = max(now, drawn_at + STREAM_FRAME_SECONDS, self._next_beat_from)
+        return max(_beat_at(earliest) - now, self.hold(drawn_at))
 
     def hold(self, drawn_at: float) -> float:
-        """Seconds a frame due now must still wait for the typing to pause (0: draw now)."""
-        until = min(self._typed_at + TYPING_HOLD_SECONDS, drawn_at + MAX_HOLD_SECONDS)
-        return max(0.0, until - self._clock())
+        """Seconds a frame due now must still wait for the typing to pause or, if a costly frame
+        was measured since it was planned, for the gap that frame asks (0: draw now)."""
+        typing = min(self._typed_at + TYPING_HOLD_SECONDS, drawn_at + MAX_HOLD_SECONDS)
+        now = self._clock()
+        spaced = _beat_at(self._next_beat_from) if self._next_beat_from > now else now
+        return max(0.0, typing - now, spaced - now, self._unshown(now))
+
+    def _unshown(self, now: float) -> float:
+        """A beat later than the frame measured waits one beat more while that frame is not on
+        screen yet: a beat's panes draw in one frame, but frames do not pile up behind a slow one."""
+        if self.drawing_share is None or self._frame_began is None:
+            return 0.0
+        if now - self._frame_began[0] < STREAM_FRAME_SECONDS / 2:
+            return 0.0
+        if now - self._frame_began[0] >= LONGEST_FRAME_GAP_SECONDS:
+            return 0.0  # its report never came (its pane closed): no longer waited for
+        return STREAM_FRAME_SECONDS
+
+
+def _beat_at(earliest: float) -> float:
+    """The first shared beat at or after `earliest`: panes planned apart still draw in one frame."""
+    return math.ceil(earliest / STREAM_FRAME_SECONDS) * STREAM_FRAME_SECONDS

@@ -149,7 +149,13 @@ class ChatPane(PaneActions, Vertical):
             return
         self._frame_timer = None
         self._drawn_at = time.monotonic()
+        if self.context.pacer.frame_begun():
+            self.call_after_refresh(self._frame_shown)  # the frame's cost spaces the next beat
         await self.session.apply(self.session.inbox.take())
+
+    def _frame_shown(self) -> None:
+        if self.context.pacer.frame_shown():
+            self.call_after_refresh(self._frame_shown)
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         """Save the draft once typing pauses, so a crash does not take it either."""

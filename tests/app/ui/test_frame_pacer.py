@@ -4,7 +4,15 @@ from __future__ import annotations
 
 import pytest
 
-from app.ui.frame_pacer import MAX_HOLD_SECONDS, STREAM_FRAME_SECONDS, TYPING_HOLD_SECONDS, FramePacer
+from app.ui.frame_pacer import (
+    DRAWING_SHARE,
+    FRAME_REFRESHES,
+    LONGEST_FRAME_GAP_SECONDS,
+    MAX_HOLD_SECONDS,
+    STREAM_FRAME_SECONDS,
+    TYPING_HOLD_SECONDS,
+    FramePacer,
+)
 
 
 class Clock:
@@ -35,3 +43,73 @@ def test_typing_holds_the_frames_until_it_pauses_but_never_past_the_longest_hold
     assert pacer.hold(drawn_at=50.0 - MAX_HOLD_SECONDS) == 0.0  # held long enough: draw now
     clock.now += TYPING_HOLD_SECONDS
     assert pacer.hold(drawn_at=49.99) == 0.0  # the typing paused
+
+
+def paced(cost: float) -> tuple[FramePacer, Clock]:
+    """A pacer whose one frame, begun at t=30 and shown at t=30.2, cost `cost` s of the UI thread."""
+    clock, cpu = Clock(30.0), Clock(7.0)
+    pacer = FramePacer(clock, cpu)
+    assert pacer.frame_begun()
+    assert not pacer.frame_begun()  # the beat's other panes draw in the same frame: measured once
+    clock.now, cpu.now = 30.2, 7.0 + cost
+    show(pacer)
+    return pacer, clock
+
+
+def show(pacer: FramePacer) -> None:
+    """The screen refreshes until the frame is measured (its Markdown mounts over a few refreshes)."""
+    refreshes = 1
+    while pacer.frame_shown():
+        refreshes += 1
+    assert refreshes == FRAME_REFRESHES
+
+
+def test_a_costly_frame_spaces_the_next_beat_so_drawing_keeps_to_its_share_of_the_thread() -> None:
+    pacer, clock = paced(cost=0.1)
+    next_frame = clock.now + pacer.until_frame(drawn_at=30.0)
+    assert next_frame >= 30.0 + 0.1 / DRAWING_SHARE
+    assert next_frame < 30.0 + 0.1 / DRAWING_SHARE + STREAM_FRAME_SECONDS
+    beats = next_frame / STREAM_FRAME_SECONDS
+    assert beats == pytest.approx(round(beats), abs=1e-6)  # still on the shared beat
+    # A pane whose frame was planned before the cost was known waits for the same beat.
+    assert clock.now + pacer.hold(drawn_at=30.0) == pytest.approx(next_frame)
+
+
+def test_cheap_frames_keep_the_full_frame_rate() -> None:
+    pacer, _ = paced(cost=0.005)
+    assert pacer.until_frame(drawn_at=30.2) <= STREAM_FRAME_SECONDS + 1e-9
+    assert pacer.hold(drawn_at=30.0) == 0.0
+
+
+def test_a_stalled_frame_delays_the_streams_for_at_most_the_longest_gap() -> None:
+    pacer, clock = paced(cost=30.0)
+    assert (
+        clock.now + pacer.until_frame(drawn_at=30.0)
+        <= 30.0 + LONGEST_FRAME_GAP_SECONDS + STREAM_FRAME_SECONDS
+    )
+
+
+def test_a_frame_whose_end_was_never_reported_does_not_stop_the_measuring() -> None:
+    clock = Clock(10.0)
+    pacer = FramePacer(clock, Clock(0.0))
+    assert pacer.frame_begun()  # its pane closed before the screen refreshed
+    clock.now += LONGEST_FRAME_GAP_SECONDS
+    assert pacer.frame_begun()
+
+
+def test_a_fixed_beat_ignores_the_frames_cost(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FramePacer, "drawing_share", None)
+    pacer, _ = paced(cost=0.1)
+    assert pacer.until_frame(drawn_at=30.2) <= STREAM_FRAME_SECONDS + 1e-9
+
+
+def test_a_later_beat_waits_while_the_frame_before_it_is_not_on_screen() -> None:
+    clock = Clock(20.0)
+    pacer = FramePacer(clock, Clock(0.0))
+    assert pacer.frame_begun()
+    clock.now += 0.005
+    assert pacer.hold(drawn_at=19.0) == 0.0  # the same beat's panes join its frame
+    clock.now += STREAM_FRAME_SECONDS
+    assert pacer.hold(drawn_at=19.0) > 0.0  # the next beat: the screen has not shown the frame yet
+    show(pacer)
+    assert pacer.hold(drawn_at=19.0) == 0.0
