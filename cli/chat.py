@@ -252,7 +252,8 @@ def piped_stdin(parser: argparse.ArgumentParser) -> Attachment | None:
 
 def one_shot_message(parser: argparse.ArgumentParser, question: str) -> str:
     """`-p`'s message (with piped stdin attached), read before anything loads."""
-    from cli.oneshot import OneShotError, question_text
+    from cli.oneshot import question_text
+    from cli.reply_stream import OneShotError
 
     try:
         message = question_text(question, getattr(sys.stdin, "buffer", None))  # None: stdin closed

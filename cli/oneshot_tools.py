@@ -22,6 +22,7 @@ from app.core.conversation import ChatMessage, Conversation
 from app.core.sanitize import strip_control
 from app.session.tools import Approval, denied_text, parse_answer
 from app.tools.toolbox import ToolBox, ToolResult, ToolSpec
+from cli.reply_stream import stream_reply
 
 if TYPE_CHECKING:
     from app.backend.base import Backend
@@ -99,7 +100,6 @@ def run_tool_turns(
     ask: Ask = ask_on_terminal,
 ) -> None:
     """Replies and calls until a reply calls nothing (or STEP_LIMIT); OneShotError as stream_reply."""
-    from cli.oneshot import stream_reply
     from engine import Structure, ToolCallStream, calls_schema
 
     specs = asyncio.run(use.toolbox.tools())

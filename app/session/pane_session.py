@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from app.backend.base import Backend, Prompt
@@ -37,15 +37,14 @@ from app.core.versions import (
     take_place,
 )
 from app.session.attachments import PaneAttachments
+from app.session.context import SessionContext
 from app.session.inbox import TokenInbox
-from app.session.saving import ConversationSaver
 from app.session.tool_loop import ToolLoop
 from app.session.tools import Approval, PaneTools
 from app.session.turn import PreparedTurn, Turn
 from app.session.view import PaneView
 
 if TYPE_CHECKING:
-    from app.tools.toolbox import ToolBox
     from engine import RequestMetrics, TokenEvent, ToolCall
 
 # The phases before a request's first token (TokenEvent.phase), as the status line names them.
@@ -54,16 +53,6 @@ FINISHED_STATES = {"abort": "stopped", "error": "error", "length": "cut"}  # oth
 PARTIAL_SAVE_SECONDS = 1.0
 STILL_REPLYING = "This pane is still replying: Esc stops it."
 FORK_MID_REPLY = "This pane is still replying: fork once the reply ends, or Esc stops it to fork what came."
-
-
-@dataclass(slots=True)
-class SessionContext:
-    """What every session of a screen shares: the backend that generates (one assignment switches
-    it for all panes), the saver, and the MCP servers' tools (None: none configured)."""
-
-    backend: Backend
-    saving: ConversationSaver
-    toolbox: ToolBox | None = field(default=None)
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,7 @@ from app.session.turn import Turn
 from app.session.view import PaneView, ToolCallView
 
 if TYPE_CHECKING:
-    from app.session.pane_session import SessionContext
+    from app.session.context import SessionContext
     from engine import TokenEvent, ToolCall
 
 ASKING = "asking you"  # a call waits for the user's answer

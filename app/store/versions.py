@@ -10,13 +10,10 @@ finite), bounded in nesting and in the messages it may hold; a damaged version i
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from app.core.conversation import ChatMessage, Version
+from app.core.conversation import ChatMessage, PromptCache, Version
 from app.store.tool_fields import tool_json
-
-if TYPE_CHECKING:
-    from app.store.rows import RowChecker
 
 MAX_DEPTH = 64  # versions inside versions; lfm-chat nests one level per position with versions
 MAX_HIDDEN_MESSAGES = 100_000  # in all the hidden versions of one message row
@@ -47,10 +44,22 @@ def _message(m: ChatMessage) -> dict[str, Any]:
     }
 
 
+class Checker(Protocol):
+    """What the reader asks of the store's row checker (app/store/rows.py, which uses this reader)."""
+
+    repairs: list[str]
+
+    def message(
+        self, role: object, content: object, created_at: object, stopped: object, tool: object, what: str
+    ) -> ChatMessage | None: ...
+
+    def cache_entries(self, loaded: object, what: str) -> PromptCache: ...
+
+
 class VersionReader:
     """Versions parsed from JSON, checked as the rows are; repairs go to the checker's list."""
 
-    def __init__(self, check: RowChecker, what: str) -> None:
+    def __init__(self, check: Checker, what: str) -> None:
         self.check = check
         self.what = what
         self.left = MAX_HIDDEN_MESSAGES
