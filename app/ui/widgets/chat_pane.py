@@ -7,7 +7,6 @@ is about the screen: drawing at the frame the pacer gives, the selection, toasts
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -27,6 +26,7 @@ from app.session.tool_loop import TOOL_WAITS
 from app.session.tools import PaneTools
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.pane_context import PaneContext
+from app.ui.widgets.paced_frames import PacedFrames
 from app.ui.widgets.pane_actions import PaneActions
 from app.ui.widgets.pane_border import pane_border
 from app.ui.widgets.pane_status import PaneStatus
@@ -41,7 +41,7 @@ if TYPE_CHECKING:
 DRAFT_SAVE_SECONDS = 1.0
 
 
-class ChatPane(PaneActions, Vertical):
+class ChatPane(PaneActions, PacedFrames, Vertical):
     """A chat with the shared backend. Actions act on this pane only (Esc stops only this one)."""
 
     BINDINGS: ClassVar[list[BindingType]] = PANE_KEYS
@@ -82,8 +82,6 @@ class ChatPane(PaneActions, Vertical):
         self.label = id.removeprefix("pane-")
         self.marked = False  # a target of broadcasts
         self._draft_timer: Timer | None = None
-        self._frame_timer: Timer | None = None  # the next frame, while the pacer says wait
-        self._drawn_at = 0.0
         # Kept as attributes, not queried: backend events may still arrive while the pane is torn down.
         self.transcript = Transcript(conversation.messages)
         self.status = PaneStatus()
@@ -132,30 +130,6 @@ class ChatPane(PaneActions, Vertical):
     async def on_prompt_input_paste_offered(self, message: PromptInput.PasteOffered) -> None:
         message.stop()
         await self.session.attach(from_text("pasted text", message.text))
-
-    def on_chat_pane_woken(self, message: Woken) -> None:
-        """Draw what arrived at the frame the pacer gives (app/ui/frame_pacer.py): the inbox
-        wakes the pane only when it was empty, so nothing arriving meanwhile is missed."""
-        message.stop()
-        if self._frame_timer is None:
-            self._frame_timer = self.set_timer(
-                self.context.pacer.until_frame(self._drawn_at), self._draw_frame
-            )
-
-    async def _draw_frame(self) -> None:
-        """Draw, unless keys arrived since the frame was planned: then wait for the typing to pause."""
-        if (hold := self.context.pacer.hold(self._drawn_at)) > 0:
-            self._frame_timer = self.set_timer(hold, self._draw_frame)
-            return
-        self._frame_timer = None
-        self._drawn_at = time.monotonic()
-        if self.context.pacer.frame_begun():
-            self.call_after_refresh(self._frame_shown)  # the frame's cost spaces the next beat
-        await self.session.apply(self.session.inbox.take())
-
-    def _frame_shown(self) -> None:
-        if self.context.pacer.frame_shown():
-            self.call_after_refresh(self._frame_shown)
 
     def on_text_area_changed(self, event: TextArea.Changed) -> None:
         """Save the draft once typing pauses, so a crash does not take it either."""
