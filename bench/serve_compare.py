@@ -360,6 +360,7 @@ def main(argv: list[str] | None = None) -> int:
     missing = "--no-vllm" if args.no_vllm else vllm_unavailable(args.vllm_python)
     if missing is None:
         specs.append(vllm_spec(args.vllm_python, vllm_checkpoint(checkpoint), max(clients), args.threads))
+    args.logs.mkdir(parents=True, exist_ok=True)
     with contextlib.ExitStack() as stack:
         servers = {}
         for spec in specs:
