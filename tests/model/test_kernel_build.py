@@ -10,6 +10,8 @@ import sys
 import threading
 from pathlib import Path
 
+import pytest
+
 from tests.waiting import HANG_GUARD
 
 # the package re-exports a function named build over its module of that name
@@ -81,8 +83,9 @@ def test_a_killed_builders_lock_is_removed_once_it_is_dead_and_not_before(tmp_pa
     assert entered.is_set() and not (tmp_path / "lock").exists()
 
 
-def test_a_build_is_found_built_only_once_its_library_is_in_torchs_cache(tmp_path, monkeypatch):
-    """The loading screen says "building CPU kernels" only when a compile is coming."""
+def test_a_build_is_found_built_only_once_it_finished(tmp_path, monkeypatch):
+    """The loading screen says "building CPU kernels" only when a compile is coming; a library file
+    alone may be the half a killed link left."""
     from torch.utils.cpp_extension import LIB_EXT
 
     monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(tmp_path))
@@ -90,4 +93,27 @@ def test_a_build_is_found_built_only_once_its_library_is_in_torchs_cache(tmp_pat
     name = build.build_name("avx2")
     (tmp_path / name).mkdir(exist_ok=True)
     (tmp_path / name / f"{name}{LIB_EXT}").touch()
+    assert not build.is_built("avx2")
+    (tmp_path / name / "finished").touch()
     assert build.is_built("avx2") and not build.is_built("avxvnni")
+
+
+def test_a_finished_build_loads_without_running_the_builder(monkeypatch):
+    """A fresh clone's venv names torch's headers by another path: had ninja run, it would rebuild
+    the whole library (a minute and a half on two cores) for the same sources and torch."""
+    from torch.utils import cpp_extension
+
+    from model.native.kernels import availability, chosen_isa
+
+    isa, reason = chosen_isa()
+    module, reason = availability()
+    if isa is None or module is None:
+        pytest.skip(f"no native kernels here: {reason}")
+    assert build.is_built(isa)
+
+    def no_builder(*args: object, **kwargs: object) -> None:
+        raise AssertionError("the builder ran for a finished build")
+
+    monkeypatch.setattr(cpp_extension, "load", no_builder)
+    loaded, reason = build.build(isa)
+    assert reason is None and loaded is not None and loaded.__file__ == module.__file__

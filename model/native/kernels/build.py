@@ -1,10 +1,12 @@
 """Compiling the kernel sources for one instruction set: flags, a build name, the compiler call.
 
 Builds go through `torch.utils.cpp_extension` and are cached under torch's extensions
-directory, named by instruction set and a digest of the sources, headers and flags: a changed
-source is a new build. torch's build file names the sources by absolute path, so they are first
-copied into the build's own folder: every copy of the same sources (a checkout, a fresh clone, an
-installed wheel) then builds once and shares that build instead of rebuilding over the others.
+directory, named by instruction set and a digest of the sources, headers, flags and torch release:
+a changed source is a new build. torch's build file names the sources by absolute path, so they are
+first copied into the build's own folder, and a finished build is imported straight from its
+library without running ninja again (whose commands name torch's headers by the venv's path): every
+copy of the same sources (a checkout, a fresh clone with its own venv, an installed wheel) then
+builds once and shares that build instead of rebuilding it.
 The flags name the instruction sets' features rather than -march=native, so a cached build
 also runs on the next machine that has them (a shared home directory, a copied cache).
 """
@@ -13,6 +15,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import importlib.util
 import logging
 import os
 from collections.abc import Iterator
@@ -71,14 +74,12 @@ def _files(sources: tuple[Path, ...]) -> list[tuple[str, bytes]]:
 
 
 def _digest(sources: tuple[Path, ...], isa: str) -> str:
-    """Flags, sources and headers by content, and the torch they build against: a build is reused
-    exactly for these, wherever the sources are. Two venvs share no build directory, so ninja does
-    not rebuild one venv's build over the other's each time they take turns (its commands name
-    torch's headers by the venv's path)."""
-    from torch.utils.cpp_extension import include_paths
+    """Flags, sources and headers by content, and the torch release they build against (the same
+    headers and libraries wherever it is installed): a build is reused exactly for these."""
+    import torch
 
     digest = hashlib.sha256(" ".join(compile_flags(isa)).encode())
-    digest.update(" ".join(include_paths()).encode())
+    digest.update(f"{torch.__version__} {torch.version.git_version}".encode())
     for name, data in _files(sources):
         digest.update(name.encode() + b"\0" + data)
     return digest.hexdigest()[:10]
@@ -119,24 +120,46 @@ def build_name(isa: str, sources: tuple[Path, ...] = SOURCES) -> str:
     return f"lfm_chat_cpu_kernels_{isa}_{_digest(sources, isa)}"
 
 
-def is_built(isa: str, sources: tuple[Path, ...] = SOURCES) -> bool:
-    """The library of this exact build is in torch's cache: loading it takes a moment, not a compile."""
-    from torch.utils.cpp_extension import LIB_EXT, _get_build_directory
+def _build_directory(name: str) -> Path:
+    from torch.utils.cpp_extension import _get_build_directory
 
-    name = build_name(isa, sources)
-    return (Path(_get_build_directory(name, False)) / f"{name}{LIB_EXT}").is_file()
+    return Path(_get_build_directory(name, False))
+
+
+def _finished_marker(build_directory: Path) -> Path:
+    """Written once the build's library has compiled and loaded: a library file alone may be a killed
+    link's half."""
+    return build_directory / "finished"
+
+
+def is_built(isa: str, sources: tuple[Path, ...] = SOURCES) -> bool:
+    """This exact build finished in torch's cache: loading it takes a moment, not a compile."""
+    return _finished_marker(_build_directory(build_name(isa, sources))).is_file()
+
+
+def _import_library(name: str, build_directory: Path) -> ModuleType:
+    """A finished build's module, straight from its library: no build file, no ninja."""
+    from torch.utils.cpp_extension import LIB_EXT
+
+    spec = importlib.util.spec_from_file_location(name, build_directory / f"{name}{LIB_EXT}")
+    if spec is None or spec.loader is None:
+        raise ImportError(f"{build_directory} holds no loadable {name}{LIB_EXT}")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | None, str | None]:
-    """Compile ``sources`` for ``isa`` (cached by torch); on failure None and the reason."""
+    """Compile ``sources`` for ``isa``, or import the finished build; on failure None and the reason."""
     name = build_name(isa, sources)
     try:
-        from torch.utils.cpp_extension import _get_build_directory
         from torch.utils.cpp_extension import load as load_extension
 
-        _put_ninja_on_path()
-        build_directory = Path(_get_build_directory(name, False))
+        build_directory = _build_directory(name)
         with builder_lock(build_directory):
+            if _finished_marker(build_directory).is_file():
+                return _import_library(name, build_directory), None
+            _put_ninja_on_path()
             staged = stage_sources(sources, build_directory / "src")
             module = load_extension(
                 name=name,
@@ -146,6 +169,7 @@ def build(isa: str, sources: tuple[Path, ...] = SOURCES) -> tuple[ModuleType | N
                 extra_include_paths=[str(build_directory / "src")],
                 verbose=False,
             )
+            _finished_marker(build_directory).touch()
     except Exception as exc:  # no compiler, no ninja, a failed build: fall back, say why once
         lines = str(exc).strip().splitlines()
         reason = f"the build failed: {lines[-1] if lines else type(exc).__name__}"
