@@ -52,6 +52,7 @@ TINY_PRESETS: dict[str, tuple[Callable[..., Path], dict[str, Any]]] = {
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     markers.apply(items)  # pilot and subprocess, by rule
+    markers.costliest_files_first(items)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -43,6 +43,29 @@ def apply(items: list[pytest.Item]) -> None:
             item.add_marker("pilot")
 
 
+# A rough cost per test by its markers (seconds on an idle core, from --durations): enough to rank files.
+COST_BY_MARKER = {"slow": 20.0, "subprocess": 8.0, "pilot": 4.0}
+PLAIN_TEST_COST = 0.2
+
+
+def costliest_files_first(items: list[pytest.Item]) -> None:
+    """Order the files by their estimated cost, dearest first, each file's tests in their own order.
+
+    pytest-xdist hands out whole files (bin/test: --dist loadfile --no-loadscope-reorder) in this
+    order; its own default, most tests first, left the few-test files that take a minute (a
+    hostile server, 8 panes streaming) for last, where one worker ran them while the other idled.
+    """
+
+    def cost(item: pytest.Item) -> float:
+        marked = [COST_BY_MARKER[m] for m in COST_BY_MARKER if item.get_closest_marker(m) is not None]
+        return max(marked, default=PLAIN_TEST_COST)
+
+    by_file: dict[str, float] = {}
+    for item in items:
+        by_file[item.nodeid.split("::")[0]] = by_file.get(item.nodeid.split("::")[0], 0.0) + cost(item)
+    items.sort(key=lambda item: -by_file[item.nodeid.split("::")[0]])  # stable: in-file order kept
+
+
 @contextlib.contextmanager
 def pilot_only_if_marked(item: pytest.Item) -> Iterator[None]:
     """While ``item`` runs, ``App.run_test`` fails unless it is marked ``pilot``: what the rule missed
