@@ -7,6 +7,7 @@ lfm-chat bench --shape lfm2-8b-a1b --quantize int8           LFM2-8B-A1B-shape r
 lfm-chat bench --quick                           QUICK_WORKLOADS once each at short lengths (about a minute)
 lfm-chat bench --tiny --quick                    a smoke run in seconds
 lfm-chat bench --workloads quality               each --quantize scheme's KL divergence from bf16
+lfm-chat bench --engines ours --workloads depth4k,depth16k,depth32k   one stream deep into long contexts
 """
 
 from __future__ import annotations
@@ -95,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_names([*WORKLOADS, quality.NAME], "workloads"),
         default=None,
         help=f"comma-separated (default: every speed workload, with --quick {','.join(QUICK_WORKLOADS)}; "
-        f"{quality.NAME} on request)",
+        f"{','.join(n for n, w in WORKLOADS.items() if not w.by_default)} and {quality.NAME} on request)",
     )
     parser.add_argument(
         "--engines",
@@ -177,7 +178,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.workloads is None:
-        args.workloads = list(QUICK_WORKLOADS if args.quick else WORKLOADS)
+        default = [name for name, workload in WORKLOADS.items() if workload.by_default]
+        args.workloads = list(QUICK_WORKLOADS) if args.quick else default
     if args.repeats is None:
         args.repeats = REPEATS[args.quick]
     if args.repeats < 1 or (args.threads is not None and args.threads < 1):

@@ -1,6 +1,7 @@
 """lfm-chat against llama.cpp on the same CPU, the way the README's llama.cpp tables are measured.
 
     python -m bench.llamacpp_speed --llama-bin DIR --gguf-dir DIR [--quantize int4] [--rounds 3] [--dry-run]
+    python -m bench.llamacpp_speed ... --depths 4096,16384,32768   also one stream deep into long contexts
 
 Each round runs, back to back: ``llama-bench -p 128 -n 128 -t 2`` (pp128, tg128) and
 ``llama-batched-bench -npp 128 -ntg 128 -npl 8 -t 2`` (S_TG) on every GGUF asked for, then
@@ -9,6 +10,10 @@ process. The table gives each figure's median over the rounds with its range, an
 ratio to each llama.cpp format: 1-stream decode (tg128 / single decode), 8 streams aggregate
 (S_TG / batch8 decode) and a 128-token prompt (pp128 / single prefill). Run it on a quiet
 machine: every figure is a speed.
+
+With ``--depths`` each round also runs ``llama-bench -p 0 -n 64 -d DEPTHS`` (decode at each depth)
+and ``llama-bench -p DEPTHS -n 0`` (a prompt that long), against ``lfm-chat bench`` 's depth4k,
+depth16k and depth32k workloads (a prompt that long, then 64 tokens), in a second table.
 
 With ``--quantize none`` lfm-chat runs twice a round, plain bf16 weights then 12-bit ones
 (model/quant/bf12.py, the same logits), and the ratios are the 12-bit run's, to plain bf16 too.
@@ -23,13 +28,26 @@ import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.bandwidth import measure_read_bandwidth
 from bench.report import render_table
+from bench.workloads import DEPTHS
 from model.quant import QUANTIZATIONS
 
 FIGURES = ("decode, 1 stream (tok/s)", "decode, 8 streams, aggregate (tok/s)", "prompt of 128 tokens (tok/s)")
+
+
+DEPTH_NEW_TOKENS = 64  # bench.workloads' depth workloads decode this many after their prompt
+
+
+def depth_figures(depths: list[int]) -> list[str]:
+    return [
+        *(f"decode at {depth} tokens of context (tok/s)" for depth in depths),
+        *(f"prompt of {depth} tokens (tok/s)" for depth in depths),
+    ]
 
 
 def llama_commands(binary_dir: Path, gguf: Path, threads: int) -> list[list[str]]:
@@ -43,14 +61,26 @@ def llama_commands(binary_dir: Path, gguf: Path, threads: int) -> list[list[str]
     ]
 
 
-def ours_command(quantize: str, threads: int, out: Path, weights_12bit: bool = False) -> list[str]:
-    workloads = ["--engines", "ours", "--workloads", "single,batch8", "--repeats", "1"]
-    workloads += ["--weights-12bit", "on" if weights_12bit else "off"]
+def llama_depth_commands(binary_dir: Path, gguf: Path, threads: int, depths: list[int]) -> list[list[str]]:
+    """Decode at each depth (`-d`), then a prompt of each depth's length: one repetition each."""
+    common = [str(binary_dir / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-r", "1", "-o", "jsonl"]
+    listed = ",".join(map(str, depths))
+    return [
+        [*common, "-p", "0", "-n", str(DEPTH_NEW_TOKENS), "-d", listed],
+        [*common, "-p", listed, "-n", "0"],
+    ]
+
+
+def ours_command(
+    quantize: str, threads: int, out: Path, weights_12bit: bool = False, workloads: str = "single,batch8"
+) -> list[str]:
+    chosen = ["--engines", "ours", "--workloads", workloads, "--repeats", "1"]
+    chosen += ["--weights-12bit", "on" if weights_12bit else "off"]
     return [
         sys.executable,
         "-m",
         "bench",
-        *workloads,
+        *chosen,
         "--quantize",
         quantize,
         "--threads",
@@ -58,6 +88,11 @@ def ours_command(quantize: str, threads: int, out: Path, weights_12bit: bool = F
         "--json",
         str(out),
     ]
+
+
+def ours_depth_workloads(depths: list[int]) -> str:
+    by_context = {context: name for name, context in DEPTHS.items()}
+    return ",".join(by_context[depth] for depth in depths)
 
 
 def llama_figures(bench_jsonl: str, batched_jsonl: str) -> dict[str, float]:
@@ -72,14 +107,38 @@ def llama_figures(bench_jsonl: str, batched_jsonl: str) -> dict[str, float]:
     return figures
 
 
+def llama_depth_figures(depth_jsonl: str, prompt_jsonl: str) -> dict[str, float]:
+    """Decode rates by depth (tg64 @ dN) and prompt rates by length (ppN) from llama-bench."""
+    figures = {}
+    for record in _records(depth_jsonl):
+        figures[f"decode at {record['n_depth']} tokens of context (tok/s)"] = record["avg_ts"]
+    for record in _records(prompt_jsonl):
+        figures[f"prompt of {record['n_prompt']} tokens (tok/s)"] = record["avg_ts"]
+    return figures
+
+
 def ours_figures(report: dict) -> dict[str, float]:
     """single's decode and prefill, batch8's decode, from `lfm-chat bench --json`."""
-    medians = {(w["name"], m["name"]): m["median"]["ours"] for w in report["workloads"] for m in w["metrics"]}
+    medians = _medians(report)
     return {
         FIGURES[0]: medians["single", "decode"],
         FIGURES[1]: medians["batch8", "decode"],
         FIGURES[2]: medians["single", "prefill"],
     }
+
+
+def ours_depth_figures(report: dict) -> dict[str, float]:
+    """Each depth workload's decode and prefill rates, from `lfm-chat bench --json`."""
+    medians, figures = _medians(report), {}
+    for name, context in DEPTHS.items():
+        if (name, "decode") in medians:
+            figures[f"decode at {context} tokens of context (tok/s)"] = medians[name, "decode"]
+            figures[f"prompt of {context} tokens (tok/s)"] = medians[name, "prefill"]
+    return figures
+
+
+def _medians(report: dict) -> dict[tuple[str, str], float]:
+    return {(w["name"], m["name"]): m["median"]["ours"] for w in report["workloads"] for m in w["metrics"]}
 
 
 def _records(jsonl: str) -> list[dict]:
@@ -94,12 +153,14 @@ def _run(argv: list[str]) -> str:
     return done.stdout
 
 
-def summary(rounds: dict[str, list[dict[str, float]]], ours: str) -> tuple[list[str], list[list[str]]]:
+def summary(
+    rounds: dict[str, list[dict[str, float]]], ours: str, figures: tuple[str, ...] | list[str] = FIGURES
+) -> tuple[list[str], list[list[str]]]:
     """Per figure: each engine's median (range) over the rounds, and lfm-chat's ratio to each format."""
     formats = [name for name in rounds if name != ours]
     headers = ["", *formats, ours, *(f"{ours} / {name}" for name in formats)]
     rows = []
-    for figure in FIGURES:
+    for figure in figures:
         values = {name: [r[figure] for r in runs if figure in r] for name, runs in rounds.items()}
         medians = {name: statistics.median(v) if v else None for name, v in values.items()}
         row = [figure]
@@ -111,6 +172,26 @@ def summary(rounds: dict[str, list[dict[str, float]]], ours: str) -> tuple[list[
             row.append(f"{ratio:.2f}x" if ratio else "n/a")
         rows.append(row)
     return headers, rows
+
+
+@dataclass(frozen=True, slots=True)
+class Table:
+    """One table of the run: its figures, the llama.cpp commands for a GGUF, lfm-chat's workloads,
+    and how each side's output becomes figures."""
+
+    figures: list[str]
+    llama_commands: Callable[[Path], list[list[str]]]
+    llama_figures: Callable[..., dict[str, float]]
+    workloads: str
+    ours_figures: Callable[[dict], dict[str, float]]
+
+
+def _depths(text: str) -> list[int]:
+    depths = [int(part) for part in text.split(",") if part.strip()]
+    unknown = [depth for depth in depths if depth not in DEPTHS.values()]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"depths are {', '.join(map(str, DEPTHS.values()))}, not {unknown}")
+    return depths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,6 +206,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quantize", choices=QUANTIZATIONS, default="int4", help="lfm-chat's weights")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument(
+        "--depths", type=_depths, default=[], help="long contexts too, e.g. 4096,16384,32768 (a second table)"
+    )
     parser.add_argument("--dry-run", action="store_true", help="print the commands of one round")
     args = parser.parse_args(argv)
     ggufs = {
@@ -139,28 +223,52 @@ def main(argv: list[str] | None = None) -> int:
     if args.quantize == "none":
         runs = {"lfm-chat bf16-plain": False, "lfm-chat bf16-12bit": True}
     ours = list(runs)[-1]
+    tables = [
+        Table(
+            list(FIGURES),
+            lambda gguf: llama_commands(args.llama_bin, gguf, args.threads),
+            llama_figures,
+            "single,batch8",
+            ours_figures,
+        )
+    ]
+    if args.depths:
+        tables.append(
+            Table(
+                depth_figures(args.depths),
+                lambda gguf: llama_depth_commands(args.llama_bin, gguf, args.threads, args.depths),
+                llama_depth_figures,
+                ours_depth_workloads(args.depths),
+                ours_depth_figures,
+            )
+        )
     bandwidths = []
     with tempfile.TemporaryDirectory(prefix="lfm-speed-") as scratch:
         out = Path(scratch) / "ours.json"
         if args.dry_run:
-            for gguf in ggufs.values():
-                for command in llama_commands(args.llama_bin, gguf, args.threads):
-                    print(" ".join(command))
-            for twelve in runs.values():
-                print(" ".join(ours_command(args.quantize, args.threads, out, twelve)))
+            for table in tables:
+                for gguf in ggufs.values():
+                    for command in table.llama_commands(gguf):  # type: ignore[arg-type]
+                        print(" ".join(command))
+                for twelve in runs.values():
+                    print(" ".join(ours_command(args.quantize, args.threads, out, twelve, table.workloads)))
             return 0
-        rounds: dict[str, list[dict[str, float]]] = {f"llama.cpp {s}": [] for s in ggufs} | {
-            n: [] for n in runs
-        }
-        for _ in range(args.rounds):
+        rounds: list[dict[str, list[dict[str, float]]]] = [
+            {name: [] for name in [*(f"llama.cpp {s}" for s in ggufs), *runs]} for _ in tables
+        ]
+        for number in range(1, args.rounds + 1):
             bandwidths.append(measure_read_bandwidth(args.threads))
-            for suffix, gguf in ggufs.items():
-                outputs = [_run(command) for command in llama_commands(args.llama_bin, gguf, args.threads)]
-                rounds[f"llama.cpp {suffix}"].append(llama_figures(*outputs))
-            for name, twelve in runs.items():
-                _run(ours_command(args.quantize, args.threads, out, twelve))
-                rounds[name].append(ours_figures(json.loads(out.read_text())))
-    print(render_table(*summary(rounds, ours), markdown=True))
+            print(f"round {number}: read bandwidth {bandwidths[-1].describe()}", file=sys.stderr, flush=True)
+            for table, results in zip(tables, rounds, strict=True):
+                for suffix, gguf in ggufs.items():
+                    outputs = [_run(command) for command in table.llama_commands(gguf)]  # type: ignore[arg-type]
+                    results[f"llama.cpp {suffix}"].append(table.llama_figures(*outputs))
+                for name, twelve in runs.items():
+                    _run(ours_command(args.quantize, args.threads, out, twelve, table.workloads))
+                    results[name].append(table.ours_figures(json.loads(out.read_text())))
+    for table, results in zip(tables, rounds, strict=True):
+        print(render_table(*summary(results, ours, table.figures), markdown=True))
+        print()
     for number, bandwidth in enumerate(bandwidths, 1):
         print(f"round {number}: read bandwidth {bandwidth.describe()}")
     return 0

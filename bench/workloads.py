@@ -56,6 +56,7 @@ class Workload:
     measure: Measure
     isolated: bool = False
     uses_arrival_rate: bool = False  # BuildContext.poisson_rate matters (it is calibrated only if so)
+    by_default: bool = True  # run when --workloads is not given (the long contexts are asked for by name)
 
 
 TOK_S, MS, RATIO, MIB = "tok/s", "ms", "x", "MiB"
@@ -219,6 +220,34 @@ def _measure_multi_turn(traces: list[RequestTrace]) -> dict[str, float | None]:
     }
 
 
+# ---------------------------------------------------------------- one stream deep into a long context
+DEPTH_NEW_TOKENS = 64
+DEPTHS = {"depth4k": 4096, "depth16k": 16384, "depth32k": 32768}
+
+
+def _depth(name: str, context: int) -> Workload:
+    """One stream decoding after a `context`-token prompt: llama-bench's `-d context -n 64` for the
+    decode rate, and `-p context` for the prompt's."""
+
+    def build(ctx: BuildContext) -> Scenario:
+        return _batch([RequestSpec(ctx.prompt(ctx.size(context, context // 16)), DEPTH_NEW_TOKENS)])
+
+    return Workload(
+        name=name,
+        title=f"1 stream, {context}-token prompt, {DEPTH_NEW_TOKENS} new",
+        hf_method="generate, batch of 1",
+        metrics=(Metric("decode", TOK_S, True), Metric("prefill", TOK_S, True)),
+        build=build,
+        measure=_measure_depth,
+        by_default=False,
+    )
+
+
+def _measure_depth(traces: list[RequestTrace]) -> dict[str, float | None]:
+    (trace,) = traces
+    return {"decode": stats.decode_rate(traces), "prefill": len(trace.prompt) / trace.ttft}
+
+
 # ---------------------------------------------------------------- peak RSS, 8 chats x 2k tokens
 def _build_rss(ctx: BuildContext) -> Scenario:
     new = ctx.size(64, 16)
@@ -319,5 +348,6 @@ WORKLOADS: dict[str, Workload] = {
             measure=_measure_rss,
             isolated=True,
         ),
+        *(_depth(name, context) for name, context in DEPTHS.items()),
     )
 }

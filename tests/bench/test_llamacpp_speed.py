@@ -6,8 +6,18 @@ import contextlib
 import io
 import json
 
+import pytest
+
 from bench.cli import main as bench_main
-from bench.llamacpp_speed import FIGURES, llama_figures, ours_figures, summary
+from bench.llamacpp_speed import (
+    FIGURES,
+    depth_figures,
+    llama_depth_figures,
+    llama_figures,
+    ours_depth_figures,
+    ours_figures,
+    summary,
+)
 from bench.llamacpp_speed import main as speed_main
 
 DECODE, BATCH, PROMPT = FIGURES
@@ -73,3 +83,39 @@ def test_our_engine_runs_in_12_bits_when_asked(tmp_path):
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         assert bench_main([*argv, "--threads", "1", "--weights-12bit", "on", "--json", str(out)]) == 0
     assert json.loads(out.read_text())["engine"]["weights 12-bit"] == "on"
+
+
+def test_long_context_figures_come_from_llama_benchs_depth_and_prompt_records():
+    decode = "\n".join(
+        json.dumps({"n_prompt": 0, "n_gen": 64, "n_depth": depth, "avg_ts": rate})
+        for depth, rate in ((4096, 30.0), (16384, 12.5))
+    )
+    prompt = json.dumps({"n_prompt": 4096, "n_gen": 0, "n_depth": 0, "avg_ts": 900.0})
+    assert llama_depth_figures(decode, prompt) == {
+        "decode at 4096 tokens of context (tok/s)": 30.0,
+        "decode at 16384 tokens of context (tok/s)": 12.5,
+        "prompt of 4096 tokens (tok/s)": 900.0,
+    }
+
+
+def test_our_long_context_figures_come_from_the_depth_workloads(tmp_path):
+    out = tmp_path / "ours.json"
+    argv = ["--tiny", "--quick", "--engines", "ours", "--workloads", "depth4k", "--repeats", "1"]
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
+        assert bench_main([*argv, "--threads", "1", "--json", str(out)]) == 0
+    figures = ours_depth_figures(json.loads(out.read_text()))
+    assert set(figures) == set(depth_figures([4096])) and all(value > 0 for value in figures.values())
+
+
+def test_depths_add_a_second_table_of_llama_bench_runs_and_our_depth_workloads(tmp_path):
+    (tmp_path / "m-bf16.gguf").write_bytes(b"")
+    out = io.StringIO()
+    argv = ["--llama-bin", str(tmp_path), "--gguf-dir", str(tmp_path), "--formats", "bf16"]
+    with contextlib.redirect_stdout(out):
+        assert speed_main([*argv, "--depths", "4096,32768", "--dry-run"]) == 0
+    lines = out.getvalue().splitlines()
+    assert any("-p 0 -n 64 -d 4096,32768" in line for line in lines)
+    assert any("-p 4096,32768 -n 0" in line for line in lines)
+    assert any("--workloads depth4k,depth32k" in line for line in lines)
+    with contextlib.redirect_stderr(io.StringIO()), pytest.raises(SystemExit):
+        speed_main([*argv, "--depths", "5000", "--dry-run"])  # no workload of that depth
