@@ -15,8 +15,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from model.text.call_block import MAX_DEPTH
 from model.text.tool_calls import (
-    MAX_DEPTH,
     TOOL_CALL_END,
     TOOL_CALL_START,
     IndexedCall,
