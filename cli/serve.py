@@ -175,7 +175,7 @@ def run(argv: list[str]) -> int:
         flags.check_machine()
         from server.app import create_app
         from server.config import ServerConfig
-        from server.connections import make_server
+        from server.guarded_server import make_server
     except SetupError as exc:
         parser.exit(1, f"{parser.prog}: error: {exc}\n")
     except ModuleNotFoundError as exc:

@@ -12,7 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from server.connections import make_server
+from server.guarded_server import make_server
 from server.limits import ConnectionLimits
 from tests.waiting import wait_for
 

@@ -21,7 +21,7 @@ from typing import Any
 import httpx
 import pytest
 
-from server.connections import make_server
+from server.guarded_server import make_server
 from server.limits import ConnectionLimits
 from tests.server.test_cli import free_port
 from tests.server.test_connections import Served, connections, serving
