@@ -93,6 +93,21 @@ def test_native_int8_matches_the_torch_path(native, n, k):
     assert (fast - reference).abs().max() <= 2**-7 * reference.abs().max()
 
 
+@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear])
+def test_avx512f_gives_the_avx2_builds_bits(layer):
+    """Without AVX512-BF16 the 16-lane build widens each pair and sums every output in AVX2's order:
+    twice the width, the same bits (so a CPU's answers do not depend on which of the two it runs)."""
+    for isa in ("avx512f", "avx2"):
+        if missing := kernels.missing_flags(isa):
+            pytest.skip(f"this CPU cannot run the {isa} build: it lacks {', '.join(missing)}")
+    wide, narrow = kernels.load("avx512f"), kernels.load("avx2")
+    for n, k in SHAPES:
+        linear = bf16_linear(n, k, seed=3)
+        for m in (1, 5, 17):
+            x = torch.randn(m, k, dtype=torch.bfloat16)
+            assert torch.equal(layer(linear, wide)(x), layer(linear, narrow)(x))
+
+
 @pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear, Int4Linear])
 def test_native_rows_do_not_depend_on_their_batch(native, layer):
     module = layer(bf16_linear(200, 256, seed=3), native)
@@ -285,6 +300,8 @@ def test_float32_without_native_kernels_or_onednn_keeps_plain_linears(tiny_ckpt,
         ({"sse4_2", "avx512f"}, "", "avx2, fma"),  # an old x86 (or any ARM: no flags at all)
         ({"avx2"}, "", "fma"),
         ({"avx2", "fma"}, "avx512", "avx512f, avx512bw, avx512vl, avx512_bf16, avx512_vnni"),
+        ({"avx2", "fma"}, "avx512f", "avx512f, avx512bw, avx512vl, avx512_vnni"),
+        ({"avx2", "fma", "avx512f", "avx512bw", "avx512vl"}, "avx512f", "avx512_vnni"),  # Skylake-SP
         ({"avx2", "fma"}, "avxvnni", "avx_vnni"),
     ],
 )
@@ -306,7 +323,8 @@ def test_an_unknown_forced_instruction_set_is_named(monkeypatch):
     kernels.clear_cache()
     try:
         assert kernels.load() is None
-        assert kernels.unavailable_reason() == f"{kernels.ISA_ENV}=neon is not one of avx512, avxvnni, avx2"
+        expected = f"{kernels.ISA_ENV}=neon is not one of avx512, avx512f, avxvnni, avx2"
+        assert kernels.unavailable_reason() == expected
     finally:
         kernels.clear_cache()
 

@@ -41,6 +41,7 @@ SOURCES = tuple(Path(__file__).with_name(name) for name in _SOURCE_FILES)
 # Instruction set -> the /proc/cpuinfo flags it needs, widest first.
 ISAS: dict[str, tuple[str, ...]] = {
     "avx512": ("avx512f", "avx512bw", "avx512vl", "avx512_bf16", "avx512_vnni", "fma"),
+    "avx512f": ("avx512f", "avx512bw", "avx512vl", "avx512_vnni", "fma"),  # no BF16: Cascade/Ice Lake
     "avxvnni": ("avx2", "fma", "avx_vnni"),
     "avx2": ("avx2", "fma"),
 }

@@ -6,6 +6,7 @@
 // instruction set, chosen by the compiler flags it passes:
 //
 //   AVX512   16 fp32 lanes   -mavx512f/bw/vl/bf16/vnni   bf16 pairs by vdpbf16ps, int8 quads by vpdpbusd
+//   AVX512F  16 fp32 lanes   -mavx512f/bw/vl/vnni        bf16 pairs widened to fp32, quads by vpdpbusd
 //   AVXVNNI   8 fp32 lanes   -mavx2 -mfma -mavxvnni      bf16 pairs widened to fp32, quads by vpdpbusd (VEX)
 //   AVX2      8 fp32 lanes   -mavx2 -mfma                bf16 pairs widened to fp32, quads by vpmaddubsw
 //
@@ -63,12 +64,12 @@ constexpr float EXP_LOG2E = 1.44269504088896341f, EXP_C1 = 0.693359375f, EXP_C2 
 constexpr float EXP_P[6] = {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f,
                             4.1665795894e-2f, 1.6666665459e-1f, 5.0000001201e-1f};
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__)
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512VL__) && defined(__AVX512VNNI__)
 #include "vec/avx512.h"
 #elif defined(__AVX2__) && defined(__FMA__)
 #include "vec/avx2.h"
 #else
-#error "model/native/kernels need AVX-512 (F, BW, VL, BF16, VNNI) or AVX2 + FMA; build with the flags __init__.py passes"
+#error "model/native/kernels need AVX-512 (F, BW, VL, VNNI) or AVX2 + FMA; build with the flags build.py passes"
 #endif
 
 // LANES values (the first n) as fp32, whichever of the two storage types holds them

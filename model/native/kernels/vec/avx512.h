@@ -1,17 +1,31 @@
-// The vector layer on AVX-512 (F, BW, VL, BF16, VNNI): 16 fp32 lanes.
+// The vector layer on AVX-512 (F, BW, VL, VNNI, and BF16 where the build enables it): 16 fp32 lanes.
 // Included by ../cpu_vec.h inside namespace lfm_kernels::vec, after the shared definitions; the
 // names it must define are listed there. A port to another instruction set is a file like this.
+//
+// Without AVX512-BF16 (Cascade Lake and Ice Lake servers: "avx512f") bf16 pairs are widened to fp32 as
+// vec/avx2.h does and rounded to bf16 in integers: twice AVX2's lanes, the same bits per lane.
 
 #pragma once
 
+#if defined(__AVX512BF16__)
 #define LFM_ISA_NAME "avx512"
+#else
+#define LFM_ISA_NAME "avx512f"
+#endif
 constexpr int LANES = 16;
 using vf = __m512;
 using vi = __m512i;
+#if defined(__AVX512BF16__)
 using Pairs = __m512bh;
+constexpr float INT8_PAIR_SCALE = 1.0f;
+#else
+struct Pairs {
+  __m512 even, odd;  // fp32: k and k+1 of each lane's pair
+};
+constexpr float INT8_PAIR_SCALE = 65536.0f;  // int8_pairs: as vec/avx2.h's, each weight times 2^16
+#endif
 using Quads = __m512i;
 constexpr int QUAD_OFFSET = 128;  // vpdpbusd: unsigned activations x signed weights
-constexpr float INT8_PAIR_SCALE = 1.0f;
 
 inline __mmask16 lanes_upto(int64_t n) { return n >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << n) - 1); }
 inline __mmask32 halves_upto(int64_t n) { return n >= 32 ? ~__mmask32(0) : __mmask32((1u << n) - 1); }
@@ -25,12 +39,27 @@ inline void store(float* p, vf v, int64_t n) { _mm512_mask_storeu_ps(p, lanes_up
 inline vf load_bf16(const bf16* p, int64_t n = LANES) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(lanes_upto(n), p)), 16));
 }
+#if defined(__AVX512BF16__)
 inline void store_bf16(bf16* p, vf v, int64_t n = LANES) {
   _mm256_mask_storeu_epi16(p, lanes_upto(n), (__m256i)_mm512_cvtneps_pbh(v));
 }
 inline vf round_bf16(vf v) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)_mm512_cvtneps_pbh(v)), 16));
 }
+#else
+// fp32 -> bf16 bits, round to nearest even (NaN kept quiet), in the low 16 bits of each lane
+inline __m512i bf16_bits(vf v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(lsb, _mm512_set1_epi32(0x7FFF))), 16);
+  return _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), rounded,
+                                 _mm512_or_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(0x40)));
+}
+inline void store_bf16(bf16* p, vf v, int64_t n = LANES) {
+  _mm256_mask_storeu_epi16(p, lanes_upto(n), _mm512_cvtepi32_epi16(bf16_bits(v)));
+}
+inline vf round_bf16(vf v) { return _mm512_castsi512_ps(_mm512_slli_epi32(bf16_bits(v), 16)); }
+#endif
 inline vf add(vf a, vf b) { return _mm512_add_ps(a, b); }
 inline vf sub(vf a, vf b) { return _mm512_sub_ps(a, b); }
 inline vf mul(vf a, vf b) { return _mm512_mul_ps(a, b); }
@@ -75,9 +104,21 @@ inline vf sum_each(const vf (&v)[16]) {
 }
 
 // ---- bf16 pairs: lane i holds (k, k+1) of one output or of a row chunk
-inline Pairs load_pairs(const bf16* p) { return (Pairs)_mm512_loadu_si512(p); }
-inline Pairs load_pairs(const bf16* p, int64_t values) { return (Pairs)_mm512_maskz_loadu_epi16(halves_upto(values), p); }
-inline Pairs broadcast_pair(const bf16* p) { return (Pairs)_mm512_set1_epi32(load_u32(p)); }
+#if defined(__AVX512BF16__)
+inline Pairs split_pairs(__m512i pairs) { return (Pairs)pairs; }
+#else
+// widened: a bf16 in the top half of a 32-bit lane is that value as fp32
+inline Pairs split_pairs(__m512i pairs) {
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(pairs, 16)),
+          _mm512_castsi512_ps(_mm512_and_si512(pairs, _mm512_set1_epi32(int32_t(0xFFFF0000u))))};
+}
+#endif
+inline Pairs load_pairs(const bf16* p) { return split_pairs(_mm512_loadu_si512(p)); }
+inline Pairs load_pairs(const bf16* p, int64_t values) {
+  return split_pairs(_mm512_maskz_loadu_epi16(halves_upto(values), p));
+}
+inline Pairs broadcast_pair(const bf16* p) { return split_pairs(_mm512_set1_epi32(load_u32(p))); }
+#if defined(__AVX512BF16__)
 // 2 * LANES int8 (LANES pairs) as bf16 pairs, exact (|w| <= 127 fits bf16's significand)
 inline Pairs int8_pairs(const int8_t* p) {
   const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
@@ -86,6 +127,19 @@ inline Pairs int8_pairs(const int8_t* p) {
   return _mm512_cvtne2ps_pbh(hi, lo);
 }
 inline vf dot_pairs(vf acc, Pairs a, Pairs b) { return _mm512_dpbf16_ps(acc, a, b); }
+#else
+// 2 * LANES int8 (LANES pairs), each weight times INT8_PAIR_SCALE: sign-extended to 16 bits, so a
+// lane holds (k, k+1) as two int16; k+1 is then already the lane's int32 top half.
+inline Pairs int8_pairs(const int8_t* p) {
+  const __m512i words = _mm512_cvtepi8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  return {_mm512_cvtepi32_ps(_mm512_slli_epi32(words, 16)),
+          _mm512_cvtepi32_ps(_mm512_and_si512(words, _mm512_set1_epi32(int32_t(0xFFFF0000u))))};
+}
+// even then odd, as vec/avx2.h's: each lane's sums the bits of the AVX2 build's
+inline vf dot_pairs(vf acc, Pairs a, Pairs b) {
+  return _mm512_fmadd_ps(a.odd, b.odd, _mm512_fmadd_ps(a.even, b.even, acc));
+}
+#endif
 
 // ---- 12-bit bf16 (cpu_linear_bf12.cpp): per value a byte of sign + 7 mantissa bits and a 4-bit
 // index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, rebuilt by two pshufb,
@@ -113,7 +167,7 @@ inline void bf12_decode(const uint8_t* bytes, const uint8_t* nibbles, const Bf12
   out[0] = _mm512_or_si512(_mm512_cvtepu8_epi16(low), _mm512_slli_epi16(_mm512_cvtepu8_epi16(high), 8));
 }
 inline void store_words(bf16* p, Words words) { _mm512_storeu_si512(p, words); }
-inline Pairs words_pairs(Words words) { return (Pairs)words; }
+inline Pairs words_pairs(Words words) { return split_pairs(words); }
 
 // ---- int8 quads
 inline Quads load_quads(const int8_t* p) { return _mm512_loadu_si512(p); }
