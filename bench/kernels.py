@@ -4,15 +4,21 @@ Each figure is the time to multiply M activation rows through every linear of on
 step (16 layers and the head, ~354M weights, so the weights stream from memory as in decode),
 through the same layer classes the model uses: model/native/kernels' loops vs the torch fallbacks.
 GB/s is the native layers' stored bytes (weights, scales) read per step over its time.
+
+`--against ISA` times two builds of the native kernels instead (--isa's and ISA's, both loaded in
+this process), alternating which goes first over `--rounds` rounds, so a busy host's swings fall
+on both: e.g. `--isa avx512f --against avx2` (how many times faster avx512f is).
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from types import ModuleType
 
 import torch
 from torch import nn
@@ -63,6 +69,30 @@ def time_step(layers: list[nn.Module], rows: int, repeats: int) -> float:
     return statistics.median(times[1:])
 
 
+def compare_builds(
+    pair: tuple[ModuleType, ModuleType], schemes: list[str], rows: list[int], rounds: int, repeats: int
+) -> None:
+    """Print each scheme's step time per build and row count, medians over rounds that alternate
+    which build goes first, and how many times faster the first build is (each round's too)."""
+    shapes = step_shapes(lfm2_350m_config())
+    first, second = (f"{build.ISA} ms" for build in pair)
+    print(f"{'scheme':6} {'rows':>5} {first:>12} {second:>12} faster  per round")
+    for scheme in schemes:
+        plain = [nn.Linear(k, n, bias=False, dtype=torch.bfloat16) for n, k in shapes]
+        layers = [[SCHEMES[scheme][0](linear, build) for linear in plain] for build in pair]
+        del plain
+        times: dict[tuple[int, int], list[float]] = {(b, m): [] for b in (0, 1) for m in rows}
+        for round_ in range(rounds):
+            for m in rows:
+                for b in (0, 1) if round_ % 2 == 0 else (1, 0):
+                    times[b, m].append(time_step(layers[b], m, repeats))
+        for m in rows:
+            a, b = statistics.median(times[0, m]), statistics.median(times[1, m])
+            each = " ".join(f"{y / x:.2f}" for x, y in zip(times[0, m], times[1, m], strict=True))
+            print(f"{scheme:6} {m:>5} {a * 1e3:>12.1f} {b * 1e3:>12.1f} {b / a:>5.2f}x  {each}")
+        del layers
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.kernels", description=__doc__.splitlines()[0])
     parser.add_argument("--rows", default="1,8,32,256", help="comma-separated batch sizes")
@@ -72,15 +102,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--isa", choices=list(kernels.ISAS), default=None, help="default: the widest this CPU runs"
     )
+    parser.add_argument(
+        "--against", choices=list(kernels.ISAS), default=None, help="time --isa's build against this one's"
+    )
+    parser.add_argument("--rounds", type=int, default=5, help="with --against: rounds of alternation")
     args = parser.parse_args(argv)
     native = kernels.load(args.isa)
-    if native is None:
+    other = kernels.load(args.against) if args.against else None
+    if native is None or (args.against and other is None):
         print("bench.kernels: the native kernels cannot run here (see the log above)", file=sys.stderr)
         return 1
     if args.threads:
         torch.set_num_threads(args.threads)
     rows = [int(r) for r in args.rows.split(",")]
     schemes = args.schemes.split(",")
+    if other is not None:
+        print(f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} before")
+        compare_builds((native, other), schemes, rows, args.rounds, args.repeats)
+        print(f"load average {os.getloadavg()[0]:.1f} after")
+        return 0
     shapes = step_shapes(lfm2_350m_config())
     progress = Progress(len(schemes) * len(rows) * 2)
     print(f"native kernels: {native.ISA}")
