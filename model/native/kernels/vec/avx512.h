@@ -142,29 +142,28 @@ inline vf dot_pairs(vf acc, Pairs a, Pairs b) {
 #endif
 
 // ---- 12-bit bf16 (cpu_linear_bf12.cpp): per value a byte of sign + 7 mantissa bits and a 4-bit
-// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, rebuilt by two pshufb,
-// 32 values (one vector of pairs) a step, stored in order.
+// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, 32 values (one vector
+// of pairs) a step, stored in order: one vpermw looks up all 32 exponents, one bit select puts each
+// value's sign and mantissa around its exponent (AVX512BW only: no VBMI needed).
 constexpr bool BF12_SWAP_MIDDLE = false;
 using Words = __m512i;  // 2 * LANES bf16 words: one vector of pairs
 constexpr int BF12_VECTORS = 1;  // vectors of pairs a decode step gives
 struct Bf12Table {
-  __m256i low, high;  // per index, in both 128-bit lanes: the exponent's low bit at bit 7, its high 7 bits
+  __m512i words;  // word i and i + 16: exponent i at bits 7-14, as in a bf16 word
 };
 inline Bf12Table bf12_table(const uint8_t* exponents) {
-  const __m256i e = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(exponents)));
-  return {_mm256_slli_epi16(_mm256_and_si256(e, _mm256_set1_epi8(1)), 7),
-          _mm256_and_si256(_mm256_srli_epi16(e, 1), _mm256_set1_epi8(0x7F))};
+  const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(exponents));
+  return {_mm512_broadcast_i64x4(_mm256_slli_epi16(_mm256_cvtepu8_epi16(e), 7))};
 }
 // 32 values from 32 bytes and 16 bytes of nibbles (value 2i low, 2i + 1 high)
 inline void bf12_decode(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table, Words (&out)[1]) {
-  const __m256i b = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes));
-  const __m128i n = _mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)), mask = _mm_set1_epi8(0x0F);
-  const __m128i lo = _mm_and_si128(n, mask), hi = _mm_and_si128(_mm_srli_epi16(n, 4), mask);
-  const __m256i index = _mm256_set_m128i(_mm_unpackhi_epi8(lo, hi), _mm_unpacklo_epi8(lo, hi));
-  const __m256i low = _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(0x7F)), _mm256_shuffle_epi8(table.low, index));
-  const __m256i high =
-      _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(char(0x80))), _mm256_shuffle_epi8(table.high, index));
-  out[0] = _mm512_or_si512(_mm512_cvtepu8_epi16(low), _mm512_slli_epi16(_mm512_cvtepu8_epi16(high), 8));
+  const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes)));
+  const __m512i n = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)));
+  // word 2i: nibble byte i (vpermw reads 5 bits: the high nibble's low bit lands in the table's
+  // second copy), word 2i + 1: its high nibble
+  const __m512i exponent = _mm512_permutexvar_epi16(_mm512_or_si512(n, _mm512_slli_epi32(n, 12)), table.words);
+  const __m512i sign_mantissa = _mm512_or_si512(b, _mm512_slli_epi16(b, 8));  // sign at bit 15, mantissa 0-6
+  out[0] = _mm512_ternarylogic_epi32(_mm512_set1_epi16(int16_t(0x807F)), sign_mantissa, exponent, 0xCA);  // a ? b : c
 }
 inline void store_words(bf16* p, Words words) { _mm512_storeu_si512(p, words); }
 inline Pairs words_pairs(Words words) { return split_pairs(words); }
