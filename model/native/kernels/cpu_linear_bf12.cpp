@@ -4,9 +4,9 @@
 // Why: a decode step reads every weight once, so its speed is the memory's; a trained model's bf16
 // exponents take few values (most of a panel's weights share ~10 of them), so each weight is
 // stored as a byte of sign + 7 mantissa bits and a 4-bit index into its panel's 15 commonest
-// exponents: 1.5 bytes instead of 2. The bf16 words are rebuilt in registers (two table lookups
-// per vector: bf12_pairs in vec/) and go into the very dot_pairs sequence of linear_bf16, in the
-// same order, so the sums, and the logits, are bit-identical to the bf16 kernel's.
+// exponents: 1.5 bytes instead of 2. The bf16 words are rebuilt in registers (table lookups by
+// index: vec/'s bf12_decode) and go into the very dot_pairs sequence of linear_bf16, in the same
+// order, so the sums, and the logits, are bit-identical to the bf16 kernel's.
 //
 // Layout: the bf16 pair panels of linear_bf16 (model/native/kernels/layout.py), value by value in
 // memory order (within each group of 32, in the order vec/'s bf12_decode reads: BF12_SWAP_MIDDLE),
@@ -17,7 +17,7 @@
 //   starts     i64 [panels]         the first exception at or after each panel's first value
 //   positions  i64 [exceptions + 1] every exception's value position, ascending, then INT64_MAX
 //   values     bf16 [exceptions + 1] their exact bf16 (the last a placeholder)
-// A group of 32 values holding an exception is decoded by the scalar path and patched from the list.
+// A group of 32 values holding an exception is decoded as any other, then patched from the list.
 // Up to one register tile of rows (MR) decodes in registers; more rows would decode every weight
 // once per tile, so each panel is decoded once into linear_bf16's layout and multiplied from there.
 
@@ -39,26 +39,16 @@ using namespace vec;
 constexpr int64_t GROUP = 32;  // values a decode step rebuilds: BF12_VECTORS vectors of pairs
 static_assert(GROUP == BF12_VECTORS * 2 * LANES, "a decode step gives whole vectors of pairs");
 
-// Where value i of a group is stored (vec/: AVX2 swaps the middle two blocks of 8).
-inline int64_t stored_at(int64_t i) {
-  if constexpr (!BF12_SWAP_MIDDLE) return i;
-  const int64_t block = (i >> 3) & 3;
-  return block == 1 ? i + 8 : block == 2 ? i - 8 : i;
-}
-
-// The group of 32 values at ``at`` word by word in value order, its exceptions (from index ``next``
-// on) put back exactly; returns the next exception's index. Out of line and given plain values, so
-// the rare call leaves Bf12Panel's members in registers around it.
-__attribute__((noinline)) int64_t patched(const uint8_t* bytes, const uint8_t* nibbles, const uint8_t* exponents,
-                                          const int64_t* positions, const bf16* values, int64_t end,
-                                          int64_t next, uint16_t* out) {
-  for (int64_t i = 0; i < GROUP; ++i) {
-    const int64_t s = stored_at(i);
-    const uint8_t b = bytes[s];
-    const int index = (nibbles[s / 2] >> (4 * (s & 1))) & 0x0F;
-    out[i] = uint16_t(((b & 0x80) << 8) | (exponents[index] << 7) | (b & 0x7F));
-  }
-  for (; positions[next] < end; ++next) out[positions[next] - (end - GROUP)] = values[next].x;
+// The decoded group of 32 values ending at ``end`` (its words in value order, as bf12_decode gives
+// them), its exceptions (from index ``next`` on) put back exactly; returns the next exception's
+// index. Out of line and given plain values, so the rare call leaves Bf12Panel's members in
+// registers around it.
+__attribute__((noinline)) int64_t patch(const int64_t* positions, const bf16* values, int64_t end, int64_t next,
+                                        Words (&words)[BF12_VECTORS]) {
+  uint16_t group[GROUP];
+  std::memcpy(group, words, sizeof(group));
+  for (; positions[next] < end; ++next) group[positions[next] - (end - GROUP)] = values[next].x;
+  std::memcpy(words, group, sizeof(group));
   return next;
 }
 
@@ -67,7 +57,6 @@ __attribute__((noinline)) int64_t patched(const uint8_t* bytes, const uint8_t* n
 struct Bf12Panel {
   const uint8_t* bytes;    // the panel's first value's
   const uint8_t* nibbles;  // likewise
-  const uint8_t* exponents;
   Bf12Table table;
   const int64_t* positions;
   const bf16* values;
@@ -77,10 +66,8 @@ struct Bf12Panel {
 
   inline void decode_group(int64_t at, Words (&out)[BF12_VECTORS]) const {
     const int64_t end = first + at + GROUP;
-    if (positions[next] >= end) return bf12_decode(bytes + at, nibbles + at / 2, table, out);
-    uint16_t group[GROUP];
-    next = patched(bytes + at, nibbles + at / 2, exponents, positions, values, end, next, group);
-    std::memcpy(out, group, sizeof(group));
+    bf12_decode(bytes + at, nibbles + at / 2, table, out);  // an exception's index 15 decodes to a placeholder
+    if (positions[next] < end) next = patch(positions, values, end, next, out);
   }
 
   inline Pairs load(int64_t pair, int j) const {
@@ -134,7 +121,7 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
   const bf16* vp = values.data_ptr<bf16>();
   const auto panel = [&](int64_t p) {
     const int64_t first = p * PANEL * K;
-    return Bf12Panel{bp + first, np + first / 2, tp + p * 16, bf12_table(tp + p * 16), pp, vp, first, sp[p]};
+    return Bf12Panel{bp + first, np + first / 2, bf12_table(tp + p * 16), pp, vp, first, sp[p]};
   };
   const int64_t panels = (N + PANEL - 1) / PANEL;
   if (M <= MR) {  // one register tile: each weight decoded once, in registers
