@@ -5,6 +5,7 @@
     python -m bench.key_latency --server               8 panes stream Markdown from a server, 50 tok/s each
     python -m bench.key_latency --server --compare     before/after the drawing bounds, alternated, in one run
     python -m bench.key_latency --server --fixed-beat  streams draw at 15 fps whatever a frame costs
+    python -m bench.key_latency --server --compare 3 --before apart  held panes in frames of their own or not
 
 The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
 (`--server`, in a process of its own). Keys come from a separate thread, as a terminal driver's
@@ -14,7 +15,8 @@ then discards) after the input holds it. The TUI's own CPU is the UI thread's (t
 the --demo engine's threads are left out. `--unbounded` draws every answer as one Markdown widget,
 as the app did before its drawing bounds (app/ui/widgets/answer_segments.py); `--compare` alternates
 both. `--fixed-beat` draws the streams on a fixed 15 fps beat, as before the frames were paced by
-their cost (app/ui/frame_pacer.py).
+their cost (app/ui/frame_pacer.py). `--apart` lets each pane held by the typing draw in a frame of
+its own, as before a frame pulled in every waiting pane; `--compare N --before apart` alternates it.
 """
 
 from __future__ import annotations
@@ -162,9 +164,11 @@ async def measure(
     return KeyLatency(streams, keys, interval, latencies, streamed, cpu, process, wall)
 
 
-def run(args: argparse.Namespace, unbounded: bool) -> KeyLatency:
-    AnswerMarkdown.limits = UNBOUNDED if unbounded else LIMITS
+def run(args: argparse.Namespace, before: bool) -> KeyLatency:
+    """One measure; `before`: as the app drew before the change `--before` names."""
+    AnswerMarkdown.limits = UNBOUNDED if args.unbounded or (before and args.before == "unbounded") else LIMITS
     FramePacer.drawing_share = None if args.fixed_beat else DRAWING_SHARE
+    FramePacer.together = not (args.apart or (before and args.before == "apart"))
     with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
         if not args.server:
             return asyncio.run(
@@ -191,16 +195,22 @@ def main(argv: list[str] | None = None) -> None:
         "--fixed-beat", action="store_true", help="streams draw at 15 fps whatever a frame costs"
     )
     parser.add_argument(
+        "--apart", action="store_true", help="panes held by typing draw in frames of their own"
+    )
+    parser.add_argument(
         "--compare", type=int, default=0, metavar="N", help="N before/after pairs, alternated"
+    )
+    parser.add_argument(
+        "--before", choices=("unbounded", "apart"), default="unbounded", help="--compare: what 'before' is"
     )
     args = parser.parse_args(argv)
     if not 0 <= args.streams < MAX_PANES or args.keys < 1 or args.interval < 0 or args.rate <= 0:
         parser.error(f"--streams must be 0-{MAX_PANES - 1}, --keys >= 1, --interval >= 0, --rate > 0")
     for _ in range(args.compare):
-        for unbounded in (True, False):
-            print(("before: " if unbounded else "after:  ") + run(args, unbounded).report(), flush=True)
+        for before in (True, False):
+            print(("before: " if before else "after:  ") + run(args, before).report(), flush=True)
     if not args.compare:
-        print(run(args, args.unbounded).report())
+        print(run(args, False).report())
 
 
 if __name__ == "__main__":

@@ -15,13 +15,20 @@ keys waited behind frames. The pacer therefore measures each frame (the UI threa
 beat's first pane redraw over the screen's next FRAME_REFRESHES refreshes), spaces the next beat
 so drawing streams takes at most DRAWING_SHARE of the thread (a 40 ms frame puts the next beat
 ~115 ms later, cheap frames keep 15 fps), and starts no new beat while a frame is not on screen.
+
+A frame lays out and composes the whole screen whatever drew in it (100-450 ms of the UI thread
+with 8 server panes, measured by bench.key_latency --server), so every pane waiting to draw draws
+in it: a pane that draws pulls the waiting ones into its frame (`join`), and the longest hold
+counts from the last frame, so panes held by typing run out together. Before, each held pane ran
+out MAX_HOLD_SECONDS after its own last frame, and panes one beat apart drew in frames of their
+own, each laying out the screen again.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 
 # Streaming panes draw at most this often, all on the same beat (~15 frames a second).
 STREAM_FRAME_SECONDS = 1 / 15
@@ -43,6 +50,8 @@ class FramePacer:
 
     # None: a fixed beat whatever frames cost (as before the frame costs were measured; the bench's "before").
     drawing_share: float | None = DRAWING_SHARE
+    # False: a pane held by typing draws in a frame of its own (as before `join`; the bench's "before").
+    together: bool = True
 
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = time.thread_time
@@ -53,6 +62,26 @@ class FramePacer:
         self._frame_began: tuple[float, float] | None = None  # (clock, cpu clock) of the frame measured
         self._next_beat_from = -math.inf  # no beat before this: the last frame's cost spaced it
         self._refreshes = 0  # of the screen, since the frame measured began
+        self._last_frame = -math.inf  # when a pane last drew, whichever it was
+        self._waiting: dict[Hashable, Callable[[], object]] = {}  # pane -> how to draw it now
+
+    def wait(self, pane: Hashable, draw_now: Callable[[], object]) -> None:
+        """`pane` has text to draw: the next frame, whoever begins it, calls `draw_now` to draw it in."""
+        self._waiting[pane] = draw_now
+
+    def forget(self, pane: Hashable) -> None:
+        """`pane` drew, or went away: no frame calls it."""
+        self._waiting.pop(pane, None)
+
+    def join(self, pane: Hashable) -> None:
+        """`pane` draws now: the panes waiting for a frame draw in this one."""
+        self.forget(pane)
+        if not self.together:
+            return
+        self._last_frame = self._clock()
+        waiting, self._waiting = self._waiting, {}
+        for draw_now in waiting.values():
+            draw_now()
 
     def frame_begun(self) -> bool:
         """A pane starts drawing; True when it is the beat's first, whose caller must report
@@ -91,7 +120,8 @@ class FramePacer:
     def hold(self, drawn_at: float) -> float:
         """Seconds a frame due now must still wait for the typing to pause or, if a costly frame
         was measured since it was planned, for the gap that frame asks (0: draw now)."""
-        typing = min(self._typed_at + TYPING_HOLD_SECONDS, drawn_at + MAX_HOLD_SECONDS)
+        held_since = max(drawn_at, self._last_frame)  # panes held together run out together
+        typing = min(self._typed_at + TYPING_HOLD_SECONDS, held_since + MAX_HOLD_SECONDS)
         now = self._clock()
         spaced = _beat_at(self._next_beat_from) if self._next_beat_from > now else now
         return max(0.0, typing - now, spaced - now, self._unshown(now))

@@ -113,3 +113,40 @@ def test_a_later_beat_waits_while_the_frame_before_it_is_not_on_screen() -> None
     assert pacer.hold(drawn_at=19.0) > 0.0  # the next beat: the screen has not shown the frame yet
     show(pacer)
     assert pacer.hold(drawn_at=19.0) == 0.0
+
+
+def test_a_pane_that_draws_pulls_every_waiting_pane_into_its_frame() -> None:
+    pacer = FramePacer(Clock(5.0))
+    drawn: list[str] = []
+    for pane in ("a", "b", "c"):
+        pacer.wait(pane, lambda pane=pane: drawn.append(pane))
+    pacer.forget("c")  # closed meanwhile
+    pacer.join("a")  # "a" draws: "b" draws in the same frame, "a" is not called back for its own
+    assert drawn == ["b"]
+    pacer.join("b")
+    assert drawn == ["b"]  # each wait is for one frame
+
+
+def test_panes_held_by_typing_run_out_together_whenever_each_drew_last() -> None:
+    clock = Clock(10.0)
+    pacer = FramePacer(clock)
+    pacer.join("a")  # "a" drew at 10.0, "b" one beat later
+    clock.now += STREAM_FRAME_SECONDS
+    pacer.join("b")
+    pacer.key_pressed()
+    ends = {round(clock.now + pacer.hold(drawn_at=drawn), 9) for drawn in (10.0, 10.0 + STREAM_FRAME_SECONDS)}
+    assert ends == {round(10.0 + STREAM_FRAME_SECONDS + TYPING_HOLD_SECONDS, 9)}
+    while clock.now < 10.0 + MAX_HOLD_SECONDS:  # typing goes on: both stay held up to the longest hold
+        clock.now += 0.1
+        pacer.key_pressed()
+    ends = {round(clock.now + pacer.hold(drawn_at=drawn), 9) for drawn in (10.0, 10.0 + STREAM_FRAME_SECONDS)}
+    assert ends == {round(10.0 + STREAM_FRAME_SECONDS + MAX_HOLD_SECONDS, 9)}
+
+
+def test_apart_panes_draw_in_frames_of_their_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(FramePacer, "together", False)
+    pacer = FramePacer(Clock(5.0))
+    drawn: list[str] = []
+    pacer.wait("b", lambda: drawn.append("b"))
+    pacer.join("a")
+    assert drawn == []
