@@ -80,3 +80,25 @@ async def test_the_chats_a_broadcast_starts_are_named_after_their_pane_and_sampl
         await pilot.press("alt+a")
         await wait_replied(pilot, first, second, turns=2)
         assert first.conversation.name.startswith("pane 1 · ")
+
+
+async def test_a_pane_zoomed_away_draws_its_stream_only_when_shown_again(make_options: MakeOptions) -> None:
+    """While another pane is zoomed, a streaming pane mounts nothing per token; shown again, it
+    draws everything that came, as if it had been in view all along."""
+    app = LfmChatApp(make_options(panes=2, chat=ChatSettings(temperature=0.0, max_tokens=48)))
+    async with app.run_test(size=(160, 40)) as pilot:
+        screen = await chat_screen(app, pilot)
+        first, second = screen.panes
+        first.focus_input()
+        await pilot.press("alt+z")
+        assert screen.maximized is first
+        await second.session.send("Tell me a story.")
+        await wait_replied(pilot, second)
+        reply = second.transcript.replies[-1]
+        answer = second.conversation.messages[-1].content
+        assert answer and reply.source == answer
+        assert not reply.markdown_parts  # nothing drawn while hidden
+        await pilot.press("alt+z")
+        assert screen.maximized is None
+        await wait_until(pilot, lambda: bool(reply.markdown_parts), "the reply drawn")
+        assert "".join(part.source for part in reply.markdown_parts) == answer.strip()

@@ -242,6 +242,8 @@ class Reply(Vertical):
         self.source = strip_control(text)
         self.show_thinking = show_thinking
         self.folded = folded
+        self._undrawn: str | None = None  # the text given while its pane was zoomed away, drawn on Show
+        self._finished = False
         drawn = split_reply(without_disputed_widths(self.source))
         self._views: list[PartView] = [self._view(p) for p in drawn]
 
@@ -263,8 +265,16 @@ class Reply(Vertical):
 
     async def update(self, text: str) -> None:
         """Show `text` (the whole reply so far): append to open parts, add new ones, redraw on a mismatch.
-        A reply not (or no longer) on screen only keeps its parts: its compose draws them if it comes."""
+        A reply not (or no longer) on screen only keeps its parts: its compose draws them if it comes.
+        A reply whose pane another pane's zoom hides keeps the text and draws it when shown again,
+        so a hidden pane mounts no Markdown per token."""
         self.source = strip_control(text)
+        if self.is_attached and self._zoomed_away():
+            if self._undrawn is None:  # drawn when the zoom changes (the screen's `maximized`)
+                self.watch(self.screen, "maximized", self._zoom_changed, init=False)
+            self._undrawn = text
+            return
+        self._undrawn = None
         parts = split_reply(without_disputed_widths(self.source))
         if not self.is_attached:
             self._views = [self._view(p) for p in parts]
@@ -284,8 +294,20 @@ class Reply(Vertical):
 
     async def finish(self) -> None:
         """The stream ended: flush the answer's Markdown stream."""
+        self._finished = True
         for view in self.markdown_parts:
             await view.stop()
+
+    async def _zoom_changed(self) -> None:
+        """Back on screen after a zoom: draw what came meanwhile, all at once."""
+        if self._undrawn is not None and not self._zoomed_away():
+            await self.update(self._undrawn)
+            if self._finished:
+                await self.finish()
+
+    def _zoomed_away(self) -> bool:
+        zoomed = self.screen.maximized
+        return zoomed is not None and zoomed is not self and zoomed not in self.ancestors
 
     async def unfold(self) -> None:
         for view in self.markdown_parts:
