@@ -17,6 +17,8 @@ as the app did before its drawing bounds (app/ui/widgets/answer_segments.py); `-
 both. `--fixed-beat` draws the streams on a fixed 15 fps beat, as before the frames were paced by
 their cost (app/ui/frame_pacer.py). `--apart` lets each pane held by the typing draw in a frame of
 its own, as before a frame pulled in every waiting pane; `--compare N --before apart` alternates it.
+`--zoom` types into a pane zoomed full screen (the streaming panes hidden); `--before hidden` draws
+the hidden panes' replies as before they waited to be shown.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from app.ui.frame_pacer import DRAWING_SHARE, FramePacer
 from app.ui.screens.chat import ChatScreen
 from app.ui.widgets.answer_segments import LIMITS, DrawingLimits
 from app.ui.widgets.chat_pane import ChatPane
-from app.ui.widgets.reply import AnswerMarkdown
+from app.ui.widgets.reply import AnswerMarkdown, Reply
 from bench import stats
 from bench.paced_server import MODEL, Apart, apart
 
@@ -121,7 +123,13 @@ def _received(panes: list[ChatPane]) -> int:
 
 
 async def measure(
-    streams: int, keys: int, interval: float, max_tokens: int, data: Path, server: Apart | None
+    streams: int,
+    keys: int,
+    interval: float,
+    max_tokens: int,
+    data: Path,
+    server: Apart | None,
+    zoom: bool = False,
 ) -> KeyLatency:
     chat = ChatSettings(temperature=1.0, max_tokens=max_tokens)
     if server is None:
@@ -145,6 +153,8 @@ async def measure(
         )
         typing.focus_input()
         await _until(lambda: app.focused is typing.prompt_input, "focus on the typing pane")
+        if zoom:
+            screen.maximize(typing, container=False)
         clock = FrameClock(app, lambda: len(typing.prompt_input.text))
         before, cpu, wall = received(streaming), time.thread_time(), time.perf_counter()
         process = time.process_time()
@@ -169,15 +179,13 @@ def run(args: argparse.Namespace, before: bool) -> KeyLatency:
     AnswerMarkdown.limits = UNBOUNDED if args.unbounded or (before and args.before == "unbounded") else LIMITS
     FramePacer.drawing_share = None if args.fixed_beat else DRAWING_SHARE
     FramePacer.together = not (args.apart or (before and args.before == "apart"))
+    Reply.draws_hidden = before and args.before == "hidden"
     with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
+        typing = (args.streams, args.keys, args.interval, args.max_tokens, Path(data))
         if not args.server:
-            return asyncio.run(
-                measure(args.streams, args.keys, args.interval, args.max_tokens, Path(data), None)
-            )
+            return asyncio.run(measure(*typing, None, args.zoom))
         with apart(args.rate) as server:
-            return asyncio.run(
-                measure(args.streams, args.keys, args.interval, args.max_tokens, Path(data), server)
-            )
+            return asyncio.run(measure(*typing, server, args.zoom))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -197,11 +205,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--apart", action="store_true", help="panes held by typing draw in frames of their own"
     )
+    parser.add_argument("--zoom", action="store_true", help="type into a pane zoomed full screen")
     parser.add_argument(
         "--compare", type=int, default=0, metavar="N", help="N before/after pairs, alternated"
     )
     parser.add_argument(
-        "--before", choices=("unbounded", "apart"), default="unbounded", help="--compare: what 'before' is"
+        "--before",
+        choices=("unbounded", "apart", "hidden"),
+        default="unbounded",
+        help="--compare: what 'before' is",
     )
     args = parser.parse_args(argv)
     if not 0 <= args.streams < MAX_PANES or args.keys < 1 or args.interval < 0 or args.rate <= 0:

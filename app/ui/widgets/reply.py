@@ -236,6 +236,9 @@ KINDS: dict[str, type[PartView]] = {
 class Reply(Vertical):
     """A reply's parts, kept in step with its text by `update`."""
 
+    # True: drawn while another pane's zoom hides it, as before (bench.key_latency's "before").
+    draws_hidden: ClassVar[bool] = False
+
     def __init__(self, text: str = "", show_thinking: bool = False, folded: bool = False) -> None:
         """`folded`: a restored reply the transcript draws as plain text until it scrolls into view."""
         super().__init__(classes="reply")
@@ -269,7 +272,7 @@ class Reply(Vertical):
         A reply whose pane another pane's zoom hides keeps the text and draws it when shown again,
         so a hidden pane mounts no Markdown per token."""
         self.source = strip_control(text)
-        if self.is_attached and self._zoomed_away():
+        if self.is_attached and not self.draws_hidden and self._zoomed_away():
             if self._undrawn is None:  # drawn when the zoom changes (the screen's `maximized`)
                 self.watch(self.screen, "maximized", self._zoom_changed, init=False)
             self._undrawn = text
