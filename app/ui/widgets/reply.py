@@ -19,7 +19,7 @@ from textual.widgets import Markdown, Static
 from textual.widgets.markdown import MarkdownStream
 
 from app.core.reply_parts import TOOL_END, TOOL_START, Part, answer_text, split_reply
-from app.core.sanitize import strip_control, without_disputed_widths
+from app.core.sanitize import StreamStripper, without_disputed_widths
 from app.session.tools import calls_in, pretty_arguments
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.widgets.answer_segments import ALL_PLAIN, LIMITS, DrawingLimits, Segment, SegmentPlan
@@ -242,7 +242,9 @@ class Reply(Vertical):
     def __init__(self, text: str = "", show_thinking: bool = False, folded: bool = False) -> None:
         """`folded`: a restored reply the transcript draws as plain text until it scrolls into view."""
         super().__init__(classes="reply")
-        self.source = strip_control(text)
+        self._stripper = StreamStripper()  # cleans what a streamed update adds, not the whole reply
+        self._given = text  # the text as last given, before cleaning
+        self.source = self._stripper.feed(text)  # strip_control(text)
         self.show_thinking = show_thinking
         self.folded = folded
         self._undrawn: str | None = None  # the text given while its pane was zoomed away, drawn on Show
@@ -271,7 +273,7 @@ class Reply(Vertical):
         A reply not (or no longer) on screen only keeps its parts: its compose draws them if it comes.
         A reply whose pane another pane's zoom hides keeps the text and draws it when shown again,
         so a hidden pane mounts no Markdown per token."""
-        self.source = strip_control(text)
+        self.source = self._cleaned(text)
         if self.is_attached and not self.draws_hidden and self._zoomed_away():
             if self._undrawn is None:  # drawn when the zoom changes (the screen's `maximized`)
                 self.watch(self.screen, "maximized", self._zoom_changed, init=False)
@@ -294,6 +296,17 @@ class Reply(Vertical):
                 await view.stop()  # earlier answer text is complete once another part starts
             self._views.append(self._view(part))
             await self.mount(self._views[-1])
+
+    def _cleaned(self, text: str) -> str:
+        """strip_control(text), cleaning only what extends the text last given (a long reply's
+        whole-text pass cost ~1 ms per frame at 23 KB)."""
+        if text.startswith(self._given):
+            source = self.source + self._stripper.feed(text[len(self._given) :])
+        else:  # another text in its place: cleaned whole
+            self._stripper = StreamStripper()
+            source = self._stripper.feed(text)
+        self._given = text
+        return source
 
     async def finish(self) -> None:
         """The stream ended: flush the answer's Markdown stream."""

@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from textual.app import App, ComposeResult
 from textual.widgets.markdown import MarkdownFence
 
 from app.core.export import reply_markdown
 from app.core.reply_parts import Part, answer_text, split_reply
+from app.core.sanitize import strip_control
 from app.ui.widgets.reply import AnswerMarkdown, Reply, ThinkingBlock, ToolCallBlock
 
 
@@ -125,3 +129,25 @@ async def test_a_code_block_wider_than_a_narrow_pane_scrolls_sideways() -> None:
         fence.scroll_right(animate=False)
         await pilot.pause()
         assert fence.scroll_x > 0
+
+
+CONTROLS_AND_MARKERS = "\x1b\x9b\x9c\x9d\x90[]P^_\\;0:m\x07\x00\r\n\ta<>/think"
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(alphabet=CONTROLS_AND_MARKERS), st.lists(st.integers(0, 60)))
+def test_a_streamed_reply_cleans_only_what_came_and_reads_as_the_text_cleaned_whole(
+    raw: str, cuts: list[int]
+) -> None:
+    """Each update cleans what it adds (a long reply's whole pass cost ~1 ms a frame), and the
+    reply's source is still exactly `strip_control` of the text so far, at every update."""
+
+    async def stream() -> None:
+        reply = Reply()
+        for end in [*sorted(min(cut, len(raw)) for cut in cuts), len(raw)]:
+            await reply.update(raw[:end])
+            assert reply.source == strip_control(raw[:end])
+        await reply.update("other text")  # not an extension: cleaned whole
+        assert reply.source == "other text"
+
+    asyncio.run(stream())
