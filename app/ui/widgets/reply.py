@@ -247,7 +247,7 @@ class Reply(Vertical):
         self.source = self._stripper.feed(text)  # strip_control(text)
         self.show_thinking = show_thinking
         self.folded = folded
-        self._undrawn: str | None = None  # the text given while its pane was zoomed away, drawn on Show
+        self._undrawn: str | None = None  # given while its pane was zoomed away: drawn when shown again
         self._finished = False
         drawn = split_reply(without_disputed_widths(self.source))
         self._views: list[PartView] = [self._view(p) for p in drawn]
