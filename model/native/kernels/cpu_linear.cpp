@@ -142,8 +142,8 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
   const Output result(x, N, out);
   const bf16* xp = x.data_ptr<bf16>();
   const bf16* wp = w.data_ptr<bf16>();
-  for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
-    tile_pairs<R.value>(xp + m0 * K, K, Bf16Panel{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
+  for_each_pair_tile(xp, M, K, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p, const auto* rows) {
+    tile_pairs<R.value>(rows, K, Bf16Panel{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
       result.store(m0 + r, p * PANEL + LANES * j, sums);
     });
   });
@@ -187,8 +187,8 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const int8_t* wp = w.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   const vf unscale = set1(1.0f / INT8_PAIR_SCALE);  // a power of two: exact
-  for_each_tile(M, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p) {
-    tile_pairs<R.value>(xp + m0 * K, K, Int8Panel{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
+  for_each_pair_tile(xp, M, K, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p, const auto* rows) {
+    tile_pairs<R.value>(rows, K, Int8Panel{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
       const int64_t n0 = p * PANEL + LANES * j;
       result.store(m0 + r, n0, mul(sums, mul(load(sp + n0), unscale)));
     });

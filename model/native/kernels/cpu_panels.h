@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "cpu_vec.h"
 
@@ -54,16 +55,33 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
   });
 }
 
+// for_each_tile for tile_pairs: tile(R, m0, p, rows) with the activation rows from m0 as tile_pairs
+// reads them: x itself, or where the vector layer says so (PAIRS_FROM_FLOATS) x widened to fp32
+// once here, exactly, instead of every broadcast in every panel.
+template <typename Tile>
+void for_each_pair_tile(const bf16* x, int64_t M, int64_t K, int64_t panels, Tile&& tile) {
+  if constexpr (PAIRS_FROM_FLOATS) {
+    std::vector<float> wide(M * K);
+    at::parallel_for(0, M * K, 1 << 14, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) wide[i] = static_cast<float>(x[i]);
+    });
+    for_each_tile(M, panels, [&](auto R, int64_t m0, int64_t p) { tile(R, m0, p, wide.data() + m0 * K); });
+  } else {
+    for_each_tile(M, panels, [&](auto R, int64_t m0, int64_t p) { tile(R, m0, p, x + m0 * K); });
+  }
+}
+
 // One k-pair of a bf16 panel: 4 vectors of LANES outputs x 2 k.
 struct Bf16Panel {
   const bf16* w;
   inline Pairs load(int64_t pair, int j) const { return load_pairs(w + (pair * PANEL + j * LANES) * 2); }
 };
 
-// R activation rows (bf16, row stride K) against one pair panel; store(r, j, LANES fp32 sums).
-// Panel::load(pair, j) gives the pairs of vector j, called once per (pair, j) in increasing order.
-template <int R, typename Panel, typename Store>
-inline void tile_pairs(const bf16* x, int64_t K, const Panel& panel, Store&& store) {
+// R activation rows (bf16, or fp32 holding bf16 values; row stride K) against one pair panel;
+// store(r, j, LANES fp32 sums). Panel::load(pair, j) gives the pairs of vector j, called once per
+// (pair, j) in increasing order.
+template <int R, typename X, typename Panel, typename Store>
+inline void tile_pairs(const X* x, int64_t K, const Panel& panel, Store&& store) {
   vf acc[R][VECS];
   UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero();
   const int64_t pairs = K / 2;

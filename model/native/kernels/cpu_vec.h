@@ -25,7 +25,9 @@
 //     abs, select_negative, reduce_add, round_bf16, exp_nonpositive, sum_each (+ SUM_ORDER)
 //   Pairs: LANES pairs of bf16 (k, k+1) -- load_pairs, broadcast_pair, int8_pairs, dot_pairs
 //     (acc += a.even * b.even + a.odd * b.odd per lane); INT8_PAIR_SCALE is what int8_pairs
-//     multiplies weights by (exact powers of two; the caller divides it back out)
+//     multiplies weights by (exact powers of two; the caller divides it back out);
+//     PAIRS_FROM_FLOATS: the linears broadcast activations widened to fp32 once per call
+//     (broadcast_pair(const float*)) instead of widening each broadcast
 //   12-bit bf16 (cpu_linear_bf12.cpp): Bf12Table, bf12_table (16 exponents -> lookup tables),
 //     bf12_decode (32 values' bf16 words rebuilt from their sign/mantissa bytes and index
 //     nibbles, as BF12_VECTORS Words of 2 * LANES), BF12_SWAP_MIDDLE (the bytes' stored order),

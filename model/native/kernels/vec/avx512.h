@@ -119,6 +119,14 @@ inline Pairs load_pairs(const bf16* p, int64_t values) {
 }
 inline Pairs broadcast_pair(const bf16* p) { return split_pairs(_mm512_set1_epi32(load_u32(p))); }
 #if defined(__AVX512BF16__)
+constexpr bool PAIRS_FROM_FLOATS = false;
+#else
+// Widening a broadcast pair (a shift and a mask per row and k-pair) takes the two ports the FMAs
+// need; from activations widened once per call it is two broadcast loads.
+constexpr bool PAIRS_FROM_FLOATS = true;
+inline Pairs broadcast_pair(const float* p) { return {_mm512_set1_ps(p[0]), _mm512_set1_ps(p[1])}; }
+#endif
+#if defined(__AVX512BF16__)
 // 2 * LANES int8 (LANES pairs) as bf16 pairs, exact (|w| <= 127 fits bf16's significand)
 inline Pairs int8_pairs(const int8_t* p) {
   const __m256i bytes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
