@@ -141,6 +141,11 @@ def _medians(report: dict) -> dict[tuple[str, str], float]:
     return {(w["name"], m["name"]): m["median"]["ours"] for w in report["workloads"] for m in w["metrics"]}
 
 
+def _note(engine: str, figures: dict[str, float]) -> None:
+    """Each run's figures as they come: a long run that fails later keeps what it measured."""
+    print(f"{engine}: {json.dumps(figures)}", file=sys.stderr, flush=True)
+
+
 def _records(jsonl: str) -> list[dict]:
     return [json.loads(line) for line in jsonl.splitlines() if line.strip().startswith("{")]
 
@@ -263,9 +268,11 @@ def main(argv: list[str] | None = None) -> int:
                 for suffix, gguf in ggufs.items():
                     outputs = [_run(command) for command in table.llama_commands(gguf)]  # type: ignore[arg-type]
                     results[f"llama.cpp {suffix}"].append(table.llama_figures(*outputs))
+                    _note(f"llama.cpp {suffix}", results[f"llama.cpp {suffix}"][-1])
                 for name, twelve in runs.items():
                     _run(ours_command(args.quantize, args.threads, out, twelve, table.workloads))
                     results[name].append(table.ours_figures(json.loads(out.read_text())))
+                    _note(name, results[name][-1])
     for table, results in zip(tables, rounds, strict=True):
         print(render_table(*summary(results, ours, table.figures), markdown=True))
         print()

@@ -18,6 +18,7 @@ from pathlib import Path
 from bench.sampling import engine_params
 from bench.scenario import RequestTrace, Scenario, Traces, full_prompt, trigger_time
 from engine import Engine, EngineConfig
+from engine.core.config import DEFAULT_MAX_MODEL_LEN
 from model.arch.registry import load_config
 from model.checkpoint.loader import load_model
 from model.text.tokenizer import Tokenizer
@@ -50,9 +51,11 @@ class OursBackend:
         self.sampling = sampling
         self.weights_12bit = weights_12bit
 
-    def engine_config(self, num_kv_blocks: int | None = None) -> EngineConfig:
-        """The settings every run uses (reported with the results)."""
+    def engine_config(self, num_kv_blocks: int | None = None, longest: int = 0) -> EngineConfig:
+        """The settings every run uses (reported with the results); a scenario whose ``longest`` context
+        passes the engine's default limit (the depth workloads: 32k tokens and their reply) raises it."""
         return EngineConfig(
+            max_model_len=longest if longest > DEFAULT_MAX_MODEL_LEN else None,
             dtype=self.dtype,
             max_num_seqs=MAX_NUM_SEQS,
             max_num_batched_tokens=MAX_NUM_BATCHED_TOKENS,
@@ -63,8 +66,10 @@ class OursBackend:
         )
 
     def run(self, scenario: Scenario) -> list[RequestTrace]:
-        blocks = sum(math.ceil(n / BLOCK_SIZE) + 1 for n in scenario.context_lengths())
-        engine = Engine(self.model, self.tokenizer, self.engine_config(num_kv_blocks=blocks))
+        lengths = scenario.context_lengths()
+        blocks = sum(math.ceil(n / BLOCK_SIZE) + 1 for n in lengths)
+        config = self.engine_config(num_kv_blocks=blocks, longest=max(lengths))
+        engine = Engine(self.model, self.tokenizer, config)
         return _drive(engine, scenario, self.sampling)
 
 
