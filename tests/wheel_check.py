@@ -21,6 +21,7 @@ import torch
 import model
 from engine import Engine, EngineConfig, SamplingParams
 from model.native import kernels
+from model.native.kernels.build import build_name
 from model.native.layers import NativeRMSNorm
 from model.tiny.lfm2 import write_tiny_checkpoint
 
@@ -53,9 +54,9 @@ def check_kernels(sources: Path) -> bool:
         fail(f"the native kernels did not build from {sources}: {reason or 'turned off'}")
     built = Path(native.__file__).resolve()
     print(f"native kernels: {native.__name__} loaded from {built}")
-    cache = os.environ.get("TORCH_EXTENSIONS_DIR")
-    if cache and not built.is_relative_to(Path(cache).resolve()):
-        fail(f"the kernels came from {built}, not from a fresh build under {cache}")
+    # a build's name is the digest of its sources and headers: this one must be the installed files'
+    if native.__name__ != build_name(native.ISA):
+        fail(f"the kernels loaded ({native.__name__}) are not the build of the files in {sources}")
     return True
 
 
