@@ -60,10 +60,13 @@ def costliest_files_first(items: list[pytest.Item]) -> None:
         marked = [COST_BY_MARKER[m] for m in COST_BY_MARKER if item.get_closest_marker(m) is not None]
         return max(marked, default=PLAIN_TEST_COST)
 
+    def file_of(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
     by_file: dict[str, float] = {}
     for item in items:
-        by_file[item.nodeid.split("::")[0]] = by_file.get(item.nodeid.split("::")[0], 0.0) + cost(item)
-    items.sort(key=lambda item: -by_file[item.nodeid.split("::")[0]])  # stable: in-file order kept
+        by_file[file_of(item)] = by_file.get(file_of(item), 0.0) + cost(item)
+    items.sort(key=lambda item: -by_file[file_of(item)])  # stable: in-file order kept
 
 
 @contextlib.contextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+from pathlib import Path
 
 import pytest
 
@@ -35,12 +36,17 @@ def test_llama_figures_come_from_tg128_pp128_and_eight_sequences():
     assert llama_figures(bench, batched) == {DECODE: 40.25, PROMPT: 150.5, BATCH: 120.0}
 
 
-def test_our_figures_come_from_the_single_and_batch8_workloads(tmp_path):
+def run_ours(tmp_path: Path, workloads: str) -> dict:
+    """`lfm-chat bench` on the tiny checkpoint, our engine only, as llamacpp_speed runs it; its JSON."""
     out = tmp_path / "ours.json"
-    argv = ["--tiny", "--quick", "--engines", "ours", "--workloads", "single,batch8", "--repeats", "1"]
+    argv = ["--tiny", "--quick", "--engines", "ours", "--workloads", workloads, "--repeats", "1"]
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
         assert bench_main([*argv, "--threads", "1", "--json", str(out)]) == 0
-    figures = ours_figures(json.loads(out.read_text()))
+    return json.loads(out.read_text())
+
+
+def test_our_figures_come_from_the_single_and_batch8_workloads(tmp_path):
+    figures = ours_figures(run_ours(tmp_path, "single,batch8"))
     assert figures.keys() == set(FIGURES) and all(value > 0 for value in figures.values())
 
 
@@ -99,11 +105,7 @@ def test_long_context_figures_come_from_llama_benchs_depth_and_prompt_records():
 
 
 def test_our_long_context_figures_come_from_the_depth_workloads(tmp_path):
-    out = tmp_path / "ours.json"
-    argv = ["--tiny", "--quick", "--engines", "ours", "--workloads", "depth4k", "--repeats", "1"]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        assert bench_main([*argv, "--threads", "1", "--json", str(out)]) == 0
-    figures = ours_depth_figures(json.loads(out.read_text()))
+    figures = ours_depth_figures(run_ours(tmp_path, "depth4k"))
     assert set(figures) == set(depth_figures([4096])) and all(value > 0 for value in figures.values())
 
 
