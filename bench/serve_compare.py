@@ -336,6 +336,12 @@ def summary(
     return headers, rows
 
 
+def _exit_on_signal(signum: int, _frame: object) -> None:
+    """A run stopped with `kill` leaves no server behind, the paused one included: raising here
+    runs the ExitStack's exits, which resume and stop both."""
+    raise SystemExit(128 + signum)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.serve_compare", description=__doc__.split("\n\n")[0]
@@ -361,6 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     if missing is None:
         specs.append(vllm_spec(args.vllm_python, vllm_checkpoint(checkpoint), max(clients), args.threads))
     args.logs.mkdir(parents=True, exist_ok=True)
+    signal.signal(signal.SIGTERM, _exit_on_signal)
     with contextlib.ExitStack() as stack:
         servers = {}
         for spec in specs:
