@@ -16,7 +16,7 @@ from markdown_it import MarkdownIt
 from rich.markdown import Markdown as RichMarkdown
 from textual.app import ComposeResult
 from textual.containers import Vertical
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.strip import Strip
 from textual.widget import Widget
 
@@ -54,14 +54,21 @@ class BlockLines(Widget):
         """Take the live block away (it is given again, grown, complete, or as another kind)."""
         if self.live:
             self.blocks.pop()
-            del self._rendered[len(self.blocks) :]
+            del self._rendered[len(self.blocks) :]  # rendered again when it is given again
             self.live = False
 
     def _changed(self) -> None:
+        """Render what changed now: the same number of rows redraws only the rows from the first
+        changed block down, without a layout of the screen."""
         rows = len(self._rows)
-        if self._width and self.is_attached:
-            self._render_rows()
-        self.refresh(layout=not self._width or len(self._rows) != rows)
+        if not (self._width and self.is_attached):
+            self.refresh(layout=True)
+            return
+        top = self._render_rows()
+        if len(self._rows) != rows:
+            self.refresh(layout=True)
+        elif top < rows:
+            self.refresh(Region(0, top, self._width, rows - top))
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
@@ -79,15 +86,19 @@ class BlockLines(Widget):
             return Strip.blank(width, style)
         return self._rows[y].apply_style(style).adjust_cell_length(width, style)
 
-    def _render_rows(self) -> None:
-        if self.live:
-            del self._rendered[len(self.blocks) - 1 :]
-        for block in self.blocks[len(self._rendered) :]:
-            self._rendered.append(self._render_block(block))
+    def _render_rows(self) -> int:
+        """Render the blocks without rows (new, or live and changed); the row the first one starts at."""
+        first = len(self._rendered)
+        if first == len(self.blocks):
+            return len(self._rows)
+        self._rendered += [self._render_block(block) for block in self.blocks[first:]]
         rows: list[Strip] = []
-        for block_rows in self._rendered:
+        top = 0
+        for index, block_rows in enumerate(self._rendered):
             rows += [Strip.blank(0), *block_rows] if rows else block_rows
+            top = len(rows) - len(block_rows) if index == first else top
         self._rows = rows
+        return top
 
     def _render_block(self, block: str) -> list[Strip]:
         console = self.app.console

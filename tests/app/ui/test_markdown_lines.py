@@ -48,11 +48,11 @@ class ReplyHost(App[None]):
         yield self.reply
 
 
-async def draw_at_once(text: str, size: tuple[int, int]) -> Drawn:
+async def draw_at_once(text: str, size: tuple[int, int]) -> tuple[Drawn, str]:
     app = ReplyHost(text)
     async with app.run_test(size=size) as pilot:
         await pilot.pause()
-        return drawn(app.reply)
+        return drawn(app.reply), app.export_screenshot()
 
 
 async def draw_streamed(
@@ -65,7 +65,7 @@ async def draw_streamed(
             await pilot.pause()
         await app.reply.finish()
         await pilot.pause()
-        return drawn(app.reply)
+        return drawn(app.reply), app.export_screenshot()
 
 
 @settings(max_examples=300, deadline=None)
