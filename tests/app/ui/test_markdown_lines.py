@@ -97,7 +97,7 @@ def test_a_streamed_answer_draws_what_the_answer_drawn_at_once_draws(
 
 
 async def test_a_long_streamed_answer_mounts_widgets_only_at_code_blocks() -> None:
-    """~3,000 words in word-sized deltas: the widgets ever mounted are a few per segment and per
+    """~2,400 words, three at a time: the widgets ever mounted are a few per segment and per
     code block (the block and the text after it), not one per paragraph, list item or cell."""
     text = REPLY * 20
     app = ReplyHost()
