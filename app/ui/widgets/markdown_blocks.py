@@ -25,6 +25,11 @@ def is_fence(block: str) -> bool:
     return _FENCE.fullmatch(block.partition("\n")[0]) is not None
 
 
+def fence_code(block: str) -> str:
+    """The code inside a fenced code block, as copying it gives it."""
+    return next((t.content for t in _PARSER.parse(block) if t.type == "fence"), "")
+
+
 class MarkdownBlocks:
     """The complete top-level blocks of a text that only grows, and the live rest after them."""
 

@@ -12,16 +12,16 @@ out the cached strips, so drawing costs what is visible.
 
 from __future__ import annotations
 
-from markdown_it import MarkdownIt
 from rich.markdown import Markdown as RichMarkdown
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.geometry import Region, Size
 from textual.strip import Strip
+from textual.theme import Theme
 from textual.widget import Widget
 
 from app.ui.widgets.answer_segments import Segment
-from app.ui.widgets.markdown_blocks import MarkdownBlocks, is_fence
+from app.ui.widgets.markdown_blocks import MarkdownBlocks, fence_code, is_fence
 
 CODE_THEMES = {True: "monokai", False: "default"}  # Pygments styles for dark and light app themes
 
@@ -44,6 +44,17 @@ class BlockLines(Widget):
         self._width = 0  # the width the cache is rendered at (0: not yet)
         self._rendered: list[list[Strip]] = []  # per block, its rows at `_width`
         self._rows: list[Strip] = []
+
+    def on_mount(self) -> None:
+        self.app.theme_changed_signal.subscribe(self, self._theme_changed)
+
+    def on_unmount(self) -> None:
+        self.app.theme_changed_signal.unsubscribe(self)
+
+    def _theme_changed(self, _theme: Theme) -> None:
+        """Code is highlighted for a dark or a light theme: every block is rendered again."""
+        self._rendered = []
+        self.refresh(layout=True)
 
     def add(self, block: str, live: bool) -> None:
         self.blocks.append(block)
@@ -125,8 +136,7 @@ class CodeBlock(BlockLines):
 
     @property
     def code(self) -> str:
-        tokens = MarkdownIt("commonmark").parse(self.blocks[0]) if self.blocks else []
-        return next((t.content for t in tokens if t.type == "fence"), "")
+        return fence_code(self.blocks[0]) if self.blocks else ""
 
 
 class MarkdownSegment(Vertical):

@@ -147,6 +147,22 @@ async def test_code_blocks_are_selectable_and_copied_as_their_code() -> None:
         assert all(isinstance(item, CodeBlock) for item in items[1:])
 
 
+async def test_a_theme_change_draws_code_for_the_new_theme() -> None:
+    text = "```python\nx = 1\n```\n"
+    app = ReplyHost(text)
+    async with app.run_test(size=(40, 10)) as pilot:
+        await pilot.pause()
+        dark = drawn(app.reply)
+        app.theme = "textual-light"
+        await pilot.pause()
+        light = drawn(app.reply)
+    fresh = ReplyHost(text)
+    fresh.theme = "textual-light"
+    async with fresh.run_test(size=(40, 10)) as pilot:
+        await pilot.pause()
+        assert light == drawn(fresh.reply) != dark
+
+
 def test_a_fence_is_told_by_its_first_line() -> None:
     assert is_fence("```python\nx\n```\n") and is_fence("~~~\n") and is_fence("   ````\n")
     assert not is_fence("```x`\n") and not is_fence("    ```\n") and not is_fence("``\n")
