@@ -118,12 +118,11 @@ class BlockLines(Widget):
             markdown, console.options.update(width=self._width, height=None), pad=False
         )
         rows = [Strip(line) for line in lines]
+        # Rich opens lists, quotes and tables with blank rows: the one between blocks is enough
         while rows and _blank(rows[-1]):
             rows.pop()
         first = next((n for n, row in enumerate(rows) if not _blank(row)), len(rows))
-        return rows[
-            first:
-        ]  # Rich opens lists, quotes and tables with blank rows: one between blocks is enough
+        return rows[first:]
 
 
 def _blank(row: Strip) -> bool:
