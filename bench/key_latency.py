@@ -6,6 +6,7 @@
     python -m bench.key_latency --server --compare     before/after the drawing bounds, alternated, in one run
     python -m bench.key_latency --server --fixed-beat  streams draw at 15 fps whatever a frame costs
     python -m bench.key_latency --server --compare 3 --before apart  held panes in frames of their own or not
+    python -m bench.key_latency --server --compare 3 --before widgets  Markdown as widgets or as lines
 
 The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
 (`--server`, in a process of its own). Keys come from a separate thread, as a terminal driver's
@@ -18,7 +19,8 @@ both. `--fixed-beat` draws the streams on a fixed 15 fps beat, as before the fra
 their cost (app/ui/frame_pacer.py). `--apart` lets each pane held by the typing draw in a frame of
 its own, as before a frame pulled in every waiting pane; `--compare N --before apart` alternates it.
 `--zoom` types into a pane zoomed full screen (the streaming panes hidden); `--before hidden` draws
-the hidden panes' replies as before they waited to be shown.
+the hidden panes' replies as before they waited to be shown. `--before widgets` draws answers as
+trees of Textual's Markdown widgets, as before they were drawn as lines (app/ui/widgets/markdown_lines.py).
 """
 
 from __future__ import annotations
@@ -176,7 +178,9 @@ async def measure(
 
 def run(args: argparse.Namespace, before: bool) -> KeyLatency:
     """One measure; `before`: as the app drew before the change `--before` names."""
-    AnswerMarkdown.limits = UNBOUNDED if args.unbounded or (before and args.before == "unbounded") else LIMITS
+    unbounded = args.unbounded or (before and args.before == "unbounded")
+    AnswerMarkdown.limits = UNBOUNDED if unbounded else LIMITS
+    AnswerMarkdown.widget_tree = unbounded or (before and args.before == "widgets")
     FramePacer.drawing_share = None if args.fixed_beat else DRAWING_SHARE
     FramePacer.together = not (args.apart or (before and args.before == "apart"))
     Reply.draws_hidden = before and args.before == "hidden"
@@ -211,7 +215,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--before",
-        choices=("unbounded", "apart", "hidden"),
+        choices=("unbounded", "apart", "hidden", "widgets"),
         default="unbounded",
         help="--compare: what 'before' is",
     )

@@ -16,7 +16,8 @@ from app.app import LfmChatApp
 from app.core.conversation import ChatMessage
 from app.core.options import AppOptions
 from app.ui.widgets.chat_pane import ChatPane
-from app.ui.widgets.reply import MarkdownSegment, PlainSegment
+from app.ui.widgets.markdown_lines import MarkdownSegment
+from app.ui.widgets.reply import PlainSegment
 from app.ui.widgets.transcript import SHOWN_REPLIES, Transcript
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import FakeServer

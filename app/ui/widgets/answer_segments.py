@@ -1,10 +1,11 @@
 """Where a reply's answer is drawn as Markdown and where as plain text, so drawing stays bounded.
 
-Textual's Markdown re-parses the last block on every append and gives each block, table cell
-and list item widgets of its own: a 50,000-row table (500 KB) made ~a million widgets and froze
-the app for minutes, a 900 KB code block was highlighted again at every token. So an answer is
-cut into segments at block boundaries (a blank line outside a code fence, before an unindented
-line), and each is drawn as Markdown only while it is small:
+Markdown costs in proportion to the block being written: the live block is rendered again at
+every frame (app/ui/widgets/markdown_lines.py), so a 900 KB code block would be highlighted again
+at every token, and a 50,000-row table (500 KB) drawn as Textual's Markdown widgets made ~a
+million widgets and froze the app for minutes. So an answer is cut into segments at block
+boundaries (a blank line outside a code fence, before an unindented line), and each is drawn as
+Markdown only while it is small:
 
 - a segment grows while it is under `segment_min_chars` and `segment_min_lines`, then ends at the
   next boundary, so the live segment (the one a stream appends to) stays small and only it is

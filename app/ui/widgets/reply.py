@@ -23,6 +23,7 @@ from app.core.sanitize import StreamStripper, without_disputed_widths
 from app.session.tools import calls_in, pretty_arguments
 from app.ui.keys import PANE_KEYS, key_named
 from app.ui.widgets.answer_segments import ALL_PLAIN, LIMITS, DrawingLimits, Segment, SegmentPlan
+from app.ui.widgets.markdown_lines import MarkdownSegment
 from app.ui.widgets.plain_text import PlainText
 
 
@@ -93,10 +94,10 @@ class ToolCallBlock(Static):
         self.border_title = ("tool calls" if len(calls) > 1 else "tool call") if part.closed else "tool call…"
 
 
-class MarkdownSegment(Markdown):
-    """A segment of the answer small enough for Markdown; links are not opened on click (the text
-    is untrusted). Appends go through a MarkdownStream, which merges bursts faster than the widget
-    can parse, and re-parse only the segment's last block."""
+class WidgetMarkdownSegment(Markdown):
+    """A segment drawn by Textual's Markdown widget, a widget per block, list item and table cell:
+    how answers were drawn before `MarkdownSegment` (bench.key_latency's `--before widgets`).
+    Appends go through a MarkdownStream, which merges bursts faster than the widget can parse."""
 
     def __init__(self, segment: Segment, text: str) -> None:
         super().__init__(text, classes="answer-segment", open_links=False)
@@ -133,7 +134,7 @@ class PlainSegment(PlainText):
         pass
 
 
-SegmentView = MarkdownSegment | PlainSegment
+SegmentView = MarkdownSegment | WidgetMarkdownSegment | PlainSegment
 
 
 class AnswerMarkdown(Vertical):
@@ -142,6 +143,7 @@ class AnswerMarkdown(Vertical):
     (or adds one); any other text starts over."""
 
     limits: ClassVar[DrawingLimits] = LIMITS  # bench.key_latency --unbounded draws as before them
+    widget_tree: ClassVar[bool] = False  # True: Markdown as a tree of Textual widgets (--before widgets)
 
     def __init__(self, text: str, folded: bool = False) -> None:
         super().__init__(classes="answer")
@@ -222,7 +224,7 @@ class AnswerMarkdown(Vertical):
         text = self._plan.text[segment.start : segment.end]
         if segment.plain:
             return PlainSegment(segment, text, self.folded)
-        return MarkdownSegment(segment, text)
+        return WidgetMarkdownSegment(segment, text) if self.widget_tree else MarkdownSegment(segment, text)
 
 
 PartView = ThinkingBlock | ToolCallBlock | AnswerMarkdown

@@ -12,12 +12,12 @@ from collections.abc import Iterable
 from textual.containers import VerticalScroll
 from textual.widget import Widget
 from textual.widgets import Static
-from textual.widgets.markdown import MarkdownFence
 
 from app.core.conversation import ChatMessage
 from app.core.sanitize import for_display, strip_control, without_disputed_widths
 from app.core.versions import place
 from app.ui.keys import PANE_KEYS, key_named
+from app.ui.widgets.markdown_lines import CodeBlock
 from app.ui.widgets.reply import Reply
 from app.ui.widgets.tool_message import ToolMessage
 
@@ -55,7 +55,7 @@ def copy_text(widget: Widget) -> str:
     """What copying a selectable widget gives: a message's text, a reply's answer, or a block's code."""
     if isinstance(widget, UserMessage | ToolMessage):
         return widget.text
-    if isinstance(widget, MarkdownFence):
+    if isinstance(widget, CodeBlock):
         return widget.code
     assert isinstance(widget, Reply)
     return widget.answer
@@ -196,7 +196,7 @@ class Transcript(VerticalScroll, can_focus=False):
         for child in self.children:
             if isinstance(child, UserMessage | Reply | ToolMessage):
                 items.append(child)
-                items.extend(child.query(MarkdownFence) if isinstance(child, Reply) else ())
+                items.extend(child.query(CodeBlock) if isinstance(child, Reply) else ())
         return items
 
     def selected_message(self) -> int | None:

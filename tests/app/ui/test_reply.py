@@ -9,11 +9,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from textual.app import App, ComposeResult
-from textual.widgets.markdown import MarkdownFence
 
 from app.core.export import reply_markdown
 from app.core.reply_parts import Part, answer_text, split_reply
 from app.core.sanitize import strip_control
+from app.ui.widgets.markdown_lines import CodeBlock
 from app.ui.widgets.reply import AnswerMarkdown, Reply, ThinkingBlock, ToolCallBlock
 
 
@@ -120,15 +120,14 @@ class NarrowHost(App[None]):
         yield self.reply
 
 
-async def test_a_code_block_wider_than_a_narrow_pane_scrolls_sideways() -> None:
+async def test_a_code_block_wider_than_a_narrow_pane_wraps_and_loses_nothing() -> None:
     app = NarrowHost()
     async with app.run_test(size=(40, 20)) as pilot:
         await pilot.pause()
-        fence = app.reply.query_one(MarkdownFence)
-        assert fence.max_scroll_x > 0 and fence.show_horizontal_scrollbar
-        fence.scroll_right(animate=False)
-        await pilot.pause()
-        assert fence.scroll_x > 0
+        block = app.reply.query_one(CodeBlock)
+        drawn = "".join(block.render_line(y).text for y in range(block.size.height))
+        assert block.size.width <= 40 and block.code == "x = " + "1 + " * 40 + "1\n"
+        assert drawn.split() == block.code.split()  # every term on screen, in order, none cut off
 
 
 CONTROLS_AND_MARKERS = "\x1b\x9b\x9c\x9d\x90[]P^_\\;0:m\x07\x00\r\n\ta<>/think"
