@@ -35,6 +35,8 @@ from safetensors.torch import save_file
 from model.quant.int8 import quantize_rows
 
 VLLM_SCHEMES = ("w8a8", "w4a16")
+# vLLM's scheme against each of lfm-chat's --quantize schemes: its int8 has activations in int8 only
+VLLM_COUNTERPART = {"int8": "w8a8", "w8a8": "w8a8", "int4": "w4a16"}
 INT4_GROUP = 128  # k values per scale: compressed-tensors' W4A16 preset
 INT4_BITS = 4
 INT4_PER_WORD = 32 // INT4_BITS

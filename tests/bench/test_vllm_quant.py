@@ -14,6 +14,7 @@ from safetensors.torch import load_file
 
 from bench import serve_compare, vllm_quant
 from bench.vllm_quant import INT4_GROUP
+from model.quant import SCHEMES
 
 # int4's largest positive weight of a group is 7.5 steps, clamped to 7; its bf16 scale, rounded to
 # nearest (by up to 2^-8 of itself, as compressed-tensors casts it), can put it at 7.53
@@ -134,3 +135,15 @@ def test_compressed_tensors_decompresses_the_copy_to_the_same_weights(
     assert len(theirs) == sum(name.endswith(".weight_scale") for name in written)
     for prefix, weight in theirs.items():
         assert torch.equal(weight, read(written, prefix).to(weight.dtype)), prefix
+
+
+def test_every_lfm_chat_scheme_has_a_vllm_counterpart_and_serve_compare_starts_vllm_on_its_copy(
+    bf16_ckpt: Path,
+):
+    assert set(vllm_quant.VLLM_COUNTERPART) == set(SCHEMES)
+    assert set(vllm_quant.VLLM_COUNTERPART.values()) == set(vllm_quant.VLLM_SCHEMES)
+    copy = vllm_quant.quantized_checkpoint(bf16_ckpt, "w4a16")
+    spec = serve_compare.vllm_spec(Path("python"), copy, 8, 2, "w4a16")
+    assert spec.name == "vLLM CPU (w4a16)"
+    command = spec.command(8000)
+    assert command[command.index("--model") + 1] == str(copy)
