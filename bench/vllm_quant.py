@@ -35,7 +35,7 @@ from safetensors.torch import save_file
 from model.quant.int8 import quantize_rows
 
 VLLM_SCHEMES = ("w8a8", "w4a16")
-# vLLM's scheme against each of lfm-chat's --quantize schemes: its int8 has activations in int8 only
+# vLLM's scheme against each of lfm-chat's --quantize schemes: W8A8 is its only int8 scheme on CPU
 VLLM_COUNTERPART = {"int8": "w8a8", "w8a8": "w8a8", "int4": "w4a16"}
 INT4_GROUP = 128  # k values per scale: compressed-tensors' W4A16 preset
 INT4_BITS = 4
@@ -84,8 +84,10 @@ def quantized_tensors(name: str, weight: torch.Tensor, scheme: str) -> dict[str,
 
 
 def is_quantized(name: str, tensor: torch.Tensor) -> bool:
-    """A linear's weight: 2-D and not the (tied) embedding; conv weights are 3-D, norms 1-D."""
-    return name.endswith(".weight") and tensor.dim() == 2 and "embed_tokens" not in name
+    """A linear's weight: 2-D, neither the embedding nor an untied head (the config's ``ignore``
+    keeps vLLM's head in bf16); conv weights are 3-D, norms 1-D."""
+    kept = ("embed_tokens", "lm_head")
+    return name.endswith(".weight") and tensor.dim() == 2 and not any(part in name for part in kept)
 
 
 def quantization_config(scheme: str) -> dict[str, object]:
