@@ -15,10 +15,11 @@ of them have CPU kernels for LFM2's linears:
   (asymmetric) and per-token int8 activations (model/quant/int4.py).
 
 Both round to nearest from the same bf16 weights (random weights: nothing to calibrate on). Every
-2-D weight is quantized but the embedding: vLLM's LFM2 ties its head to the embedding and keeps it
-bf16 (lfm-chat quantizes its head too), and its short convolution's weights are 3-D and stay bf16
-on both sides. Written with plain torch and safetensors, so it runs (and is tested) without vLLM;
-the tensor names, packing and ``quantization_config`` follow compressed-tensors 0.17's own code.
+linear of the layers is quantized, as lfm-chat quantizes them; the head is not: vLLM's LFM2 ties it
+to the embedding and keeps it bf16 (lfm-chat quantizes its head too). The short convolution's
+weights stay bf16 on both sides. Written with plain torch and safetensors, so it runs (and is
+tested) without vLLM; the tensor names, packing and ``quantization_config`` follow
+compressed-tensors 0.17's own code.
 """
 
 from __future__ import annotations
