@@ -1,6 +1,7 @@
 """`python -m bench.serve_compare`: `lfm-chat serve` against vLLM's CPU build, one client for both.
 
     python -m bench.serve_compare [--clients 1,8,16,32] [--rounds 2] [--tokens 128] [--vllm-python PATH]
+                                  [--quantize int8|w8a8|int4 [--vllm-bf16]]
 
 Both servers load the same random bf16 checkpoint at the LFM2-350M shape (bench/checkpoint.py)
 and answer the same client: every client sends one streamed ``/v1/completions`` request of a
@@ -15,6 +16,11 @@ the same for both.
 vLLM runs from its own venv (``--vllm-python``; docs/SCALE_OUT.md says how to install it) with
 both cores (``OMP_NUM_THREADS=2 VLLM_CPU_OMP_THREADS_BIND=0-1``). Where it is missing or cannot
 start, the table says why and gives lfm-chat's figures alone. Run it on a quiet machine.
+
+``--quantize`` quantizes both sides: lfm-chat's ``int8`` (weight-only) or ``w8a8`` against vLLM's
+W8A8 int8, lfm-chat's ``int4`` against vLLM's W4A16 int4, vLLM reading a compressed-tensors copy of
+the same bf16 weights (bench/vllm_quant.py says how each is quantized and where they differ);
+``--vllm-bf16`` keeps vLLM in bf16. The table's headers name each side's scheme.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from bench.bandwidth import Bandwidth, measure_read_bandwidth
 from bench.checkpoint import random_checkpoint
 from bench.report import render_table
 from bench.served import ServerDidNotStart, served_process
+from bench.vllm_quant import VLLM_COUNTERPART, quantized_checkpoint
 from model.quant import QUANTIZATIONS
 
 MODEL_NAME = "bench"  # both servers' --served-model-name, so one request body fits both
@@ -233,7 +240,11 @@ def lfm_chat_spec(checkpoint: Path, max_num_seqs: int, quantize: str) -> ServerS
     return ServerSpec(name, lambda port: [*command, "--port", str(port)], {})
 
 
-def vllm_spec(python: Path, checkpoint: Path, max_num_seqs: int, threads: int) -> ServerSpec:
+def vllm_spec(
+    python: Path, checkpoint: Path, max_num_seqs: int, threads: int, scheme: str | None = None
+) -> ServerSpec:
+    """vLLM serving ``checkpoint``, already quantized in ``scheme`` when one is named (vLLM reads
+    the scheme from its config.json; activations stay bf16 either way)."""
     command = [str(python), "-m", "vllm.entrypoints.openai.api_server", "--model", str(checkpoint)]
     command += ["--dtype", "bfloat16", "--served-model-name", MODEL_NAME, "--max-num-seqs", str(max_num_seqs)]
     command += [
@@ -244,7 +255,8 @@ def vllm_spec(python: Path, checkpoint: Path, max_num_seqs: int, threads: int) -
     ]
     # by default vLLM keeps one core for its API server; the comparison gives it all of them
     env = {"OMP_NUM_THREADS": str(threads), "VLLM_CPU_OMP_THREADS_BIND": f"0-{threads - 1}"}
-    return ServerSpec("vLLM CPU", lambda port: [*command, "--host", "127.0.0.1", "--port", str(port)], env)
+    name = "vLLM CPU" + ("" if scheme is None else f" ({scheme})")
+    return ServerSpec(name, lambda port: [*command, "--host", "127.0.0.1", "--port", str(port)], env)
 
 
 def pause(process: subprocess.Popen[Any]) -> None:
@@ -352,7 +364,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per server and concurrency")
     parser.add_argument("--tokens", type=int, default=NEW_TOKENS, help="tokens out per request")
     parser.add_argument("--threads", type=int, default=2, help="vLLM's threads and the probe's")
-    parser.add_argument("--quantize", choices=QUANTIZATIONS, default="none", help="lfm-chat's weights")
+    parser.add_argument(
+        "--quantize",
+        choices=QUANTIZATIONS,
+        default="none",
+        help="lfm-chat's weights; vLLM gets its counterpart: w8a8 for int8 and w8a8, w4a16 for int4",
+    )
+    parser.add_argument("--vllm-bf16", action="store_true", help="vLLM in bf16 whatever --quantize says")
     parser.add_argument("--checkpoint", type=Path, help="default: the random LFM2-350M-shape checkpoint")
     parser.add_argument("--vllm-python", type=Path, default=VLLM_PYTHON, help="the python of vLLM's venv")
     parser.add_argument("--no-vllm", action="store_true", help="lfm-chat serve alone")
@@ -365,7 +383,11 @@ def main(argv: list[str] | None = None) -> int:
     specs = [lfm_chat_spec(checkpoint, max(clients), args.quantize)]
     missing = "--no-vllm" if args.no_vllm else vllm_unavailable(args.vllm_python)
     if missing is None:
-        specs.append(vllm_spec(args.vllm_python, vllm_checkpoint(checkpoint), max(clients), args.threads))
+        scheme = None if args.vllm_bf16 else VLLM_COUNTERPART.get(args.quantize)
+        vllm_weights = vllm_checkpoint(checkpoint)
+        if scheme is not None:
+            vllm_weights = quantized_checkpoint(vllm_weights, scheme)
+        specs.append(vllm_spec(args.vllm_python, vllm_weights, max(clients), args.threads, scheme))
     args.logs.mkdir(parents=True, exist_ok=True)
     signal.signal(signal.SIGTERM, _exit_on_signal)
     with contextlib.ExitStack() as stack:
