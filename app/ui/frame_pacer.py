@@ -109,6 +109,11 @@ class FramePacer:
     def key_pressed(self) -> None:
         self._typed_at = self._clock()
 
+    @property
+    def typed_at(self) -> float:
+        """When the last key was pressed (-inf: none yet)."""
+        return self._typed_at
+
     def until_frame(self, drawn_at: float) -> float:
         """Seconds until a pane that last drew at `drawn_at` may draw: the next shared beat at least
         one beat after its last frame and after the gap the last frame's cost asks, or later while
