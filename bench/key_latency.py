@@ -7,6 +7,8 @@
     python -m bench.key_latency --server --fixed-beat  streams draw at 15 fps whatever a frame costs
     python -m bench.key_latency --server --compare 3 --before apart  held panes in frames of their own or not
     python -m bench.key_latency --server --compare 3 --before widgets  Markdown as widgets or as lines
+    python -m bench.key_latency --server --compare 3 --before gc  full GCs on Python's schedule or in pauses
+    python -m bench.key_latency --server --compare 3 --before whole  while typing, 8 panes a frame or 2
 
 The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
 (`--server`, in a process of its own). Keys come from a separate thread, as a terminal driver's
@@ -21,6 +23,9 @@ its own, as before a frame pulled in every waiting pane; `--compare N --before a
 `--zoom` types into a pane zoomed full screen (the streaming panes hidden); `--before hidden` draws
 the hidden panes' replies as before they waited to be shown. `--before widgets` draws answers as
 trees of Textual's Markdown widgets, as before they were drawn as lines (app/ui/widgets/markdown_lines.py).
+`--before gc` lets Python collect its oldest generation when its thresholds say, as before the chat
+screen ran those collections while no key came (app/ui/quiet_collections.py). `--before whole` draws
+every waiting pane in one frame while keys arrive, as before a frame took at most two then.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ from app.app import LfmChatApp
 from app.core.conversation import ChatSettings
 from app.core.options import MAX_PANES, AppOptions
 from app.ui.frame_pacer import DRAWING_SHARE, FramePacer
+from app.ui.quiet_collections import QuietCollections
 from app.ui.screens.chat import ChatScreen
 from app.ui.widgets.answer_segments import LIMITS, DrawingLimits
 from app.ui.widgets.chat_pane import ChatPane
@@ -184,6 +190,8 @@ def run(args: argparse.Namespace, before: bool) -> KeyLatency:
     FramePacer.drawing_share = None if args.fixed_beat else DRAWING_SHARE
     FramePacer.together = not (args.apart or (before and args.before == "apart"))
     Reply.draws_hidden = before and args.before == "hidden"
+    QuietCollections.enabled = not (before and args.before == "gc")
+    FramePacer.spread = not (before and args.before == "whole")
     with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
         typing = (args.streams, args.keys, args.interval, args.max_tokens, Path(data))
         if not args.server:
@@ -215,7 +223,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--before",
-        choices=("unbounded", "apart", "hidden", "widgets"),
+        choices=("unbounded", "apart", "hidden", "widgets", "gc", "whole"),
         default="unbounded",
         help="--compare: what 'before' is",
     )

@@ -22,6 +22,12 @@ in it: a pane that draws pulls the waiting ones into its frame (`join`), and the
 counts from the last frame, so panes held by typing run out together. Before, each held pane ran
 out MAX_HOLD_SECONDS after its own last frame, and panes one beat apart drew in frames of their
 own, each laying out the screen again.
+
+While keys arrive, though, a frame of all 8 panes ended in a layout and a redraw of every pane that
+moved (~126 ms and ~249 ms with 8 server panes, docs/PERFORMANCE.md "2026-11-29 (lines)"), and a
+key pressed then waited for all of it. So while the user types a frame draws at most
+TYPING_FRAME_PANES panes: the others are `crowded` out until the screen has shown it, then draw in
+the next frames, keys handled and drawn in between; the longest hold does not restart for them.
 """
 
 from __future__ import annotations
@@ -43,6 +49,8 @@ LONGEST_FRAME_GAP_SECONDS = 2.0
 # A frame is measured over this many screen refreshes (when the screen has nothing left to do,
 # a refresh's callbacks run at once, so a cheap frame ends its measure at once).
 FRAME_REFRESHES = 3
+# While keys arrive, a frame draws at most this many panes (the rest in the frames after it).
+TYPING_FRAME_PANES = 2
 
 
 class FramePacer:
@@ -52,6 +60,8 @@ class FramePacer:
     drawing_share: float | None = DRAWING_SHARE
     # False: a pane held by typing draws in a frame of its own (as before `join`; the bench's "before").
     together: bool = True
+    # False: a frame draws every waiting pane while keys arrive too (as before; the bench's "before").
+    spread: bool = True
 
     def __init__(
         self, clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = time.thread_time
@@ -64,6 +74,7 @@ class FramePacer:
         self._refreshes = 0  # of the screen, since the frame measured began
         self._last_frame = -math.inf  # when a pane last drew, whichever it was
         self._waiting: dict[Hashable, Callable[[], object]] = {}  # pane -> how to draw it now
+        self._in_frame: set[Hashable] = set()  # panes drawing since the screen last refreshed
 
     def wait(self, pane: Hashable, draw_now: Callable[[], object]) -> None:
         """`pane` has text to draw: the next frame, whoever begins it, calls `draw_now` to draw it in."""
@@ -74,14 +85,26 @@ class FramePacer:
         self._waiting.pop(pane, None)
 
     def join(self, pane: Hashable) -> None:
-        """`pane` draws now: the panes waiting for a frame draw in this one."""
+        """`pane` draws now: the panes waiting for a frame draw in this one (while keys arrive,
+        up to TYPING_FRAME_PANES in all)."""
         self.forget(pane)
+        self._in_frame.add(pane)
         if not self.together:
             return
-        self._last_frame = self._clock()
-        waiting, self._waiting = self._waiting, {}
-        for draw_now in waiting.values():
-            draw_now()
+        room = TYPING_FRAME_PANES - len(self._in_frame) if self._spreading() else len(self._waiting)
+        taken = list(self._waiting)[: max(0, room)]  # the longest waiting first
+        if len(taken) == len(self._waiting):  # panes left out still count their hold from the frame before
+            self._last_frame = self._clock()
+        for waiting in taken:
+            self._in_frame.add(waiting)  # counted now: its draw comes later in this frame
+            self._waiting.pop(waiting)()
+
+    def crowded(self) -> bool:
+        """True: a pane due now waits for the next frame, as keys arrive and this one has its panes."""
+        return self._spreading() and len(self._in_frame) >= TYPING_FRAME_PANES
+
+    def _spreading(self) -> bool:
+        return self.spread and self._clock() - self._typed_at < TYPING_HOLD_SECONDS
 
     def frame_begun(self) -> bool:
         """A pane starts drawing; True when it is the beat's first, whose caller must report
@@ -95,6 +118,7 @@ class FramePacer:
         """The screen refreshed after the frame begun. True: report again after the next refresh
         (a frame's Markdown mounts its blocks over several refreshes, each laying out the screen);
         False: the frame is measured, and its cost spaces the next beat."""
+        self._in_frame.clear()  # on screen: the next panes draw in a frame of their own
         if self._frame_began is None:
             return False
         self._refreshes += 1
@@ -108,6 +132,11 @@ class FramePacer:
 
     def key_pressed(self) -> None:
         self._typed_at = self._clock()
+
+    @property
+    def typed_at(self) -> float:
+        """When the last key was pressed (-inf: none yet)."""
+        return self._typed_at
 
     def until_frame(self, drawn_at: float) -> float:
         """Seconds until a pane that last drew at `drawn_at` may draw: the next shared beat at least

@@ -102,3 +102,28 @@ async def test_a_pane_zoomed_away_draws_its_stream_only_when_shown_again(make_op
         assert screen.maximized is None
         await wait_until(pilot, lambda: bool(reply.markdown_parts), "the reply drawn")
         assert "".join(part.source for part in reply.markdown_parts) == answer.strip()
+
+
+async def test_a_pane_scrolled_up_draws_its_stream_only_when_scrolled_back(make_options: MakeOptions) -> None:
+    """Scrolled up from its live end, a streaming pane draws nothing per token (its reply would
+    grow below the view); back at the end, it shows everything that came and follows the stream."""
+    app = LfmChatApp(make_options(panes=1, chat=ChatSettings(temperature=0.0, max_tokens=200)))
+    async with app.run_test(size=(100, 24)) as pilot:
+        screen = await chat_screen(app, pilot)
+        (pane,) = screen.panes
+        transcript = pane.transcript
+        await transcript.add_user("\n".join(f"line {n}" for n in range(60)))  # taller than the view
+        await pane.session.send("Tell me a story.")
+        await wait_until(pilot, lambda: bool(transcript.replies), "the reply begun")
+        transcript.jump(to_end=False)  # the user scrolls up, as ctrl+Home does
+        await wait_replied(pilot, pane)
+        reply = transcript.replies[-1]
+        answer = pane.conversation.messages[-1].content
+        assert answer and reply.source == answer and reply.holds_text
+        drawn = "".join(part.source for part in reply.markdown_parts)
+        assert len(drawn) < len(answer.strip())  # what came while scrolled away is not drawn
+        assert transcript.scroll_y == 0  # and the view did not move
+        transcript.jump(to_end=True)
+        await wait_until(pilot, lambda: not reply.holds_text, "the reply drawn")
+        assert "".join(part.source for part in reply.markdown_parts) == answer.strip()
+        await wait_until(pilot, lambda: transcript.scroll_y == transcript.max_scroll_y, "the end in view")

@@ -29,6 +29,7 @@ from app.store.persistence import Saver
 from app.ui.keys import PANE_KEYS, key, key_named, palette_commands
 from app.ui.layout import plan_layout
 from app.ui.pane_context import PaneContext
+from app.ui.quiet_collections import COLLECT_SECONDS, QuietCollections
 from app.ui.screens.history import HistoryScreen
 from app.ui.widgets.chat_pane import ChatPane
 from app.ui.widgets.dashboard import Dashboard
@@ -89,6 +90,7 @@ class ChatScreen(Screen[None]):
         self.saver = saver
         self.saving = ConversationSaver(saver, self._show_save_problem)
         self.context = PaneContext(SessionContext(backend, self.saving), files_dir)
+        self._collections = QuietCollections(lambda: self.context.pacer.typed_at)  # full GCs off the keys
         self.defaults = defaults
         self.title_text = title
         self.demo = demo
@@ -119,8 +121,13 @@ class ChatScreen(Screen[None]):
         self.panes[0].focus_input()
         self.take_typed_ahead(self._typed_ahead)
         self.set_interval(RETRY_SECONDS, self._retry_saves)
+        self._collections.start()
+        self.set_interval(COLLECT_SECONDS, self._collections.tick)
         self._monitor()
         self._offer_tools()
+
+    def on_unmount(self) -> None:
+        self._collections.stop()
 
     @work(thread=True, exclusive=True, group="tools")
     def _offer_tools(self) -> None:

@@ -12,6 +12,7 @@ from textual.timer import Timer
 from textual.widget import Widget
 
 from app.session import PaneSession
+from app.ui.frame_pacer import STREAM_FRAME_SECONDS
 from app.ui.pane_context import PaneContext
 
 
@@ -46,9 +47,13 @@ class PacedFrames(Widget):
         await self._draw()
 
     async def _draw_frame(self) -> None:
-        """Draw, unless keys arrived since the frame was planned: then wait for the typing to pause."""
+        """Draw, unless keys arrived since the frame was planned: then wait for the typing to pause
+        (or for the next frame, when this one already has its panes)."""
         if (hold := self.context.pacer.hold(self._drawn_at)) > 0:
             self._frame_timer = self.set_timer(hold, self._draw_frame)
+            return
+        if self.context.pacer.crowded():  # keys arrive and this frame has its panes: the next one
+            self._frame_timer = self.set_timer(STREAM_FRAME_SECONDS / 2, self._draw_frame)
             return
         self._frame_timer = None
         await self._draw()

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from textual.app import ComposeResult
-from textual.containers import Vertical
+from textual.containers import ScrollableContainer, Vertical
 from textual.content import Content
 from textual.events import Click
 from textual.widget import Widget
@@ -273,13 +273,13 @@ class Reply(Vertical):
     async def update(self, text: str) -> None:
         """Show `text` (the whole reply so far): append to open parts, add new ones, redraw on a mismatch.
         A reply not (or no longer) on screen only keeps its parts: its compose draws them if it comes.
-        A reply whose pane another pane's zoom hides keeps the text and draws it when shown again,
-        so a hidden pane mounts no Markdown per token."""
+        A reply whose pane another pane's zoom hides, or whose end the user scrolled up from, keeps
+        the text and draws it when shown again, so a hidden pane draws nothing per token."""
         self.source = self._cleaned(text)
-        if self.is_attached and not self.draws_hidden and self._zoomed_away():
+        if self.is_attached and not self.draws_hidden and (self._zoomed_away() or self._scrolled_away()):
             if self._undrawn is None:  # drawn when the zoom changes (the screen's `maximized`)
-                self.watch(self.screen, "maximized", self._zoom_changed, init=False)
-            self._undrawn = text
+                self.watch(self.screen, "maximized", self.shown_again, init=False)
+            self._undrawn = text  # or when the transcript scrolls (`Transcript.watch_scroll_y`)
             return
         self._undrawn = None
         parts = split_reply(without_disputed_widths(self.source))
@@ -316,16 +316,29 @@ class Reply(Vertical):
         for view in self.markdown_parts:
             await view.stop()
 
-    async def _zoom_changed(self) -> None:
-        """Back on screen after a zoom: draw what came meanwhile, all at once."""
-        if self._undrawn is not None and not self._zoomed_away():
+    async def shown_again(self) -> None:
+        """Back on screen after a zoom or a scroll: draw what came meanwhile, all at once."""
+        if self._undrawn is not None and not self._zoomed_away() and not self._scrolled_away():
             await self.update(self._undrawn)
             if self._finished:
                 await self.finish()
 
+    @property
+    def holds_text(self) -> bool:
+        """Text came while it was out of view (zoomed or scrolled away) and is not drawn yet."""
+        return self._undrawn is not None
+
     def _zoomed_away(self) -> bool:
         zoomed = self.screen.maximized
         return zoomed is not None and zoomed is not self and zoomed not in self.ancestors
+
+    def _scrolled_away(self) -> bool:
+        """The user scrolled its transcript up (off the anchor) to above this reply's end: what
+        the reply adds would be drawn below the view, and a layout per frame for nothing."""
+        view = self.parent
+        if not isinstance(view, ScrollableContainer) or not (view.is_anchored and view._anchor_released):
+            return False
+        return self.virtual_region.bottom > view.scroll_y + view.scrollable_content_region.height
 
     async def unfold(self) -> None:
         for view in self.markdown_parts:

@@ -119,6 +119,9 @@ class Transcript(VerticalScroll, can_focus=False):
     def watch_scroll_y(self, old_value: float, new_value: float) -> None:
         super().watch_scroll_y(old_value, new_value)
         self.call_after_refresh(self._unfold_near)
+        for reply in self.query_children(Reply):
+            if reply.holds_text:
+                self.call_after_refresh(reply.shown_again)  # scrolled away, it may be in view again
 
     def watch_virtual_size(self) -> None:
         self.call_after_refresh(self._unfold_near)  # laid out, or grown: what is near may have changed

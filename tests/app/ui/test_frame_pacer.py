@@ -10,6 +10,7 @@ from app.ui.frame_pacer import (
     LONGEST_FRAME_GAP_SECONDS,
     MAX_HOLD_SECONDS,
     STREAM_FRAME_SECONDS,
+    TYPING_FRAME_PANES,
     TYPING_HOLD_SECONDS,
     FramePacer,
 )
@@ -150,3 +151,42 @@ def test_apart_panes_draw_in_frames_of_their_own(monkeypatch: pytest.MonkeyPatch
     pacer.wait("b", lambda: drawn.append("b"))
     pacer.join("a")
     assert drawn == []
+
+
+def test_while_keys_arrive_a_frame_draws_a_few_panes_and_the_rest_the_next_frames() -> None:
+    clock = Clock(40.0)
+    pacer = FramePacer(clock, Clock(0.0))
+    drawn: list[str] = []
+    for pane in "bcdefgh":
+        pacer.wait(pane, lambda pane=pane: drawn.append(pane))
+    pacer.key_pressed()
+    assert pacer.frame_begun()
+    assert TYPING_FRAME_PANES == 2
+    pacer.join("a")  # "a" draws and pulls in the longest waiting, up to TYPING_FRAME_PANES in all
+    assert drawn == ["b"]
+    assert pacer.crowded()  # the others, due, wait for the next frame
+    pacer.frame_shown()  # the screen shows the frame (and the keys typed meanwhile)
+    assert not pacer.crowded()
+    pacer.join("c")
+    assert drawn == ["b", "d"]  # the next frame: again a few
+    clock.now += TYPING_HOLD_SECONDS + 0.01  # the typing paused: a frame draws every waiting pane
+    pacer.join("e")
+    assert drawn == ["b", "d", "f", "g", "h"]
+
+
+def test_panes_left_out_of_a_frame_keep_their_hold_from_the_frame_before() -> None:
+    clock = Clock(60.0)
+    pacer = FramePacer(clock, Clock(0.0))
+    pacer.join("a")  # the last frame before the typing: every pane drew at 60.0
+    clock.now += MAX_HOLD_SECONDS  # typing held them since
+    pacer.key_pressed()
+    for pane in "bcd":
+        pacer.wait(pane, lambda: None)
+    assert pacer.hold(drawn_at=60.0) == 0.0  # all due at once
+    pacer.join("a")  # draws with "b"; "c" and "d" are left out
+    clock.now += STREAM_FRAME_SECONDS
+    pacer.key_pressed()
+    pacer.frame_shown()
+    assert pacer.hold(drawn_at=60.0) == 0.0  # not held another MAX_HOLD_SECONDS by the frame "a" drew in
+    pacer.join("c")  # draws with "d": nobody is left out
+    assert pacer.hold(drawn_at=60.0) == pytest.approx(TYPING_HOLD_SECONDS)  # held together again
