@@ -65,7 +65,7 @@ class KeyLatency:
     keys: int
     interval_s: float
     latencies_s: list[float]  # per key, press to first frame showing it
-    streamed_tokens: int  # tokens the streaming panes received meanwhile
+    streamed_tokens: int | None  # tokens the streaming panes received meanwhile; None: not known
     ui_cpu_s: float  # the UI thread's CPU time meanwhile
     process_cpu_s: float  # the whole process's (with --demo, the engine's threads too)
     wall_s: float
@@ -74,12 +74,16 @@ class KeyLatency:
         def ms(q: float) -> str:
             return f"{stats.percentile(self.latencies_s, q) * 1000:.0f} ms"
 
-        per_token = self.ui_cpu_s / self.streamed_tokens * 1000 if self.streamed_tokens else 0.0
+        if self.streamed_tokens:
+            tokens = f"{self.streamed_tokens} tokens received meanwhile"
+            per_token = f", {self.ui_cpu_s / self.streamed_tokens * 1000:.2f} ms CPU per streamed token"
+        else:
+            tokens, per_token = "tokens received not counted", ""
         return (
             f"key-to-screen latency, {self.keys} keys at {self.interval_s * 1000:.0f} ms while "
-            f"{self.streams} panes stream ({self.streamed_tokens} tokens received meanwhile): "
+            f"{self.streams} panes stream ({tokens}): "
             f"p50 {ms(50)}, p95 {ms(95)}, p99 {ms(99)}, max {max(self.latencies_s) * 1000:.0f} ms; "
-            f"TUI {self.ui_cpu_s / self.wall_s:.0%} of a core, {per_token:.2f} ms CPU per streamed token "
+            f"TUI {self.ui_cpu_s / self.wall_s:.0%} of a core{per_token} "
             f"(the whole process: {self.process_cpu_s / self.wall_s:.0%})"
         )
 
@@ -173,9 +177,11 @@ async def measure(
         )
         cpu, wall = time.thread_time() - cpu, time.perf_counter() - wall
         process = time.process_time() - process
-        streamed = received(streaming) - before
-        if any(p.session.turn is None for p in streaming):
-            print("bench.key_latency: a stream ended before the typing did; raise --max-tokens")
+        streamed: int | None = received(streaming) - before
+        if server is None and any(p.session.turn is None for p in streaming):
+            # a finished turn's tokens leave the count: what the panes received is not known
+            print("bench.key_latency: a stream ended (end of text or --max-tokens) before the typing did")
+            streamed = None
         latencies = [clock.first_showing(i + 1, at) - at for i, at in enumerate(sent)]  # type: ignore[operator]
         for pane in streaming:
             await pane.session.settle()
