@@ -107,13 +107,24 @@ def random_checkpoint(
     spec = SHAPES[shape]
     root = cache_dir or default_cache_dir()
     target = root / f"{shape}-shape-random-bf16"
-    if (target / _COMPLETE).is_file():
+    if is_whole(target):
         return target
     note(f"generating a random-weight {shape}-shape checkpoint in {target} (once, {spec.size})...")
     root.mkdir(parents=True, exist_ok=True)
-    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=root))
+    return write_whole(target, lambda partial: spec.write(partial, **spec.fields, dtype=torch.bfloat16))
+
+
+def is_whole(directory: Path) -> bool:
+    """``directory`` was written to the end by `write_whole`."""
+    return (directory / _COMPLETE).is_file()
+
+
+def write_whole(target: Path, write: Callable[[Path], object]) -> Path:
+    """``write`` a directory beside ``target``, mark it complete, then put it in ``target``'s place:
+    a run stopped halfway leaves no directory that `is_whole` takes for a finished one."""
+    partial = Path(tempfile.mkdtemp(prefix=".partial-", dir=target.parent))
     try:
-        spec.write(partial, **spec.fields, dtype=torch.bfloat16)
+        write(partial)
         (partial / _COMPLETE).touch()
         shutil.rmtree(target, ignore_errors=True)
         partial.rename(target)

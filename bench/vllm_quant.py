@@ -25,14 +25,13 @@ compressed-tensors 0.17's own code.
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 from pathlib import Path
 
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
+from bench.checkpoint import is_whole, write_whole
 from model.quant.int8 import quantize_rows
 
 VLLM_SCHEMES = ("w8a8", "w4a16")
@@ -43,7 +42,6 @@ INT4_BITS = 4
 INT4_PER_WORD = 32 // INT4_BITS
 _INT4_LOW, _INT4_HIGH = -8, 7
 _SOURCE_STAMP = ".source"  # the bf16 weights' size and mtime the copy was made from
-_COMPLETE = ".complete"
 _WEIGHTS = "model.safetensors"
 
 
@@ -134,18 +132,14 @@ def quantized_checkpoint(source: Path, scheme: str) -> Path:
         raise ValueError(f"no vLLM scheme {scheme!r}: one of {', '.join(VLLM_SCHEMES)}")
     target = source.parent / f"{source.name}-{scheme}"
     stamp = _stamp(source / _WEIGHTS)
-    if (target / _COMPLETE).is_file() and (target / _SOURCE_STAMP).read_text() == stamp:
+    if is_whole(target) and (target / _SOURCE_STAMP).read_text() == stamp:
         return target
-    partial = Path(tempfile.mkdtemp(prefix=f".partial-{scheme}-", dir=source.parent))
-    try:
+
+    def write(partial: Path) -> None:
         _write(source, partial, scheme)
         (partial / _SOURCE_STAMP).write_text(stamp)
-        (partial / _COMPLETE).touch()
-        shutil.rmtree(target, ignore_errors=True)
-        partial.rename(target)
-    finally:
-        shutil.rmtree(partial, ignore_errors=True)
-    return target
+
+    return write_whole(target, write)
 
 
 def _write(source: Path, target: Path, scheme: str) -> None:
