@@ -110,8 +110,9 @@ def test_avx512f_gives_the_avx2_builds_bits(layer):
 
 @pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear, Int4Linear])
 def test_native_rows_do_not_depend_on_their_batch(native, layer):
-    module = layer(bf16_linear(200, 256, seed=3), native)
-    rows = torch.randn(11, 256, dtype=torch.bfloat16)
+    """K spans several of the kernels' k-chunks, M several register tiles and a remainder."""
+    module = layer(bf16_linear(200, 1280, seed=3), native)
+    rows = torch.randn(11, 1280, dtype=torch.bfloat16)
     together = module(rows)
     for i in range(len(rows)):
         assert torch.equal(module(rows[i : i + 1]), together[i : i + 1])

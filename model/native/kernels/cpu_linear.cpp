@@ -84,13 +84,12 @@ inline void tile_floats(const float* x, int64_t K, const Panel& panel, Store&& s
   UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, total[r][j]);
 }
 
-// R activation rows (int8 + QUAD_OFFSET, row stride K) against one int8 quad panel: int32 sums.
-template <int R, typename Store>
-inline void tile_quads(const uint8_t* x, int64_t K, const int8_t* panel, Store&& store) {
-  vi acc[R][VECS];
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero_i32();
-  const int64_t quads = K / 4;
-  for (int64_t q = 0; q < quads; ++q) {
+// R activation rows (int8 + QUAD_OFFSET, row stride K) against quads [q0, q1) of one int8 quad panel,
+// added into exact int32 sums.
+template <int R>
+inline void tile_quads(const uint8_t* x, int64_t K, const int8_t* panel, int64_t q0, int64_t q1,
+                       vi (&acc)[R][VECS]) {
+  for (int64_t q = q0; q < q1; ++q) {
     const int8_t* g = panel + q * PANEL * 4;
     Quads xb[R];
     UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_quad(x + r * K + 4 * q);
@@ -99,7 +98,6 @@ inline void tile_quads(const uint8_t* x, int64_t K, const int8_t* panel, Store&&
       UNROLL for (int r = 0; r < R; ++r) acc[r][j] = dot_quads(acc[r][j], xb[r], w);
     }
   }
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
 }
 
 void check_panels(const at::Tensor& w, at::ScalarType dtype, int64_t N, int64_t K, int64_t group) {
@@ -142,11 +140,15 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
   const Output result(x, N, out);
   const bf16* xp = x.data_ptr<bf16>();
   const bf16* wp = w.data_ptr<bf16>();
-  for_each_pair_tile(xp, M, K, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p, const auto* rows) {
-    tile_pairs<R.value>(rows, K, Bf16Panel{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
-      result.store(m0 + r, p * PANEL + LANES * j, sums);
-    });
-  });
+  for_each_pair_tile(
+      xp, M, K, (N + PANEL - 1) / PANEL, PANEL * 2 * sizeof(bf16),
+      [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
+        tile_pairs<R.value>(rows, K, Bf16Panel{wp + p * PANEL * K}, s0, s1, acc);
+      },
+      [&](auto R, int64_t m0, int64_t p, auto& acc) {
+        UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
+          result.store(m0 + r, p * PANEL + LANES * j, acc[r][j]);
+      });
   return result.tensor();
 }
 
@@ -187,12 +189,17 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const int8_t* wp = w.data_ptr<int8_t>();
   const float* sp = scales.data_ptr<float>();
   const vf unscale = set1(1.0f / INT8_PAIR_SCALE);  // a power of two: exact
-  for_each_pair_tile(xp, M, K, (N + PANEL - 1) / PANEL, [&](auto R, int64_t m0, int64_t p, const auto* rows) {
-    tile_pairs<R.value>(rows, K, Int8Panel{wp + p * PANEL * K}, [&](int r, int j, vf sums) {
-      const int64_t n0 = p * PANEL + LANES * j;
-      result.store(m0 + r, n0, mul(sums, mul(load(sp + n0), unscale)));
-    });
-  });
+  for_each_pair_tile(
+      xp, M, K, (N + PANEL - 1) / PANEL, PANEL * 2,
+      [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
+        tile_pairs<R.value>(rows, K, Int8Panel{wp + p * PANEL * K}, s0, s1, acc);
+      },
+      [&](auto R, int64_t m0, int64_t p, auto& acc) {
+        UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j) {
+          const int64_t n0 = p * PANEL + LANES * j;
+          result.store(m0 + r, n0, mul(acc[r][j], mul(load(sp + n0), unscale)));
+        }
+      });
   return result.tensor();
 }
 
@@ -211,14 +218,21 @@ at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const int8_t* wp = w.data_ptr<int8_t>();
   const int32_t* sums = row_sums.data_ptr<int32_t>();
   const float* sp = scales.data_ptr<float>();
-  for_each_tile(M, padded / PANEL, [&](auto R, int64_t m0, int64_t p) {
-    tile_quads<R.value>(xq.data() + m0 * K, K, wp + p * PANEL * K, [&](int r, int j, vi acc) {
-      const int64_t n0 = p * PANEL + LANES * j;
-      if constexpr (QUAD_OFFSET != 0)  // undo the offset on x: sum((q + 128) * w) - 128 * sum(w), exact
-        acc = sub_i32(acc, mul_i32(set1_i32(QUAD_OFFSET), load_i32(sums + n0)));
-      result.store(m0 + r, n0, mul(to_float(acc), mul(set1(xs[m0 + r]), load(sp + n0))));
-    });
-  });
+  const uint8_t* xp = xq.data();
+  for_each_chunked_tile<vi>(
+      M, padded / PANEL, K / 4, PANEL * 4,
+      [&](auto R, int64_t m0, int64_t p, int64_t q0, int64_t q1, auto& acc) {
+        tile_quads<R.value>(xp + m0 * K, K, wp + p * PANEL * K, q0, q1, acc);
+      },
+      [&](auto R, int64_t m0, int64_t p, auto& acc) {
+        UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j) {
+          const int64_t n0 = p * PANEL + LANES * j;
+          vi sum = acc[r][j];
+          if constexpr (QUAD_OFFSET != 0)  // undo the offset on x: sum((q + 128) * w) - 128 * sum(w), exact
+            sum = sub_i32(sum, mul_i32(set1_i32(QUAD_OFFSET), load_i32(sums + n0)));
+          result.store(m0 + r, n0, mul(to_float(sum), mul(set1(xs[m0 + r]), load(sp + n0))));
+        }
+      });
   return result.tensor();
 }
 

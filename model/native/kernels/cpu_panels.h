@@ -8,6 +8,7 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <type_traits>
@@ -55,19 +56,73 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
   });
 }
 
-// for_each_tile for tile_pairs: tile(R, m0, p, rows) with the activation rows from m0 as tile_pairs
-// reads them: x itself, or where the vector layer says so (PAIRS_FROM_FLOATS) x widened to fp32
-// once here, exactly, instead of every broadcast in every panel.
-template <typename Tile>
-void for_each_pair_tile(const bf16* x, int64_t M, int64_t K, int64_t panels, Tile&& tile) {
+// k-steps (pairs or quads) of a panel per pass over its row tiles, as bytes of the panel. With more
+// rows than one register tile, each tile would otherwise stream the whole panel (K * PANEL weights,
+// 64-300 KB) from L2 or memory, one tile after another: memory idle while the later tiles compute
+// from cache, compute waiting while the first one streams. A chunk this size stays in L1 while every
+// tile multiplies it. Between chunks the sums wait in memory (stored and reloaded exactly), so each
+// output's sum still runs over k in increasing order: a row's result does not depend on M.
+constexpr int64_t CHUNK_BYTES = 16 << 10;
+
+template <typename Acc>
+inline Acc zero_acc() {
+  if constexpr (std::is_same_v<Acc, vi>)
+    return zero_i32();
+  else
+    return zero();
+}
+
+// Every panel (split between threads) against all M rows in chunks of k-steps, each `step_bytes`
+// of a panel: run(R, m0, p, s0, s1, acc) adds steps [s0, s1) of R rows from m0 into acc[R][VECS],
+// finish(R, m0, p, acc) stores the finished sums.
+template <typename Acc, typename Run, typename Finish>
+void for_each_chunked_tile(int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, Run&& run,
+                           Finish&& finish) {
+  const int64_t chunk = M <= MR ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<Acc> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
+    for (int64_t p = p0; p < p1; ++p)
+      for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
+        const int64_t s1 = std::min(steps, s0 + chunk);
+        row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
+          Acc acc[R.value][VECS];
+          UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
+            acc[r][j] = s0 == 0 ? zero_acc<Acc>() : partial[(m0 + r) * VECS + j];
+          run(R, m0, p, s0, s1, acc);
+          if (s1 == steps) {
+            finish(R, m0, p, acc);
+            return;
+          }
+          UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
+            partial[(m0 + r) * VECS + j] = acc[r][j];
+        });
+      }
+  });
+}
+
+// for_each_chunked_tile for tile_pairs, over a panel whose k-pairs take `pair_bytes`:
+// run(R, m0, p, rows, pair0, pair1, acc) with the activation rows from m0 as tile_pairs reads
+// them: x itself, or where the vector layer says so (PAIRS_FROM_FLOATS) x widened to fp32 once
+// here, exactly, instead of every broadcast in every panel.
+template <typename Run, typename Finish>
+void for_each_pair_tile(const bf16* x, int64_t M, int64_t K, int64_t panels, int64_t pair_bytes, Run&& run,
+                        Finish&& finish) {
+  const auto over = [&](const auto* rows) {
+    for_each_chunked_tile<vf>(
+        M, panels, K / 2, pair_bytes,
+        [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc) {
+          run(R, m0, p, rows + m0 * K, s0, s1, acc);
+        },
+        finish);
+  };
   if constexpr (PAIRS_FROM_FLOATS) {
     std::vector<float> wide(M * K);
     at::parallel_for(0, M * K, 1 << 14, [&](int64_t i0, int64_t i1) {
       for (int64_t i = i0; i < i1; ++i) wide[i] = static_cast<float>(x[i]);
     });
-    for_each_tile(M, panels, [&](auto R, int64_t m0, int64_t p) { tile(R, m0, p, wide.data() + m0 * K); });
+    over(wide.data());
   } else {
-    for_each_tile(M, panels, [&](auto R, int64_t m0, int64_t p) { tile(R, m0, p, x + m0 * K); });
+    over(x);
   }
 }
 
@@ -77,15 +132,13 @@ struct Bf16Panel {
   inline Pairs load(int64_t pair, int j) const { return load_pairs(w + (pair * PANEL + j * LANES) * 2); }
 };
 
-// R activation rows (bf16, or fp32 holding bf16 values; row stride K) against one pair panel;
-// store(r, j, LANES fp32 sums). Panel::load(pair, j) gives the pairs of vector j, called once per
-// (pair, j) in increasing order.
-template <int R, typename X, typename Panel, typename Store>
-inline void tile_pairs(const X* x, int64_t K, const Panel& panel, Store&& store) {
-  vf acc[R][VECS];
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero();
-  const int64_t pairs = K / 2;
-  for (int64_t p = 0; p < pairs; ++p) {
+// R activation rows (bf16, or fp32 holding bf16 values; row stride K) against pairs [pair0, pair1)
+// of one pair panel, added into fp32 sums. Panel::load(pair, j) gives the pairs of vector j, called
+// once per (pair, j) in increasing order.
+template <int R, typename X, typename Panel>
+inline void tile_pairs(const X* x, int64_t K, const Panel& panel, int64_t pair0, int64_t pair1,
+                       vf (&acc)[R][VECS]) {
+  for (int64_t p = pair0; p < pair1; ++p) {
     Pairs xb[R];
     UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_pair(x + r * K + 2 * p);
     UNROLL for (int j = 0; j < VECS; ++j) {
@@ -93,6 +146,14 @@ inline void tile_pairs(const X* x, int64_t K, const Panel& panel, Store&& store)
       UNROLL for (int r = 0; r < R; ++r) acc[r][j] = dot_pairs(acc[r][j], xb[r], w);
     }
   }
+}
+
+// tile_pairs over all of K; store(r, j, LANES fp32 sums).
+template <int R, typename X, typename Panel, typename Store>
+inline void tile_pairs(const X* x, int64_t K, const Panel& panel, Store&& store) {
+  vf acc[R][VECS];
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) acc[r][j] = zero();
+  tile_pairs<R>(x, K, panel, 0, K / 2, acc);
   UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j) store(r, j, acc[r][j]);
 }
 
