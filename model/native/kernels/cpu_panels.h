@@ -63,6 +63,7 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
 // tile multiplies it. Between chunks the sums wait in memory (stored and reloaded exactly), so each
 // output's sum still runs over k in increasing order: a row's result does not depend on M.
 constexpr int64_t CHUNK_BYTES = 16 << 10;
+constexpr int64_t PREFETCH_TILES = 8;
 
 template <typename Acc>
 inline Acc zero_acc() {
@@ -74,17 +75,28 @@ inline Acc zero_acc() {
 
 // Every panel (split between threads) against all M rows in chunks of k-steps, each `step_bytes`
 // of a panel: run(R, m0, p, s0, s1, acc) adds steps [s0, s1) of R rows from m0 into acc[R][VECS],
-// finish(R, m0, p, acc) stores the finished sums.
+// finish(R, m0, p, acc) stores the finished sums. `weights` is the first panel, the others following
+// it: with PREFETCH_TILES or more row tiles, while a chunk's tiles compute each asks for its share of
+// the next chunk's cache lines (into L2), so memory streams the next chunk under the arithmetic
+// instead of between chunks. (With fewer tiles the requests come in bursts too large to hide.)
 template <typename Acc, typename Run, typename Finish>
-void for_each_chunked_tile(int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, Run&& run,
-                           Finish&& finish) {
+void for_each_chunked_tile(int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, const void* weights,
+                           Run&& run, Finish&& finish) {
   const int64_t chunk = M <= MR ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
+  const int64_t tiles = (M + MR - 1) / MR;
+  const bool prefetch = chunk < steps && tiles >= PREFETCH_TILES;
+  const int64_t lines_per_tile = (chunk * step_bytes / 64 + tiles - 1) / tiles;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<Acc> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
         const int64_t s1 = std::min(steps, s0 + chunk);
+        const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes;
         row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
+          if (prefetch) {
+            const char* share = next + m0 / MR * lines_per_tile * 64;
+            for (int64_t line = 0; line < lines_per_tile; ++line) _mm_prefetch(share + line * 64, _MM_HINT_T1);
+          }
           Acc acc[R.value][VECS];
           UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
             acc[r][j] = s0 == 0 ? zero_acc<Acc>() : partial[(m0 + r) * VECS + j];
@@ -105,11 +117,11 @@ void for_each_chunked_tile(int64_t M, int64_t panels, int64_t steps, int64_t ste
 // them: x itself, or where the vector layer says so (PAIRS_FROM_FLOATS) x widened to fp32 once
 // here, exactly, instead of every broadcast in every panel.
 template <typename Run, typename Finish>
-void for_each_pair_tile(const bf16* x, int64_t M, int64_t K, int64_t panels, int64_t pair_bytes, Run&& run,
-                        Finish&& finish) {
+void for_each_pair_tile(const bf16* x, int64_t M, int64_t K, int64_t panels, int64_t pair_bytes,
+                        const void* weights, Run&& run, Finish&& finish) {
   const auto over = [&](const auto* rows) {
     for_each_chunked_tile<vf>(
-        M, panels, K / 2, pair_bytes,
+        M, panels, K / 2, pair_bytes, weights,
         [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc) {
           run(R, m0, p, rows + m0 * K, s0, s1, acc);
         },
