@@ -118,6 +118,13 @@ def test_native_rows_do_not_depend_on_their_batch(native, layer):
         assert torch.equal(module(rows[i : i + 1]), together[i : i + 1])
 
 
+@pytest.mark.parametrize("layer", [NativeLinear, Int8Linear, W8A8Linear, Int4Linear])
+def test_native_layers_take_an_empty_batch(native, layer):
+    """A step can hand a linear no rows (a batch with nothing to sample, an expert no token chose)."""
+    module = layer(bf16_linear(200, 1280, seed=3), native)
+    assert module(torch.empty(0, 1280, dtype=torch.bfloat16)).shape == (0, 200)
+
+
 def assert_logits_written_into_a_float_buffer_equal(head: nn.Module) -> None:
     """The engine's reused logits buffer holds exactly ``head(x).float()``, whatever the head."""
     x = torch.randn(5, 256, dtype=torch.bfloat16)

@@ -85,7 +85,7 @@ void for_each_chunked_tile(int64_t M, int64_t panels, int64_t steps, int64_t ste
   const int64_t chunk = M <= MR ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
   const int64_t tiles = (M + MR - 1) / MR;
   const bool prefetch = chunk < steps && tiles >= PREFETCH_TILES;
-  const int64_t lines_per_tile = (chunk * step_bytes / 64 + tiles - 1) / tiles;
+  const int64_t lines_per_tile = prefetch ? (chunk * step_bytes / 64 + tiles - 1) / tiles : 0;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<Acc> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
     for (int64_t p = p0; p < p1; ++p)
