@@ -8,16 +8,20 @@ GB/s is the native layers' stored bytes (weights, scales) read per step over its
 `--against ISA` times two builds of the native kernels instead (--isa's and ISA's, both loaded in
 this process), alternating which goes first over `--rounds` rounds, so a busy host's swings fall
 on both: e.g. `--isa avx512f --against avx2` (how many times faster avx512f is).
+`--against-checkout DIR` times this checkout's build against another checkout's (a worktree at an
+earlier commit), the same instruction set, the same way: what a change to the kernels bought.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 
 import torch
@@ -69,13 +73,35 @@ def time_step(layers: list[nn.Module], rows: int, repeats: int) -> float:
     return statistics.median(times[1:])
 
 
+def checkout_build(checkout: Path, isa: str | None) -> ModuleType | None:
+    """Another checkout's kernels for ``isa``, built from its own sources and headers by its own
+    build.py (its digest differs wherever a source does, so both builds load in this process)."""
+    build_file = checkout / "model" / "native" / "kernels" / "build.py"
+    spec = importlib.util.spec_from_file_location("lfm_chat_other_kernel_build", build_file)
+    if isa is None or spec is None or spec.loader is None or not build_file.is_file():
+        print(f"bench.kernels: no kernel sources at {build_file}", file=sys.stderr)
+        return None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    built, why = module.build(isa)
+    if built is None:
+        print(f"bench.kernels: {checkout}'s kernels did not build: {why}", file=sys.stderr)
+    return built
+
+
 def compare_builds(
-    pair: tuple[ModuleType, ModuleType], schemes: list[str], rows: list[int], rounds: int, repeats: int
+    pair: tuple[ModuleType, ModuleType],
+    schemes: list[str],
+    rows: list[int],
+    rounds: int,
+    repeats: int,
+    names: tuple[str, str] | None = None,
 ) -> None:
     """Print each scheme's step time per build and row count, medians over rounds that alternate
-    which build goes first, and how many times faster the first build is (each round's too)."""
+    which build goes first, and how many times faster the first build is (each round's too).
+    ``names`` head the two columns (default: the builds' instruction sets)."""
     shapes = step_shapes(lfm2_350m_config())
-    first, second = (f"{build.ISA} ms" for build in pair)
+    first, second = (f"{name} ms" for name in names or (build.ISA for build in pair))
     print(f"{'scheme':6} {'rows':>5} {first:>12} {second:>12} faster  per round")
     for scheme in schemes:
         plain = [nn.Linear(k, n, bias=False, dtype=torch.bfloat16) for n, k in shapes]
@@ -105,11 +131,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--against", choices=list(kernels.ISAS), default=None, help="time --isa's build against this one's"
     )
-    parser.add_argument("--rounds", type=int, default=5, help="with --against: rounds of alternation")
+    parser.add_argument(
+        "--against-checkout",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="time this checkout's kernels against DIR's (another checkout of lfm-chat)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=5, help="with --against or --against-checkout: rounds of alternation"
+    )
     args = parser.parse_args(argv)
     native = kernels.load(args.isa)
-    other = kernels.load(args.against) if args.against else None
-    if native is None or (args.against and other is None):
+    if args.against_checkout is not None:
+        other = checkout_build(args.against_checkout, native.ISA if native else None)
+    else:
+        other = kernels.load(args.against) if args.against else None
+    if native is None or ((args.against or args.against_checkout) and other is None):
         print("bench.kernels: the native kernels cannot run here (see the log above)", file=sys.stderr)
         return 1
     if args.threads:
@@ -118,7 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     schemes = args.schemes.split(",")
     if other is not None:
         print(f"{torch.get_num_threads()} threads, load average {os.getloadavg()[0]:.1f} before")
-        compare_builds((native, other), schemes, rows, args.rounds, args.repeats)
+        names = ("this", "other") if args.against_checkout else None
+        compare_builds((native, other), schemes, rows, args.rounds, args.repeats, names)
         print(f"load average {os.getloadavg()[0]:.1f} after")
         return 0
     shapes = step_shapes(lfm2_350m_config())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +81,19 @@ def test_the_kernel_benchmark_covers_every_linear_of_a_step():
     head = (config.vocab_size, config.hidden_size)  # tied: the embedding table
     covered = sum(n * k for n, k in step_shapes(config))
     assert covered == sum(n * k for n, k in [*in_checkpoint, head])
+
+
+def test_the_kernel_benchmark_builds_another_checkouts_kernels(tmp_path, capsys):
+    """--against-checkout: a folder without kernel sources is named; a checkout's own build loads."""
+    from bench.kernels import checkout_build
+    from model.native import kernels
+
+    assert checkout_build(tmp_path, "avx2") is None
+    assert "no kernel sources" in capsys.readouterr().err
+    if (native := kernels.load()) is None:
+        pytest.skip(f"native CPU kernels cannot run here: {kernels.unavailable_reason()}")
+    other = checkout_build(Path(__file__).resolve().parents[2], native.ISA)
+    assert other is not None and other.ISA == native.ISA
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))
