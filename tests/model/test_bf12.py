@@ -23,7 +23,7 @@ from model.quant.bf12 import Bf12Linear, pack_bf12, packed_12bit
 # 1-16 rows (one register tile decodes in registers, more decode each panel once) and past a tile
 ROWS = [*range(1, 17), 33]
 # (out, in): whole panels, a partial last panel, K not a multiple of the vectors' width
-SHAPES = [(128, 256), (100, 192), (37, 68)]
+SHAPES = [(128, 256), (100, 192), (37, 68), (70, 640)]  # the last: k-chunks with exceptions in several
 
 
 def normal_rows(n: int, k: int, generator: torch.Generator) -> torch.Tensor:

@@ -19,11 +19,13 @@
 //   values     bf16 [exceptions + 1] their exact bf16 (the last a placeholder)
 // A group of 32 values holding an exception is decoded as any other, then patched from the list.
 // Up to one register tile of rows (MR) decodes in registers; more rows would decode every weight
-// once per tile, so each panel is decoded once into linear_bf16's layout and multiplied from there.
+// once per tile, so each k-chunk of a panel (cpu_panels.h) is decoded once into linear_bf16's layout,
+// in L1, and every row tile multiplied from there.
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -76,13 +78,23 @@ struct Bf12Panel {
     return words_pairs(words[slot]);
   }
 
-  // The whole panel (``count`` values) as linear_bf16's panel, into ``out``.
-  void decode(int64_t count, bf16* out) const {
+  // ``count`` values of the panel from ``from`` (whole groups) as linear_bf16's panel, into ``out``;
+  // ``next`` must be the first exception at or after ``from``.
+  void decode(int64_t from, int64_t count, bf16* out) const {
     Words group[BF12_VECTORS];
-    for (int64_t at = 0; at < count; at += GROUP) {
+    for (int64_t at = from; at < from + count; at += GROUP) {
       decode_group(at, group);
-      for (int v = 0; v < BF12_VECTORS; ++v) store_words(out + at + v * 2 * LANES, group[v]);
+      for (int v = 0; v < BF12_VECTORS; ++v) store_words(out + (at - from) + v * 2 * LANES, group[v]);
     }
+  }
+};
+
+// Pairs [first_pair, ...) of a bf16 panel held from its first pair on (a decoded chunk).
+struct Bf16Chunk {
+  const bf16* w;
+  int64_t first_pair;
+  inline Pairs load(int64_t pair, int j) const {
+    return load_pairs(w + ((pair - first_pair) * PANEL + j * LANES) * 2);
   }
 };
 
@@ -132,18 +144,25 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
     });
     return result.tensor();
   }
-  // more rows: each panel decoded once into linear_bf16's form (L2-sized), then its tiles over it
-  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
-    std::vector<bf16> decoded(PANEL * K);
-    for (int64_t p = p0; p < p1; ++p) {
-      panel(p).decode(PANEL * K, decoded.data());
-      row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
-        tile_pairs<R.value>(xp + m0 * K, K, Bf16Panel{decoded.data()}, [&](int r, int j, vf sums) {
-          result.store(m0 + r, p * PANEL + LANES * j, sums);
-        });
+  // more rows: each k-chunk of a panel decoded once into linear_bf16's form, then every tile over it
+  const int64_t* positions_end = pp + positions.numel();
+  thread_local std::vector<bf16> decoded;
+  for_each_chunked_tile<vf>(
+      M, panels, K / 2, PANEL * 2 * sizeof(bf16), nullptr,
+      [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc) {
+        tile_pairs<R.value>(xp + m0 * K, K, Bf16Chunk{decoded.data(), s0}, s0, s1, acc);
+      },
+      [&](auto R, int64_t m0, int64_t p, auto& acc) {
+        UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
+          result.store(m0 + r, p * PANEL + LANES * j, acc[r][j]);
+      },
+      [&](int64_t p, int64_t s0, int64_t s1) {
+        const int64_t from = s0 * 2 * PANEL, count = (s1 - s0) * 2 * PANEL;
+        Bf12Panel chunk = panel(p);
+        chunk.next = std::lower_bound(pp + chunk.next, positions_end, chunk.first + from) - pp;
+        decoded.resize(count);
+        chunk.decode(from, count, decoded.data());
       });
-    }
-  });
   return result.tensor();
 }
 

@@ -75,22 +75,25 @@ inline Acc zero_acc() {
 
 // Every panel (split between threads) against all M rows in chunks of k-steps, each `step_bytes`
 // of a panel: run(R, m0, p, s0, s1, acc) adds steps [s0, s1) of R rows from m0 into acc[R][VECS],
-// finish(R, m0, p, acc) stores the finished sums. `weights` is the first panel, the others following
-// it: with PREFETCH_TILES or more row tiles, while a chunk's tiles compute each asks for its share of
+// finish(R, m0, p, acc) stores the finished sums; begin(p, s0, s1), before a chunk's tiles, may
+// prepare it (a 12-bit panel decodes it). `weights` is the first panel, the others following it:
+// with PREFETCH_TILES or more row tiles, while a chunk's tiles compute each asks for its share of
 // the next chunk's cache lines (into L2), so memory streams the next chunk under the arithmetic
 // instead of between chunks. (With fewer tiles the requests come in bursts too large to hide.)
-template <typename Acc, typename Run, typename Finish>
-void for_each_chunked_tile(int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, const void* weights,
-                           Run&& run, Finish&& finish) {
+template <typename Acc, typename Run, typename Finish, typename Begin = void (*)(int64_t, int64_t, int64_t)>
+void for_each_chunked_tile(
+    int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, const void* weights, Run&& run, Finish&& finish,
+    Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
   const int64_t chunk = M <= MR ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
   const int64_t tiles = (M + MR - 1) / MR;
-  const bool prefetch = chunk < steps && tiles >= PREFETCH_TILES;
+  const bool prefetch = weights != nullptr && chunk < steps && tiles >= PREFETCH_TILES;
   const int64_t lines_per_tile = prefetch ? (chunk * step_bytes / 64 + tiles - 1) / tiles : 0;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<Acc> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
         const int64_t s1 = std::min(steps, s0 + chunk);
+        begin(p, s0, s1);
         const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes;
         row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
           if (prefetch) {
