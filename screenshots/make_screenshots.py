@@ -30,6 +30,7 @@ from app.core.conversation import ChatSettings
 from app.core.options import AppOptions
 from app.ui.screens.chat import ChatScreen
 from app.ui.screens.history import HistoryScreen
+from app.ui.widgets.chat_pane import ChatPane
 from bench.served import served
 from engine import DEFAULT_MODEL, EngineConfig
 
@@ -55,6 +56,15 @@ async def until(pilot: Pilot, predicate: Callable[[], object], limit: float = LI
         await pilot.pause(0.05)
 
 
+def written(pane: ChatPane, chars: int) -> bool:
+    """The pane's reply has `chars` characters, or ended shorter: random weights (or a server's own
+    sampling) may stop a reply early, and a pane waited on to stream for ever hung the shot."""
+    turn = pane.session.turn
+    if turn is not None:
+        return len(turn.raw) >= chars
+    return pane.conversation.last_reply is not None
+
+
 async def shoot(options: AppOptions, name: str = "streaming.svg", history: bool = True) -> None:
     app = LfmChatApp(options)
     async with app.run_test(size=SIZE) as pilot:
@@ -66,7 +76,7 @@ async def shoot(options: AppOptions, name: str = "streaming.svg", history: bool 
             await pane.session.send(prompt)
         await until(
             pilot,
-            lambda: all(p.session.turn is not None and len(p.session.turn.raw) >= 120 for p in screen.panes),
+            lambda: all(written(p, 120) for p in screen.panes),
         )
         await pilot.pause(1.0)  # a few metrics polls, so the dashboard has figures
         for pane in screen.panes:
@@ -100,7 +110,7 @@ async def shoot_fork(options: AppOptions) -> None:
             await pane.session.send(follow_up)
         await until(
             pilot,
-            lambda: all(p.session.turn is not None and len(p.session.turn.raw) >= 80 for p in screen.panes),
+            lambda: all(written(p, 80) for p in screen.panes),
         )
         await pilot.pause(1.0)
         for pane in screen.panes:
@@ -132,10 +142,7 @@ async def shoot_tools(options: AppOptions) -> None:
         await tool_panes[0].session.submit_text("y")
         await until(
             pilot,
-            lambda: (
-                tool_panes[0].session.tool_step == 2
-                and all(p.session.turn is not None and len(p.session.turn.raw) >= 80 for p in plain_panes)
-            ),
+            lambda: tool_panes[0].session.tool_step == 2 and all(written(p, 80) for p in plain_panes),
         )
         await pilot.pause(1.0)
         for pane in screen.panes:
@@ -186,7 +193,7 @@ def lfm_chat_serve(model: str | None) -> contextlib.AbstractContextManager[str]:
     """`lfm-chat serve` of the same model on a free local port, as a user would start it; its URL."""
     which = ["--model", model] if model else ["--demo"]
     command = [sys.executable, "-m", "cli", "serve", "--max-num-seqs", "8", *which]
-    return served(lambda port: [*command, "--port", str(port)], "lfm-chat serve", 300)
+    return served(lambda port: [*command, "--port", str(port)], "lfm-chat serve", LIMIT)
 
 
 if __name__ == "__main__":
