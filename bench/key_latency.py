@@ -10,6 +10,7 @@
     python -m bench.key_latency --server --compare 3 --before gc  full GCs on Python's schedule or in pauses
     python -m bench.key_latency --server --compare 3 --before whole  while typing, 8 panes a frame or 2
     python -m bench.key_latency --server --compare 3 --before box  partial updates rendered by box or region
+    python -m bench.key_latency --server --compare 3 --before footer  the footer composed at each change
 
 The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
 (`--server`, in a process of its own). Keys come from a separate thread, as a terminal driver's
@@ -29,6 +30,8 @@ screen ran those collections while no key came (app/ui/quiet_collections.py). `-
 every waiting pane in one frame while keys arrive, as before a frame took at most two then.
 `--before box` renders every widget in the bounding box of a partial update's dirty regions, as
 Textual does, where the chat screen renders only the widgets in them (app/ui/patches/dirty_regions.py).
+`--before footer` composes the key footer again at every change of the bindings (a focus move makes
+several), as before it skipped those that leave its keys as they were (app/ui/widgets/key_footer.py).
 """
 
 from __future__ import annotations
@@ -53,6 +56,7 @@ from app.ui.quiet_collections import QuietCollections
 from app.ui.screens.chat import ChatScreen
 from app.ui.widgets.answer_segments import LIMITS, DrawingLimits
 from app.ui.widgets.chat_pane import ChatPane
+from app.ui.widgets.key_footer import KeyFooter
 from app.ui.widgets.reply import AnswerMarkdown, Reply
 from bench import stats
 from bench.paced_server import MODEL, Apart, apart
@@ -203,6 +207,7 @@ def run(args: argparse.Namespace, before: bool) -> KeyLatency:
     QuietCollections.enabled = not (before and args.before == "gc")
     FramePacer.spread = not (before and args.before == "whole")
     DirtyRegionsCompositor.enabled = not (before and args.before == "box")
+    KeyFooter.skips_unchanged = not (before and args.before == "footer")
     with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
         typing = (args.streams, args.keys, args.interval, args.max_tokens, Path(data))
         if not args.server:
@@ -234,7 +239,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--before",
-        choices=("unbounded", "apart", "hidden", "widgets", "gc", "whole", "box"),
+        choices=("unbounded", "apart", "hidden", "widgets", "gc", "whole", "box", "footer"),
         default="unbounded",
         help="--compare: what 'before' is",
     )

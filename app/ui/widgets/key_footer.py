@@ -8,6 +8,8 @@ needed ones, and keeps quit and the command palette (every key, searchable) on t
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import HorizontalGroup
@@ -34,6 +36,7 @@ FOOTER_ORDER = (
     "attach_file",
     "pick_model",
 )
+Entry = tuple[Binding, bool, str]  # a key to show: its binding, whether it is enabled, its tooltip
 PINNED = ("quit",)  # kept on the right, beside the palette key
 PALETTE_LABEL = "All keys"  # the palette lists every command with its key
 
@@ -53,19 +56,21 @@ class KeyFooter(Footer):
     }
     """
 
+    # False: compose again at every change of the bindings, as Textual's Footer does (the bench's "before").
+    skips_unchanged: ClassVar[bool] = True
+
     def __init__(self) -> None:
         super().__init__(compact=True, show_command_palette=False)
         self.laid_out_width = 0  # the width the shown keys were chosen for
+        self._composed: list[Entry] | None = None  # the keys composed, in order (None: none yet)
+        self._keys: dict[str, FooterKey] = {}  # the keys composed, by action
 
     def compose(self) -> ComposeResult:
         if not self._bindings_ready:
             return
         self.laid_out_width = self.size.width
-        first: dict[str, tuple[Binding, bool, str]] = {}
-        for _node, binding, enabled, tooltip in self.screen.active_bindings.values():
-            if binding.show or _pinned(binding):
-                first.setdefault(binding.action, (binding, enabled, tooltip))
-        ranked = sorted(first.values(), key=lambda entry: _rank(entry[0]))
+        self._composed = ranked = self._ranked()
+        self._keys = {}
         pinned = [self._key(*e, classes="-pinned") for e in ranked if _is_palette(e[0])]
         pinned += [self._key(*e, classes="-pinned") for e in ranked if e[0].id in PINNED]  # quit outermost
         room = self.size.width - sum(_width(key) for key in pinned)
@@ -80,13 +85,41 @@ class KeyFooter(Footer):
         with HorizontalGroup(id="footer-pinned"):
             yield from pinned
 
+    async def recompose(self) -> None:
+        """Compose again only when other keys are shown or the width changed; a key only enabled
+        or disabled is updated in place. A focus move publishes the bindings' change twice, and
+        each recompose removed and mounted ~20 keys over a few screen layouts: with 8 panes
+        streaming, the first keys typed after moving to a pane waited 140-210 ms behind them."""
+        ranked = self._ranked()
+        if (
+            self.skips_unchanged
+            and self._composed is not None
+            and self.size.width == self.laid_out_width
+            and [e[0] for e in ranked] == [e[0] for e in self._composed]
+        ):
+            for binding, enabled, tooltip in ranked:
+                if key := self._keys.get(binding.action):
+                    key.disabled = not enabled
+                    key.tooltip = tooltip or binding.description
+            self._composed = ranked
+            return
+        await super().recompose()
+
+    def _ranked(self) -> list[Entry]:
+        """The keys to show (binding, enabled, tooltip), most needed first."""
+        first: dict[str, Entry] = {}
+        for _node, binding, enabled, tooltip in self.screen.active_bindings.values():
+            if binding.show or _pinned(binding):
+                first.setdefault(binding.action, (binding, enabled, tooltip))
+        return sorted(first.values(), key=lambda entry: _rank(entry[0]))
+
     def on_resize(self) -> None:
         if self.size.width != self.laid_out_width:
             self.call_after_refresh(self.recompose)
 
     def _key(self, binding: Binding, enabled: bool, tooltip: str, classes: str = "") -> FooterKey:
         label = PALETTE_LABEL if _is_palette(binding) else binding.description
-        return FooterKey(
+        self._keys[binding.action] = key = FooterKey(
             binding.key,
             self.app.get_key_display(binding),
             label,
@@ -94,7 +127,8 @@ class KeyFooter(Footer):
             disabled=not enabled,
             tooltip=tooltip or binding.description,
             classes=classes,
-        ).data_bind(compact=Footer.compact)
+        )
+        return key.data_bind(compact=Footer.compact)
 
 
 def _width(key: FooterKey) -> int:

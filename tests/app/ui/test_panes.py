@@ -11,7 +11,7 @@ from app.app import LfmChatApp
 from app.ui.screens.chat import ChatScreen
 from app.ui.widgets.chat_pane import ChatPane
 from app.ui.widgets.key_footer import FooterKey, KeyFooter
-from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
+from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
 
 
 async def test_new_close_and_tab_between_panes(make_options: MakeOptions) -> None:
@@ -108,3 +108,30 @@ async def test_keys_are_remapped_by_binding_id_from_keymap_json(make_options: Ma
         await pilot.press("f2")
         await wait_until(pilot, lambda: len(screen.panes) == 2, "the remapped key to open a pane")
         assert len(screen.panes) == 2
+
+
+async def test_moving_to_another_pane_greys_the_footers_keys_in_place(make_options: MakeOptions) -> None:
+    """The footer says which keys work in the focused pane, without composing itself again: a
+    focus move changed the bindings twice, each a recompose of every key and a screen layout,
+    which the first keys typed in the new pane waited behind while other panes streamed."""
+    app = LfmChatApp(make_options(panes=2))
+    async with app.run_test(size=(160, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        first, _second = screen.panes
+        await submit(pilot, first, "Hello")
+        await wait_replied(pilot, first)
+        first.transcript.move_selection(-1)  # a selection, which Esc clears: Stop works in this pane
+
+        def stop_key() -> FooterKey:
+            return next(k for k in app.screen.query(FooterKey) if k.description == "Stop")
+
+        first.focus_input()
+        await wait_until(pilot, lambda: not stop_key().disabled, "Stop enabled in the first pane")
+        await pilot.pause(0.1)
+        keys = list(app.screen.query(FooterKey))
+        await pilot.press("tab")
+        await wait_until(pilot, lambda: stop_key().disabled, "Stop greyed in the second pane")
+        await pilot.press("shift+tab")
+        await wait_until(pilot, lambda: not stop_key().disabled, "Stop enabled again in the first")
+        await pilot.pause(0.1)
+        assert list(app.screen.query(FooterKey)) == keys  # the same keys, updated in place
