@@ -9,7 +9,6 @@
     python -m bench.key_latency --server --compare 3 --before widgets  Markdown as widgets or as lines
     python -m bench.key_latency --server --compare 3 --before gc  full GCs on Python's schedule or in pauses
     python -m bench.key_latency --server --compare 3 --before whole  while typing, 8 panes a frame or 2
-    python -m bench.key_latency --server --compare 3 --before box  partial updates rendered by box or region
     python -m bench.key_latency --server --compare 3 --before footer  the footer composed at each change
 
 The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
@@ -28,8 +27,6 @@ trees of Textual's Markdown widgets, as before they were drawn as lines (app/ui/
 `--before gc` lets Python collect its oldest generation when its thresholds say, as before the chat
 screen ran those collections while no key came (app/ui/quiet_collections.py). `--before whole` draws
 every waiting pane in one frame while keys arrive, as before a frame took at most two then.
-`--before box` renders every widget in the bounding box of a partial update's dirty regions, as
-Textual does, where the chat screen renders only the widgets in them (app/ui/patches/dirty_regions.py).
 `--before footer` composes the key footer again at every change of the bindings (a focus move makes
 several), as before it skipped those that leave its keys as they were (app/ui/widgets/key_footer.py).
 """
@@ -51,7 +48,6 @@ from app.app import LfmChatApp
 from app.core.conversation import ChatSettings
 from app.core.options import MAX_PANES, AppOptions
 from app.ui.frame_pacer import DRAWING_SHARE, FramePacer
-from app.ui.patches.dirty_regions import DirtyRegionsCompositor
 from app.ui.quiet_collections import QuietCollections
 from app.ui.screens.chat import ChatScreen
 from app.ui.widgets.answer_segments import LIMITS, DrawingLimits
@@ -206,7 +202,6 @@ def run(args: argparse.Namespace, before: bool) -> KeyLatency:
     Reply.draws_hidden = before and args.before == "hidden"
     QuietCollections.enabled = not (before and args.before == "gc")
     FramePacer.spread = not (before and args.before == "whole")
-    DirtyRegionsCompositor.enabled = not (before and args.before == "box")
     KeyFooter.skips_unchanged = not (before and args.before == "footer")
     with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
         typing = (args.streams, args.keys, args.interval, args.max_tokens, Path(data))
@@ -239,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--before",
-        choices=("unbounded", "apart", "hidden", "widgets", "gc", "whole", "box", "footer"),
+        choices=("unbounded", "apart", "hidden", "widgets", "gc", "whole", "footer"),
         default="unbounded",
         help="--compare: what 'before' is",
     )
