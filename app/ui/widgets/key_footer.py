@@ -90,6 +90,8 @@ class KeyFooter(Footer):
         or disabled is updated in place. A focus move publishes the bindings' change twice, and
         each recompose removed and mounted ~20 keys over a few screen layouts: with 8 panes
         streaming, the first keys typed after moving to a pane waited 140-210 ms behind them."""
+        if not self.is_attached or self._pruning:  # its screen went (a modal closed) before this ran
+            return
         ranked = self._ranked()
         if (
             self.skips_unchanged
