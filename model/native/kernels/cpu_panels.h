@@ -94,9 +94,9 @@ void for_each_chunked_tile(
       for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
         const int64_t s1 = std::min(steps, s0 + chunk);
         begin(p, s0, s1);
-        const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes;
         row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
           if (prefetch) {
+            const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes;
             const char* share = next + m0 / MR * lines_per_tile * 64;
             for (int64_t line = 0; line < lines_per_tile; ++line) _mm_prefetch(share + line * 64, _MM_HINT_T1);
           }
