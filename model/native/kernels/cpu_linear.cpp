@@ -145,10 +145,7 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
       [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
         tile_pairs<R.value>(rows, K, Bf16Panel{wp + p * PANEL * K}, s0, s1, acc);
       },
-      [&](auto R, int64_t m0, int64_t p, auto& acc) {
-        UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
-          result.store(m0 + r, p * PANEL + LANES * j, acc[r][j]);
-      });
+      [&](auto R, int64_t m0, int64_t p, auto& acc) { result.store_tile<R.value>(m0, p, acc); });
   return result.tensor();
 }
 

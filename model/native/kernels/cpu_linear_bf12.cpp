@@ -152,10 +152,7 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
       [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc) {
         tile_pairs<R.value>(xp + m0 * K, K, Bf16Chunk{decoded.data(), s0}, s0, s1, acc);
       },
-      [&](auto R, int64_t m0, int64_t p, auto& acc) {
-        UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
-          result.store(m0 + r, p * PANEL + LANES * j, acc[r][j]);
-      },
+      [&](auto R, int64_t m0, int64_t p, auto& acc) { result.store_tile<R.value>(m0, p, acc); },
       [&](int64_t p, int64_t s0, int64_t s1) {
         const int64_t from = s0 * 2 * PANEL, count = (s1 - s0) * 2 * PANEL;
         Bf12Panel chunk = panel(p);

@@ -202,6 +202,12 @@ class Output {
     else
       store_bf16(bf16_ + row * N_ + n0, values, N_ - n0);
   }
+  // A finished register tile's sums as they are: R rows from `row`, panel p's outputs.
+  template <int R>
+  inline void store_tile(int64_t row, int64_t p, const vf (&sums)[R][VECS]) const {
+    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < VECS; ++j)
+      store(row + r, p * PANEL + LANES * j, sums[r][j]);
+  }
   at::Tensor tensor() const { return tensor_; }
 
  private:
