@@ -116,26 +116,24 @@ void panel_scales(const Int4Panel& w, int64_t groups, float* out) {
 template <int R>
 constexpr int PASS_VECS = R == 1 || (LANES == 16 && R == 2) ? VECS : VECS / 2;
 
-// R activation rows against vectors [j0, j0 + PASS_VECS<R>) of one panel over groups [g0, g1): the
-// sums so far come from `partial` ([R][VECS], none when g0 is 0) and go back there, or, after the
-// last group, to store(r, j, LANES fp32 sums). Per group, each load of nibbles serves every row (its
-// 2 * R activation quads broadcast once per load, not once per vector).
+// R activation rows against vectors [j0, j0 + PASS_VECS<R>) of one panel; store(r, j, LANES fp32
+// sums). Per group, each load of nibbles serves every row (its 2 * R activation quads broadcast
+// once per load, not once per vector).
 //
 // A single row takes its scales straight from the codes and steps (one tile per panel: nothing to
 // share, and a decode step's bandwidth is better spent on the weights); more rows take the
 // panel's precomputed ones (``scales``).
 template <int R, typename Store>
 inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const Int4Panel& w, const float* scales,
-                      int j0, int64_t g0, int64_t g1, vf* partial, Store&& store) {
+                      int j0, Store&& store) {
   constexpr int NJ = PASS_VECS<R>;
   vf acc[R][NJ];
-  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j)
-    acc[r][j] = g0 == 0 ? zero() : partial[r * VECS + j0 + j];
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j) acc[r][j] = zero();
   const int8_t* xq = x.q.data() + m0 * x.stride;
   const float* xe = x.scale.data() + m0 * groups;
   const float* xs = x.sum.data() + m0 * groups;
-  vf steps[2][NJ];  // R == 1: the steps of the current block, loaded once per BLOCK groups (g0 starts one)
-  for (int64_t g = g0; g < g1; ++g) {
+  vf steps[2][NJ];  // R == 1: the steps of the current block, loaded once per BLOCK groups
+  for (int64_t g = 0; g < groups; ++g) {
     const uint8_t* qg = w.q + g * GROUP_BYTES + j0 * LOADS * 4 * LANES;
     U4Sums sums[R][NJ];
     UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j) sums[r][j] = zero_i32();
@@ -178,34 +176,25 @@ inline void tile_int4(const Activations& x, int64_t m0, int64_t groups, const In
       }
     }
   }
-  if (g1 == groups)
-    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j) store(r, j0 + j, acc[r][j]);
-  else
-    UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j) partial[r * VECS + j0 + j] = acc[r][j];
+  UNROLL for (int r = 0; r < R; ++r) UNROLL for (int j = 0; j < NJ; ++j) store(r, j0 + j, acc[r][j]);
 }
 
-// Every panel (split between threads) against all M rows, MR at a time, in passes of PASS_VECS, and
-// with more rows than one tile in chunks of groups (cpu_panels.h's CHUNK_BYTES says why).
+// Every panel (split between threads) against all M rows, MR at a time, in passes of PASS_VECS.
 template <typename Store>
 void for_each_int4_tile(const Activations& x, int64_t M, int64_t panels, int64_t groups, const Int4Panel& first,
                         Store&& store) {
   const int64_t blocks = (groups + BLOCK - 1) / BLOCK;
-  const int64_t chunk = M <= MR ? groups : std::max<int64_t>(1, CHUNK_BYTES / GROUP_BYTES / BLOCK) * BLOCK;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<float> scales(M > 1 ? groups * 2 * PANEL : 0);
-    std::vector<vf> partial(chunk < groups ? M * VECS : 0);  // sums between chunks, [M][VECS]
     for (int64_t p = p0; p < p1; ++p) {
       const Int4Panel w{first.q + p * groups * GROUP_BYTES, first.codes + p * groups * 2 * PANEL,
                         first.steps + p * blocks * 2 * PANEL};
       if (M > 1) panel_scales(w, groups, scales.data());
-      for (int64_t g0 = 0; g0 < groups; g0 += chunk) {
-        const int64_t g1 = std::min(groups, g0 + chunk);
-        row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
-          for (int j0 = 0; j0 < VECS; j0 += PASS_VECS<R.value>)
-            tile_int4<R.value>(x, m0, groups, w, scales.data(), j0, g0, g1, partial.data() + m0 * VECS,
-                               [&](int r, int j, vf sums) { store(m0 + r, p * PANEL + LANES * j, sums); });
-        });
-      }
+      row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
+        for (int j0 = 0; j0 < VECS; j0 += PASS_VECS<R.value>)
+          tile_int4<R.value>(x, m0, groups, w, scales.data(), j0,
+                             [&](int r, int j, vf sums) { store(m0 + r, p * PANEL + LANES * j, sums); });
+      });
     }
   });
 }
