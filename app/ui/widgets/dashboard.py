@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
-from textual.widgets import DataTable, Label, Static
+from textual.widgets import Label, Static
 
 from app.backend.server_metrics import ServerSnapshot
 from app.ui.widgets.meter import meter
+from app.ui.widgets.request_table import RequestTable
 from app.ui.widgets.server_dashboard import pane_rows, server_line, server_lines
 from app.ui.widgets.throughput import Throughput
 
@@ -101,7 +102,7 @@ class Dashboard(Vertical):
         self.meters = Static(id="dash-meters")
         self.throughput = Throughput(id="dash-spark")
         self.rate = Label("", id="dash-rate")
-        self.table: DataTable[str] = DataTable(id="dash-requests", cursor_type="none", zebra_stripes=True)
+        self.table = RequestTable(COLUMNS, id="dash-requests")
         self.line = Static("engine · idle", id="dash-line", markup=False)
         self.mode = "full"
         self._last: tuple[EngineSnapshot | ServerSnapshot, Mapping[object, str]] | None = None
@@ -121,7 +122,6 @@ class Dashboard(Vertical):
 
     def on_mount(self) -> None:
         self.set_architecture(self.architecture)
-        self.table.add_columns(*COLUMNS)
 
     def set_architecture(self, architecture: str | None) -> None:
         """What the engine runs, in the border title (a switched model changes it)."""
@@ -160,7 +160,7 @@ class Dashboard(Vertical):
             return
         self.peak_running = max(self.peak_running, snap.running)
         if self.mode == "line":
-            self.line.update(one_line(snap) + self._wait_words())
+            self.line.update(one_line(snap) + self._wait_words(), layout=False)
         elif self.mode == "full":
             self._show_full(snap, labels)
 
@@ -181,10 +181,10 @@ class Dashboard(Vertical):
             Text.assemble("kv    ", meter(snap.kv_blocks_used, snap.kv_blocks_total), kv_text),
             Text(f"prefix {snap.prefix_hit_rate:.0%} hit · {snap.preemptions} preempted"),
         ]
-        self.meters.update(Text("\n").join(lines))
+        self.meters.update(Text("\n").join(lines), layout=False)
         self.throughput.values = snap.throughput_history
         busy = snap.running or snap.waiting
-        self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle")
+        self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle", layout=False)
         step = f"step {snap.steps} · {snap.step_time * 1000:.1f} ms"
         self.border_subtitle = f"{queued(snap)} · {step}" if snap.wait_reason and snap.waiting else step
         requests = sorted(snap.requests, key=lambda r: PHASE_ORDER.get(r.phase, len(PHASE_ORDER)))
@@ -197,25 +197,19 @@ class Dashboard(Vertical):
         sets = max(1, self.table.size.width // COLUMN_SET_WIDTH)
         rows = table_grid(cells, total, sets)
         width = max((len(row) for row in rows), default=len(COLUMNS))
-        table = self.table
-        if len(table.columns) != width:
-            table.clear(columns=True)
-            table.add_columns(*COLUMNS * (width // len(COLUMNS)))
-        table.clear()
-        for row in rows:
-            table.add_row(*row)
+        self.table.show(COLUMNS * (width // len(COLUMNS)), rows)
 
     def _show_server(self, snap: ServerSnapshot, labels: Mapping[object, str]) -> None:
         self.peak_running = max(self.peak_running, snap.running or 0, snap.streams_open)
         self.border_title = "server"
         self.add_class("-server")  # its meters name what the client sees too: a wider column
         if self.mode == "line":
-            self.line.update(server_line(snap) + self._wait_words())
+            self.line.update(server_line(snap) + self._wait_words(), layout=False)
         elif self.mode == "full":
-            self.meters.update(server_lines(snap))
+            self.meters.update(server_lines(snap), layout=False)
             self.throughput.values = snap.throughput_history
             busy = snap.streams_open or snap.running
-            self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle")
+            self.rate.update(f" {snap.tokens_per_s:.0f}" if busy else " idle", layout=False)
             self.border_subtitle = snap.source or "client-side"
             rows = pane_rows(snap, labels) + self._wait_cells()
             self._fill_table(rows, len(rows))

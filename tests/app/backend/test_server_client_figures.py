@@ -23,8 +23,7 @@ MakeOptions = Callable[..., AppOptions]
 
 
 def table_text(dashboard: Dashboard) -> str:
-    table = dashboard.table
-    return "\n".join(" ".join(map(str, table.get_row_at(n))) for n in range(table.row_count))
+    return "\n".join(" ".join(row) for row in dashboard.table.rows)
 
 
 async def test_client_streams_tokens_and_an_estimated_context_are_shown(make_options: MakeOptions) -> None:
