@@ -20,7 +20,8 @@
 // A group of 32 values holding an exception is decoded as any other, then patched from the list.
 // Up to one register tile of rows (MR) decodes in registers; more rows would decode every weight
 // once per tile, so each k-chunk of a panel (cpu_panels.h) is decoded once into linear_bf16's layout,
-// in L1, and every row tile multiplied from there.
+// in L1, and every row tile multiplied from there. Either way the activation rows come as
+// linear_bf16's do (for_each_pair_tile: widened to fp32 once where the vector layer wants it).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -29,7 +30,6 @@
 #include <cstdint>
 #include <cstring>
 #include <optional>
-#include <vector>
 
 #include "cpu_panels.h"
 
@@ -136,29 +136,31 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
     return Bf12Panel{bp + first, np + first / 2, bf12_table(tp + p * 16), pp, vp, first, sp[p]};
   };
   const int64_t panels = (N + PANEL - 1) / PANEL;
-  if (M <= MR) {  // one register tile: each weight decoded once, in registers
-    for_each_tile(M, panels, [&](auto R, int64_t m0, int64_t p) {
-      tile_pairs<R.value>(xp + m0 * K, K, panel(p), [&](int r, int j, vf sums) {
-        result.store(m0 + r, p * PANEL + LANES * j, sums);
-      });
-    });
+  const auto store = [&](auto R, int64_t m0, int64_t p, auto& acc) { result.store_tile<R.value>(m0, p, acc); };
+  if (M <= MR) {  // one register tile, all of K in one chunk: each weight decoded once, in registers
+    for_each_pair_tile(
+        xp, M, K, panels, PANEL * 2 * sizeof(bf16), {},
+        [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
+          tile_pairs<R.value>(rows, K, panel(p), s0, s1, acc);
+        },
+        store);
     return result.tensor();
   }
   // more rows: each k-chunk of a panel decoded once into linear_bf16's form, then every tile over it
   const int64_t* positions_end = pp + positions.numel();
-  thread_local std::vector<bf16> decoded;
-  for_each_chunked_tile<vf>(
-      M, panels, K / 2, PANEL * 2 * sizeof(bf16), nullptr,
-      [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc) {
-        tile_pairs<R.value>(xp + m0 * K, K, Bf16Chunk{decoded.data(), s0}, s0, s1, acc);
+  // a chunk is CHUNK_BYTES of linear_bf16's panel: in L1, each vector load within one cache line
+  alignas(64) thread_local bf16 decoded[CHUNK_BYTES / sizeof(bf16)];
+  for_each_pair_tile(
+      xp, M, K, panels, PANEL * 2 * sizeof(bf16), {{bp, PANEL * 2}, {np, PANEL}},
+      [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
+        tile_pairs<R.value>(rows, K, Bf16Chunk{decoded, s0}, s0, s1, acc);
       },
-      [&](auto R, int64_t m0, int64_t p, auto& acc) { result.store_tile<R.value>(m0, p, acc); },
+      store,
       [&](int64_t p, int64_t s0, int64_t s1) {
         const int64_t from = s0 * 2 * PANEL, count = (s1 - s0) * 2 * PANEL;
         Bf12Panel chunk = panel(p);
         chunk.next = std::lower_bound(pp + chunk.next, positions_end, chunk.first + from) - pp;
-        decoded.resize(count);
-        chunk.decode(from, count, decoded.data());
+        chunk.decode(from, count, decoded);
       });
   return result.tensor();
 }
