@@ -9,6 +9,7 @@ and hands them out; the columns are as wide as their widest cell, as DataTable's
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import ClassVar
 
 from rich.cells import cell_len, set_cell_size
 from rich.segment import Segment
@@ -22,7 +23,7 @@ Row = tuple[str, ...]
 class RequestTable(Widget, can_focus=False):
     """Column headings over rows of plain cells, every other row striped."""
 
-    COMPONENT_CLASSES = {"request-table--header", "request-table--stripe"}
+    COMPONENT_CLASSES: ClassVar[set[str]] = {"request-table--header", "request-table--stripe"}
     DEFAULT_CSS = """
     RequestTable {
         background: $surface;
@@ -71,13 +72,15 @@ class RequestTable(Widget, can_focus=False):
         header = base + self.get_component_rich_style("request-table--header")
         stripe = base + self.get_component_rich_style("request-table--stripe")
         lines = [_line(self.columns, widths, header, base, width)]
-        lines += [_line(row, widths, stripe if n % 2 else base, base, width) for n, row in enumerate(self.rows)]
+        for n, row in enumerate(self.rows):
+            lines.append(_line(row, widths, stripe if n % 2 else base, base, width))
         return lines
 
 
 def _line(cells: Row, widths: list[int], style: Style, base: Style, width: int) -> Strip:
     """One row: each cell padded to its column with a space either side, cropped to `width`."""
-    text = "".join(f" {set_cell_size(cell, cells_width)} " for cell, cells_width in zip(cells, widths, strict=True))
+    padded = (f" {set_cell_size(cell, cell_width)} " for cell, cell_width in zip(cells, widths, strict=True))
+    text = "".join(padded)
     text = set_cell_size(text, min(width, cell_len(text)))
     rest = width - cell_len(text)
     return Strip([Segment(text, style), Segment(" " * rest, base)], width)
