@@ -139,7 +139,7 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
   const auto store = [&](auto R, int64_t m0, int64_t p, auto& acc) { result.store_tile<R.value>(m0, p, acc); };
   if (M <= MR) {  // one register tile, all of K in one chunk: each weight decoded once, in registers
     for_each_pair_tile(
-        xp, M, K, panels, PANEL * 2 * sizeof(bf16), {},
+        xp, M, K, panels, PANEL * 2 * sizeof(bf16), nullptr,
         [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
           tile_pairs<R.value>(rows, K, panel(p), s0, s1, acc);
         },
@@ -151,7 +151,7 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
   // a chunk is CHUNK_BYTES of linear_bf16's panel: in L1, each vector load within one cache line
   alignas(64) thread_local bf16 decoded[CHUNK_BYTES / sizeof(bf16)];
   for_each_pair_tile(
-      xp, M, K, panels, PANEL * 2 * sizeof(bf16), {{bp, PANEL * 2}, {np, PANEL}},
+      xp, M, K, panels, PANEL * 2 * sizeof(bf16), nullptr,
       [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
         tile_pairs<R.value>(rows, K, Bf16Chunk{decoded, s0}, s0, s1, acc);
       },

@@ -10,7 +10,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <initializer_list>
 #include <optional>
 #include <type_traits>
 #include <vector>
@@ -74,27 +73,21 @@ inline Acc zero_acc() {
     return zero();
 }
 
-// One array of a weight whose panels follow each other, `step_bytes` of it per k-step of a panel
-// (a bf16 panel is one; a 12-bit one is its bytes and its nibbles).
-struct Stream {
-  const void* base;
-  int64_t step_bytes;
-};
-
 // Every panel (split between threads) against all M rows in chunks of k-steps, each `step_bytes`
 // of a panel: run(R, m0, p, s0, s1, acc) adds steps [s0, s1) of R rows from m0 into acc[R][VECS],
 // finish(R, m0, p, acc) stores the finished sums; begin(p, s0, s1), before a chunk's tiles, may
-// prepare it (a 12-bit panel decodes it). With PREFETCH_TILES or more row tiles, while a chunk's
-// tiles compute each asks for its share of the next chunk's cache lines in every `ahead` stream
-// (into L2), so memory streams the next chunk under the arithmetic instead of between chunks.
-// (With fewer tiles the requests come in bursts too large to hide.)
+// prepare it (a 12-bit panel decodes it). `weights` is the first panel, the others following it:
+// with PREFETCH_TILES or more row tiles, while a chunk's tiles compute each asks for its share of
+// the next chunk's cache lines (into L2), so memory streams the next chunk under the arithmetic
+// instead of between chunks. (With fewer tiles the requests come in bursts too large to hide.)
 template <typename Acc, typename Run, typename Finish, typename Begin = void (*)(int64_t, int64_t, int64_t)>
 void for_each_chunked_tile(
-    int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, std::initializer_list<Stream> ahead, Run&& run,
-    Finish&& finish, Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
+    int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, const void* weights, Run&& run, Finish&& finish,
+    Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
   const int64_t chunk = M <= MR ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
   const int64_t tiles = (M + MR - 1) / MR;
-  const bool prefetch = ahead.size() > 0 && chunk < steps && tiles >= PREFETCH_TILES;
+  const bool prefetch = weights != nullptr && chunk < steps && tiles >= PREFETCH_TILES;
+  const int64_t lines_per_tile = prefetch ? (chunk * step_bytes / 64 + tiles - 1) / tiles : 0;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<Acc> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
     for (int64_t p = p0; p < p1; ++p)
@@ -102,13 +95,11 @@ void for_each_chunked_tile(
         const int64_t s1 = std::min(steps, s0 + chunk);
         begin(p, s0, s1);
         row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
-          if (prefetch)
-            for (const Stream& stream : ahead) {
-              const int64_t lines = (chunk * stream.step_bytes / 64 + tiles - 1) / tiles;  // this tile's share
-              const char* next = static_cast<const char*>(stream.base) + (p * steps + s1) * stream.step_bytes;
-              const char* share = next + m0 / MR * lines * 64;
-              for (int64_t line = 0; line < lines; ++line) _mm_prefetch(share + line * 64, _MM_HINT_T1);
-            }
+          if (prefetch) {
+            const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes;
+            const char* share = next + m0 / MR * lines_per_tile * 64;
+            for (int64_t line = 0; line < lines_per_tile; ++line) _mm_prefetch(share + line * 64, _MM_HINT_T1);
+          }
           Acc acc[R.value][VECS];
           UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
             acc[r][j] = s0 == 0 ? zero_acc<Acc>() : partial[(m0 + r) * VECS + j];
@@ -130,11 +121,11 @@ void for_each_chunked_tile(
 // here, exactly, instead of every broadcast in every panel.
 template <typename Run, typename Finish, typename Begin = void (*)(int64_t, int64_t, int64_t)>
 void for_each_pair_tile(
-    const bf16* x, int64_t M, int64_t K, int64_t panels, int64_t pair_bytes, std::initializer_list<Stream> ahead,
-    Run&& run, Finish&& finish, Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
+    const bf16* x, int64_t M, int64_t K, int64_t panels, int64_t pair_bytes, const void* weights, Run&& run,
+    Finish&& finish, Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
   const auto over = [&](const auto* rows) {
     for_each_chunked_tile<vf>(
-        M, panels, K / 2, pair_bytes, ahead,
+        M, panels, K / 2, pair_bytes, weights,
         [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc) {
           run(R, m0, p, rows + m0 * K, s0, s1, acc);
         },
