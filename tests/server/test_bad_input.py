@@ -199,7 +199,7 @@ def test_prompts_too_big_to_fit_are_refused_before_tokenizing_and_health_answers
         time.sleep(0.05)
     for reply in replies:
         error = assert_error(reply, 400)
-        assert error["code"] == "context_length_exceeded" and "bytes" in error["message"]
+        assert error["code"] == "context_length_exceeded" and "bytes" in error["message"], error
     assert_still_serving(server)
 
 
