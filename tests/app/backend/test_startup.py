@@ -201,11 +201,15 @@ async def test_the_slower_fallback_kernels_are_announced(
     kernels.clear_cache()
     try:
         native, reason = kernels.load(), kernels.unavailable_reason()
+        # pinned for the app's lifetime: a thread left from an earlier test (an engine still loading)
+        # could otherwise fill the shared cache with this machine's own answer meanwhile
+        monkeypatch.setattr(kernels, "availability", lambda isa=None: (native, reason))
         app = LfmChatApp(make_options(engine=EngineConfig(**{**ENGINE, "dtype": "bfloat16"})))
         async with app.run_test() as pilot:
             await chat_screen(app, pilot)
             notes = [str(n.message) for n in app._notifications]
     finally:
+        monkeypatch.undo()  # the real, cached `availability` back before its cache is cleared
         kernels.clear_cache()
     assert native is None or reason is None
     if flags is not None:
