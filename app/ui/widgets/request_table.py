@@ -53,11 +53,17 @@ class RequestTable(Widget, can_focus=False):
         """Show these rows under these headings (each row as long as the headings); a repaint only
         when they changed, never a layout (the table's height is fixed by its CSS)."""
         columns, new_rows = tuple(columns), [tuple(row) for row in rows]
+        if any(len(row) != len(columns) for row in new_rows):
+            raise ValueError(f"every row of the table needs {len(columns)} cells, one per heading")
         if columns == self.columns and new_rows == self.rows:
             return
         self.columns, self.rows = columns, new_rows
         self._drawn_for = None
         self.refresh()
+
+    def notify_style_update(self) -> None:
+        self._drawn_for = None  # its styles changed: drawn again
+        super().notify_style_update()
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
