@@ -47,7 +47,7 @@ class RequestTable(Widget, can_focus=False):
         self.columns: Row = tuple(columns)
         self.rows: list[Row] = []
         self._lines: list[Strip] = []
-        self._drawn_for: tuple[int, str] | None = None  # (width, theme) the lines were drawn at
+        self._drawn_width: int | None = None  # the width the lines were drawn at (None: draw again)
 
     def show(self, columns: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
         """Show these rows under these headings (each row as long as the headings); a repaint only
@@ -58,18 +58,17 @@ class RequestTable(Widget, can_focus=False):
         if columns == self.columns and new_rows == self.rows:
             return
         self.columns, self.rows = columns, new_rows
-        self._drawn_for = None
+        self._drawn_width = None
         self.refresh()
 
     def notify_style_update(self) -> None:
-        self._drawn_for = None  # its styles changed: drawn again
+        self._drawn_width = None  # its styles changed (a theme switch re-applies every node's)
         super().notify_style_update()
 
     def render_line(self, y: int) -> Strip:
         width = self.size.width
-        drawn_for = (width, self.app.current_theme.name)
-        if drawn_for != self._drawn_for:
-            self._lines, self._drawn_for = self._draw(width), drawn_for
+        if width != self._drawn_width:
+            self._lines, self._drawn_width = self._draw(width), width
         return self._lines[y] if y < len(self._lines) else Strip.blank(width, self.rich_style)
 
     def _draw(self, width: int) -> list[Strip]:

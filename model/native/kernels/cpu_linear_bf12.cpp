@@ -136,10 +136,12 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
     return Bf12Panel{bp + first, np + first / 2, bf12_table(tp + p * 16), pp, vp, first, sp[p]};
   };
   const int64_t panels = (N + PANEL - 1) / PANEL;
+  constexpr int64_t pair_bytes = PANEL * 2 * sizeof(bf16);  // a k-pair of linear_bf16's panel
+  static_assert(pair_bytes <= CHUNK_BYTES, "a chunk holds at least one pair step");
   const auto store = [&](auto R, int64_t m0, int64_t p, auto& acc) { result.store_tile<R.value>(m0, p, acc); };
   if (M <= MR) {  // one register tile, all of K in one chunk: each weight decoded once, in registers
     for_each_pair_tile(
-        xp, M, K, panels, PANEL * 2 * sizeof(bf16), nullptr,
+        xp, M, K, panels, pair_bytes, nullptr,
         [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
           tile_pairs<R.value>(rows, K, panel(p), s0, s1, acc);
         },
@@ -148,10 +150,11 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
   }
   // more rows: each k-chunk of a panel decoded once into linear_bf16's form, then every tile over it
   const int64_t* positions_end = pp + positions.numel();
-  // a chunk is CHUNK_BYTES of linear_bf16's panel: in L1, each vector load within one cache line
+  // a chunk is at most CHUNK_BYTES of linear_bf16's panel (whole pair steps): in L1, each vector
+  // load within one cache line
   alignas(64) thread_local bf16 decoded[CHUNK_BYTES / sizeof(bf16)];
   for_each_pair_tile(
-      xp, M, K, panels, PANEL * 2 * sizeof(bf16), nullptr,
+      xp, M, K, panels, pair_bytes, nullptr,
       [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
         tile_pairs<R.value>(rows, K, Bf16Chunk{decoded, s0}, s0, s1, acc);
       },
