@@ -40,6 +40,11 @@ using namespace vec;
 
 constexpr int64_t GROUP = 32;  // values a decode step rebuilds: BF12_VECTORS vectors of pairs
 static_assert(GROUP == BF12_VECTORS * 2 * LANES, "a decode step gives whole vectors of pairs");
+// Values ahead of the group being decoded that its decode asks the cache for. The decode keeps the
+// vector ports busy, so the out-of-order window reaches far fewer loads ahead than linear_bf16's
+// plain stream does, and the hardware prefetcher alone left the memory idle part of the time; the
+// load ports are free for the two requests (docs/PERFORMANCE.md has the measurement).
+constexpr int64_t AHEAD = 2048;
 
 // The decoded group of 32 values ending at ``end`` (its words in value order, as bf12_decode gives
 // them), its exceptions (from index ``next`` on) put back exactly; returns the next exception's
@@ -68,6 +73,8 @@ struct Bf12Panel {
 
   inline void decode_group(int64_t at, Words (&out)[BF12_VECTORS]) const {
     const int64_t end = first + at + GROUP;
+    _mm_prefetch(reinterpret_cast<const char*>(bytes + at + AHEAD), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(nibbles + (at + AHEAD) / 2), _MM_HINT_T0);
     bf12_decode(bytes + at, nibbles + at / 2, table, out);  // an exception's index 15 decodes to a placeholder
     if (positions[next] < end) next = patch(positions, values, end, next, out);
   }
