@@ -8,6 +8,7 @@ from engine.core.config import EngineConfig, cpu_runs_bf16_fast, resolve_dtype
 from model.arch.cache import HybridCache
 from model.arch.lfm2_config import Lfm2Config
 from model.native import kernels
+from model.quant.bf12 import FASTER_ON
 
 CONFIG = Lfm2Config(
     vocab_size=512,
@@ -83,6 +84,16 @@ def test_12bit_weights_resolve_on_only_for_a_bf16_model_on_the_kernels(fields, e
     if expected == "on" and not kernels.runnable_isas():
         pytest.skip(f"native CPU kernels cannot run on this machine: {kernels.unavailable_reason()}")
     assert EngineConfig(**{"dtype": "bfloat16", **fields}).resolve(CONFIG).weights_12bit == expected
+
+
+@pytest.mark.parametrize("isa", list(kernels.ISAS))
+def test_auto_turns_12bit_weights_on_exactly_where_they_measured_faster(monkeypatch, isa):
+    """The default ("auto") follows the kernels' instruction set (forced, as a narrower CPU would
+    choose it): on for those in FASTER_ON only."""
+    monkeypatch.setenv(kernels.ISA_ENV, isa)
+    expected = "on" if isa in FASTER_ON else "off"
+    assert EngineConfig(dtype="bfloat16").resolve(CONFIG).weights_12bit == expected
+    assert set(kernels.ISAS) >= FASTER_ON
 
 
 def test_12bit_weights_take_only_auto_on_or_off():
