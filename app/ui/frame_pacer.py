@@ -26,8 +26,9 @@ own, each laying out the screen again.
 While keys arrive, though, a frame of all 8 panes ended in a layout and a redraw of every pane that
 moved (~126 ms and ~249 ms with 8 server panes, docs/PERFORMANCE.md "2026-11-29 (lines)"), and a
 key pressed then waited for all of it. So while the user types a frame draws at most
-TYPING_FRAME_PANES panes: the others are `crowded` out until the screen has shown it, then draw in
-the next frames, keys handled and drawn in between; the longest hold does not restart for them.
+TYPING_FRAME_PANES panes (one: each pane drawn adds its redraw to the frame a key may wait behind):
+the others are `crowded` out until the screen has shown it, then draw in the next frames, keys
+handled and drawn in between; the longest hold does not restart for them.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ LONGEST_FRAME_GAP_SECONDS = 2.0
 # a refresh's callbacks run at once, so a cheap frame ends its measure at once).
 FRAME_REFRESHES = 3
 # While keys arrive, a frame draws at most this many panes (the rest in the frames after it).
-TYPING_FRAME_PANES = 2
+TYPING_FRAME_PANES = 1
 
 
 class FramePacer:
@@ -64,9 +65,13 @@ class FramePacer:
     spread: bool = True
 
     def __init__(
-        self, clock: Callable[[], float] = time.monotonic, cpu_clock: Callable[[], float] = time.thread_time
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        cpu_clock: Callable[[], float] = time.thread_time,
+        typing_frame_panes: int = TYPING_FRAME_PANES,
     ) -> None:
         self._clock = clock
+        self._typing_frame_panes = typing_frame_panes
         self._cpu_clock = cpu_clock  # the UI thread's CPU: a frame's cost, not time spent waiting
         self._typed_at = -math.inf
         self._frame_began: tuple[float, float] | None = None  # (clock, cpu clock) of the frame measured
@@ -86,12 +91,12 @@ class FramePacer:
 
     def join(self, pane: Hashable) -> None:
         """`pane` draws now: the panes waiting for a frame draw in this one (while keys arrive,
-        up to TYPING_FRAME_PANES in all)."""
+        up to `typing_frame_panes` in all)."""
         self.forget(pane)
         self._in_frame.add(pane)
         if not self.together:
             return
-        room = TYPING_FRAME_PANES - len(self._in_frame) if self._spreading() else len(self._waiting)
+        room = self._typing_frame_panes - len(self._in_frame) if self._spreading() else len(self._waiting)
         taken = list(self._waiting)[: max(0, room)]  # the longest waiting first
         if len(taken) == len(self._waiting):  # panes left out still count their hold from the frame before
             self._last_frame = self._clock()
@@ -101,7 +106,7 @@ class FramePacer:
 
     def crowded(self) -> bool:
         """True: a pane due now waits for the next frame, as keys arrive and this one has its panes."""
-        return self._spreading() and len(self._in_frame) >= TYPING_FRAME_PANES
+        return self._spreading() and len(self._in_frame) >= self._typing_frame_panes
 
     def _spreading(self) -> bool:
         return self.spread and self._clock() - self._typed_at < TYPING_HOLD_SECONDS

@@ -10,7 +10,6 @@ from app.ui.frame_pacer import (
     LONGEST_FRAME_GAP_SECONDS,
     MAX_HOLD_SECONDS,
     STREAM_FRAME_SECONDS,
-    TYPING_FRAME_PANES,
     TYPING_HOLD_SECONDS,
     FramePacer,
 )
@@ -153,16 +152,26 @@ def test_apart_panes_draw_in_frames_of_their_own(monkeypatch: pytest.MonkeyPatch
     assert drawn == []
 
 
+def test_while_keys_arrive_a_frame_draws_one_pane_by_default() -> None:
+    drawn: list[str] = []
+    pacer = FramePacer(Clock(40.0), Clock(0.0))
+    for pane in "bc":
+        pacer.wait(pane, lambda pane=pane: drawn.append(pane))
+    pacer.key_pressed()
+    pacer.join("a")
+    assert drawn == []  # "b" and "c" wait for the next frames
+    assert pacer.crowded()
+
+
 def test_while_keys_arrive_a_frame_draws_a_few_panes_and_the_rest_the_next_frames() -> None:
     clock = Clock(40.0)
-    pacer = FramePacer(clock, Clock(0.0))
+    pacer = FramePacer(clock, Clock(0.0), typing_frame_panes=2)
     drawn: list[str] = []
     for pane in "bcdefgh":
         pacer.wait(pane, lambda pane=pane: drawn.append(pane))
     pacer.key_pressed()
     assert pacer.frame_begun()
-    assert TYPING_FRAME_PANES == 2
-    pacer.join("a")  # "a" draws and pulls in the longest waiting, up to TYPING_FRAME_PANES in all
+    pacer.join("a")  # "a" draws and pulls in the longest waiting, up to 2 panes in all
     assert drawn == ["b"]
     assert pacer.crowded()  # the others, due, wait for the next frame
     pacer.frame_shown()  # the screen shows the frame (and the keys typed meanwhile)
@@ -176,7 +185,7 @@ def test_while_keys_arrive_a_frame_draws_a_few_panes_and_the_rest_the_next_frame
 
 def test_panes_left_out_of_a_frame_keep_their_hold_from_the_frame_before() -> None:
     clock = Clock(60.0)
-    pacer = FramePacer(clock, Clock(0.0))
+    pacer = FramePacer(clock, Clock(0.0), typing_frame_panes=2)
     pacer.join("a")  # the last frame before the typing: every pane drew at 60.0
     clock.now += MAX_HOLD_SECONDS  # typing held them since
     pacer.key_pressed()
