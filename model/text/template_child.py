@@ -9,6 +9,7 @@ cannot run on for long.
 
 from __future__ import annotations
 
+import gc
 import math
 import pickle
 from multiprocessing.connection import Connection
@@ -54,6 +55,11 @@ def serve(fd: int) -> None:
             reply = FAILURE + str(exc).encode("utf-8", "surrogatepass")
         except Exception as exc:  # a template that does not compile here either
             reply = FAILURE + f"the chat template failed ({type(exc).__name__})".encode()
+        if reply[:1] == FAILURE:
+            # A failed render's frames sit in reference cycles with what it allocated (up to the
+            # whole address-space limit after a MemoryError) until a collection: without one the
+            # next render, however small, may find no memory left.
+            gc.collect()
         conn.send_bytes(reply)
 
 

@@ -199,6 +199,16 @@ def test_the_worker_caps_memory_the_prices_allow(tiny_ckpt: Path, tmp_path: Path
         tokenizer.render_chat(CONVERSATION)
     assert "chat_template.jinja" in str(info.value)
     assert _peak_rss() - peak_before < RSS_BOUND
+    # the worker gave its memory back: left holding ~1 GiB, the next render (a 4 MB prompt is
+    # fine) could fail for want of memory, and an idle app would keep it resident
+    assert all(_resident_bytes(pid) < RSS_BOUND for pid in template_worker.POOL.pids())
     assert tokenizer.render_chat is not None and Tokenizer.from_pretrained(tiny_ckpt).render_chat(
         CONVERSATION
     )
+
+
+def _resident_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for process {pid}")
