@@ -22,6 +22,7 @@ from textual.widget import Widget
 
 from app.ui.widgets.answer_segments import Segment
 from app.ui.widgets.markdown_blocks import MarkdownBlocks, fence_code, is_fence
+from app.ui.widgets.stream_slack import laid_out_rows
 
 CODE_THEMES = {True: "monokai", False: "default"}  # Pygments styles for dark and light app themes
 
@@ -44,6 +45,8 @@ class BlockLines(Widget):
         self._width = 0  # the width the cache is rendered at (0: not yet)
         self._rendered: list[list[Strip]] = []  # per block, its rows at `_width`
         self._rows: list[Strip] = []
+        self.streaming = False  # the last view of a streaming segment: rows to grow into
+        self._laid_out = 0  # the height last given to the layout
 
     def on_mount(self) -> None:
         self.app.theme_changed_signal.subscribe(self, self._theme_changed)
@@ -57,9 +60,9 @@ class BlockLines(Widget):
         self.refresh(layout=True)
 
     def add(self, block: str, live: bool) -> None:
+        """Another block (drawn at the next `redraw`)."""
         self.blocks.append(block)
         self.live = live
-        self._changed()
 
     def drop_live(self) -> None:
         """Take the live block away (it is given again, grown, complete, or as another kind)."""
@@ -68,18 +71,21 @@ class BlockLines(Widget):
             del self._rendered[len(self.blocks) :]  # rendered again when it is given again
             self.live = False
 
-    def _changed(self) -> None:
-        """Render what changed now: the same number of rows redraws only the rows from the first
-        changed block down, without a layout of the screen."""
-        rows = len(self._rows)
+    def redraw(self) -> None:
+        """Render what changed now: the same height redraws only the rows from the first changed
+        block down, without a layout of the screen."""
         if not (self._width and self.is_attached):
             self.refresh(layout=True)
             return
         top = self._render_rows()
-        if len(self._rows) != rows:
+        height = self._height()
+        if height != self._laid_out:
             self.refresh(layout=True)
-        elif top < rows:
-            self.refresh(Region(0, top, self._width, rows - top))
+        elif top < height:
+            self.refresh(Region(0, top, self._width, height - top))
+
+    def _height(self) -> int:
+        return laid_out_rows(len(self._rows), self.streaming)
 
     def get_content_width(self, container: Size, viewport: Size) -> int:
         return container.width
@@ -89,7 +95,8 @@ class BlockLines(Widget):
             self._width = width
             self._rendered = []
         self._render_rows()
-        return len(self._rows)
+        self._laid_out = self._height()
+        return self._laid_out
 
     def render_line(self, y: int) -> Strip:
         width, style = self.size.width, self.rich_style
@@ -165,6 +172,7 @@ class MarkdownSegment(Vertical):
     async def extend(self, text: str, end: int) -> None:
         self._place(self._blocks.text + text)
         self.end = end
+        self._redraw(streaming=True)
         new, self._new, gone, self._gone = self._new, [], self._gone, []
         if self.is_attached:
             if gone:
@@ -173,7 +181,13 @@ class MarkdownSegment(Vertical):
                 await self.mount_all(new)
 
     async def stop(self) -> None:
-        pass
+        self._redraw(streaming=False)
+
+    def _redraw(self, streaming: bool) -> None:
+        """Draw what was placed; while streaming, the last view has rows to grow into."""
+        for view in self._views:
+            view.streaming = streaming and view is self._views[-1]
+            view.redraw()
 
     def _place(self, text: str) -> None:
         """Hand the blocks that came (and the live one, again) to the views: a run of blocks shares

@@ -15,6 +15,8 @@ from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from app.ui.widgets.stream_slack import laid_out_rows
+
 TAB = "    "
 
 
@@ -47,6 +49,8 @@ class PlainText(Widget):
         self._width = 0  # the width `_rows` is wrapped at (0: not wrapped yet)
         self._rows: list[tuple[int, int, int]] = []  # (line, start, end) per row on screen
         self._first_row: list[int] = []  # per wrapped line, the index of its first row
+        self._streaming = False  # rows to grow into (stream_slack)
+        self._laid_out = 0  # the height last given to the layout
         self.append(text)
 
     @property
@@ -57,7 +61,6 @@ class PlainText(Widget):
         if not text:
             return
         self._text += text
-        rows_before = len(self._rows)
         new = text.replace("\t", TAB).split("\n")
         last = len(self._lines) - 1
         self._lines[last] += new[0]
@@ -65,7 +68,17 @@ class PlainText(Widget):
         if self._width:
             self._unwrap_from(last)
             self._wrap_rest()
-        self.refresh(layout=len(self._rows) != rows_before or not self._width)
+        self._redraw()
+
+    def set_streaming(self, streaming: bool) -> None:
+        """A stream appends to it (rows to grow into) or no longer does (its rows fit its text)."""
+        if streaming != self._streaming:
+            self._streaming = streaming
+            self._redraw()
+
+    def _redraw(self) -> None:
+        height = laid_out_rows(len(self._rows), self._streaming)
+        self.refresh(layout=height != self._laid_out or not self._width)
 
     def set_text(self, text: str) -> None:
         self._text = ""
@@ -81,7 +94,8 @@ class PlainText(Widget):
             self._width = width
             self._unwrap_from(0)
         self._wrap_rest()
-        return len(self._rows)
+        self._laid_out = laid_out_rows(len(self._rows), self._streaming)
+        return self._laid_out
 
     def render(self) -> Content:
         """The whole text at once (what copying or a test reads); drawing goes by `render_line`."""

@@ -51,6 +51,7 @@ class ThinkingBlock(Vertical):
                 self.body.append(text[len(shown) :])
             else:
                 self.body.set_text(text)
+        self.body.set_streaming(not part.closed)  # rows to grow into while it is written
         self.part = part
         self._refresh()
 
@@ -127,11 +128,12 @@ class PlainSegment(PlainText):
             self.border_title = "plain text: too big to draw as Markdown"
 
     async def extend(self, text: str, end: int) -> None:
+        self.set_streaming(True)
         self.append(text)
         self.end = end
 
     async def stop(self) -> None:
-        pass
+        self.set_streaming(False)
 
 
 SegmentView = MarkdownSegment | WidgetMarkdownSegment | PlainSegment
@@ -315,6 +317,9 @@ class Reply(Vertical):
         self._finished = True
         for view in self.markdown_parts:
             await view.stop()
+        for view in self._views:
+            if isinstance(view, ThinkingBlock):
+                view.body.set_streaming(False)  # a thought cut short fits its text too
 
     async def shown_again(self) -> None:
         """Back on screen after a zoom or a scroll: draw what came meanwhile, all at once."""

@@ -16,6 +16,7 @@ from textual.widget import Widget
 from app.ui.widgets.markdown_blocks import MarkdownBlocks, is_fence
 from app.ui.widgets.markdown_lines import BlockLines, CodeBlock
 from app.ui.widgets.reply import Reply
+from app.ui.widgets.stream_slack import SLACK_ROWS
 from app.ui.widgets.transcript import Transcript, copy_text
 from bench.paced_server import REPLY
 
@@ -113,6 +114,32 @@ async def test_a_long_streamed_answer_mounts_widgets_only_at_code_blocks() -> No
         assert kinds["CodeBlock"] == text.count("```") // 2  # each code block mounted once
         assert kinds["BlockLines"] <= kinds["MarkdownSegment"] + 2 * kinds["CodeBlock"]
         assert sum(kinds.values()) < len(words) / 20, kinds  # before: ~0.25 widgets per token
+
+
+async def test_a_streaming_paragraph_grows_into_rows_laid_out_before_and_fits_at_the_end() -> None:
+    """A row a token adds mostly lands in rows already laid out (a taller view lays out the screen
+    and scrolls the transcript, redrawing the whole pane): the live view grows SLACK_ROWS at a
+    time while its text grows a row at a time, and fits its text once the reply is finished."""
+    words = [f"word{i}" for i in range(160)]
+    app = ReplyHost()
+    async with app.run_test(size=(30, 120)) as pilot:
+        heights, text_rows = set(), set()
+        for end in range(1, len(words) + 1):
+            await app.reply.update(" ".join(words[:end]))
+            await pilot.pause()
+            view = app.reply.query_one(BlockLines)
+            if end > 1:  # the first token makes the view; the ones after stream into it
+                heights.add(view.size.height)
+            text_rows.add(_text_rows(view))
+        assert all(height % SLACK_ROWS == 0 for height in heights), sorted(heights)
+        assert len(text_rows) > 2 * len(heights) > 4  # many rows added, few heights laid out
+        await app.reply.finish()
+        await pilot.pause()
+        assert view.size.height == _text_rows(view) == max(text_rows)
+
+
+def _text_rows(view: BlockLines) -> int:
+    return sum(1 for y in range(view.size.height) if "".join(s.text for s in view.render_line(y)).strip())
 
 
 async def test_narrow_widths_wrap_text_instead_of_clipping_it() -> None:

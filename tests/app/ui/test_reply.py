@@ -15,6 +15,7 @@ from app.core.reply_parts import Part, answer_text, split_reply
 from app.core.sanitize import strip_control
 from app.ui.widgets.markdown_lines import CodeBlock
 from app.ui.widgets.reply import AnswerMarkdown, Reply, ThinkingBlock, ToolCallBlock
+from app.ui.widgets.stream_slack import SLACK_ROWS
 
 
 @pytest.mark.parametrize(
@@ -75,6 +76,30 @@ async def test_thinking_streams_in_view_then_folds_when_the_answer_starts() -> N
         assert thinking.body.display  # a click opens it
         reply.set_thinking_shown(False)
         assert not thinking.body.display
+
+
+async def test_streaming_thinking_grows_into_rows_laid_out_before_and_fits_once_folded_open() -> None:
+    """The thought being written is laid out SLACK_ROWS rows at a time (stream_slack), so most of
+    its new rows need no layout of the screen; once closed and opened, it is as tall as its text."""
+    app = ReplyHost()
+    async with app.run_test(size=(30, 120)) as pilot:
+        words, heights = [f"word{i}" for i in range(120)], set()
+        for end in range(2, len(words) + 1):
+            await app.reply.update("<think>" + " ".join(words[:end]))
+            await pilot.pause()
+            if end > 2:  # the first update makes the block; the ones after stream into it
+                heights.add(app.reply.query_one(ThinkingBlock).body.size.height)
+        assert all(height % SLACK_ROWS == 0 for height in heights), sorted(heights)
+        assert 3 < 2 * len(heights) < max(heights)  # ~30 rows written, a layout every few
+        await app.reply.update("<think>" + " ".join(words) + "</think>Done.")
+        app.reply.set_thinking_shown(True)
+        await pilot.pause()
+        body = app.reply.query_one(ThinkingBlock).body
+        assert body.size.height == len(wrap_text(" ".join(words), body.size.width)) < max(heights) + 1
+
+
+def wrap_text(text: str, width: int) -> list[str]:
+    return [text[i : i + width] for i in range(0, len(text), width)]
 
 
 async def test_a_rewritten_reply_is_redrawn_part_by_part() -> None:
