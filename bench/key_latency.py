@@ -10,6 +10,7 @@
     python -m bench.key_latency --server --compare 3 --before gc  full GCs on Python's schedule or in pauses
     python -m bench.key_latency --server --compare 3 --before whole  while typing, 8 panes a frame or 2
     python -m bench.key_latency --server --compare 3 --before footer  the footer composed at each change
+    python -m bench.key_latency --server --keys 20 --interval 0.5 --compare 3 --before budget  after pauses
 
 The app runs headless (Textual's test driver) on the --demo engine, or against bench/paced_server.py
 (`--server`, in a process of its own). Keys come from a separate thread, as a terminal driver's
@@ -29,6 +30,8 @@ screen ran those collections while no key came (app/ui/quiet_collections.py). `-
 every waiting pane in one frame while keys arrive, as before a frame took at most two then.
 `--before footer` composes the key footer again at every change of the bindings (a focus move makes
 several), as before it skipped those that leave its keys as they were (app/ui/widgets/key_footer.py).
+`--before budget` draws every waiting pane in one frame when no key was pressed just before, as
+before frames had a budget (app/ui/frame_pacer.py): what a key pressed after a pause meets.
 """
 
 from __future__ import annotations
@@ -47,7 +50,7 @@ from textual import events
 from app.app import LfmChatApp
 from app.core.conversation import ChatSettings
 from app.core.options import MAX_PANES, AppOptions
-from app.ui.frame_pacer import DRAWING_SHARE, FramePacer
+from app.ui.frame_pacer import DRAWING_SHARE, FRAME_BUDGET_SECONDS, FramePacer
 from app.ui.quiet_collections import QuietCollections
 from app.ui.screens.chat import ChatScreen
 from app.ui.widgets.answer_segments import LIMITS, DrawingLimits
@@ -202,6 +205,7 @@ def run(args: argparse.Namespace, before: bool) -> KeyLatency:
     Reply.draws_hidden = before and args.before == "hidden"
     QuietCollections.enabled = not (before and args.before == "gc")
     FramePacer.spread = not (before and args.before == "whole")
+    FramePacer.frame_budget = None if before and args.before == "budget" else FRAME_BUDGET_SECONDS
     KeyFooter.skips_unchanged = not (before and args.before == "footer")
     with tempfile.TemporaryDirectory(prefix="lfm-key-latency-") as data:
         typing = (args.streams, args.keys, args.interval, args.max_tokens, Path(data))
@@ -234,7 +238,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument(
         "--before",
-        choices=("unbounded", "apart", "hidden", "widgets", "gc", "whole", "footer"),
+        choices=("unbounded", "apart", "hidden", "widgets", "gc", "whole", "footer", "budget"),
         default="unbounded",
         help="--compare: what 'before' is",
     )

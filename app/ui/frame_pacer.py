@@ -29,6 +29,11 @@ key pressed then waited for all of it. So while the user types a frame draws at 
 TYPING_FRAME_PANES panes (one: each pane drawn adds its redraw to the frame a key may wait behind):
 the others are `crowded` out until the screen has shown it, then draw in the next frames, keys
 handled and drawn in between; the longest hold does not restart for them.
+
+A key pressed after a pause is not typing yet, and met a frame of all 8 panes (~200 ms with 8
+server panes drawing every ~0.5 s, so such a key took ~400 ms to show). So outside typing too a
+frame draws only as many panes as fit FRAME_BUDGET_SECONDS at the UI thread's cost a pane in the
+last frame measured; when streams are cheap that is all of them, one layout for all as before.
 """
 
 from __future__ import annotations
@@ -52,6 +57,8 @@ LONGEST_FRAME_GAP_SECONDS = 2.0
 FRAME_REFRESHES = 3
 # While keys arrive, a frame draws at most this many panes (the rest in the frames after it).
 TYPING_FRAME_PANES = 1
+# Otherwise a frame draws the panes its measured cost a pane fits in this much UI thread (at least one).
+FRAME_BUDGET_SECONDS = 0.05
 
 
 class FramePacer:
@@ -63,6 +70,8 @@ class FramePacer:
     together: bool = True
     # False: a frame draws every waiting pane while keys arrive too (as before; the bench's "before").
     spread: bool = True
+    # None: a frame draws every waiting pane when no keys arrive (as before; the bench's "before").
+    frame_budget: float | None = FRAME_BUDGET_SECONDS
 
     def __init__(
         self,
@@ -80,6 +89,8 @@ class FramePacer:
         self._last_frame = -math.inf  # when a pane last drew, whichever it was
         self._waiting: dict[Hashable, Callable[[], object]] = {}  # pane -> how to draw it now
         self._in_frame: set[Hashable] = set()  # panes drawing since the screen last refreshed
+        self._frame_panes = 0  # the panes the frame measured drew
+        self._pane_cost = 0.0  # UI thread seconds a pane in the last frame measured (0: none yet)
 
     def wait(self, pane: Hashable, draw_now: Callable[[], object]) -> None:
         """`pane` has text to draw: the next frame, whoever begins it, calls `draw_now` to draw it in."""
@@ -96,8 +107,7 @@ class FramePacer:
         self._in_frame.add(pane)
         if not self.together:
             return
-        room = self._typing_frame_panes - len(self._in_frame) if self._spreading() else len(self._waiting)
-        taken = list(self._waiting)[: max(0, room)]  # the longest waiting first
+        taken = list(self._waiting)[: max(0, self._room() - len(self._in_frame))]  # the longest waiting first
         if len(taken) == len(self._waiting):  # panes left out still count their hold from the frame before
             self._last_frame = self._clock()
         for waiting in taken:
@@ -105,8 +115,17 @@ class FramePacer:
             self._waiting.pop(waiting)()
 
     def crowded(self) -> bool:
-        """True: a pane due now waits for the next frame, as keys arrive and this one has its panes."""
-        return self._spreading() and len(self._in_frame) >= self._typing_frame_panes
+        """True: a pane due now waits for the next frame, as this one has its panes."""
+        return len(self._in_frame) >= self._room()
+
+    def _room(self) -> int:
+        """The panes the frame being drawn may hold in all."""
+        if self._spreading():
+            return self._typing_frame_panes
+        everyone = len(self._in_frame) + len(self._waiting) + 1
+        if self.frame_budget is None or self._pane_cost <= 0:
+            return everyone
+        return max(1, min(everyone, int(self.frame_budget / self._pane_cost)))
 
     def _spreading(self) -> bool:
         return self.spread and self._clock() - self._typed_at < TYPING_HOLD_SECONDS
@@ -123,6 +142,8 @@ class FramePacer:
         """The screen refreshed after the frame begun. True: report again after the next refresh
         (a frame's Markdown mounts its blocks over several refreshes, each laying out the screen);
         False: the frame is measured, and its cost spaces the next beat."""
+        if self._frame_began is not None and self._refreshes == 0:
+            self._frame_panes = len(self._in_frame)
         self._in_frame.clear()  # on screen: the next panes draw in a frame of their own
         if self._frame_began is None:
             return False
@@ -130,6 +151,7 @@ class FramePacer:
         if self._refreshes < FRAME_REFRESHES:
             return True
         (began, cpu), self._frame_began, self._refreshes = self._frame_began, None, 0
+        self._pane_cost = (self._cpu_clock() - cpu) / max(1, self._frame_panes)
         if self.drawing_share is not None:
             gap = (self._cpu_clock() - cpu) / self.drawing_share
             self._next_beat_from = began + min(gap, LONGEST_FRAME_GAP_SECONDS)

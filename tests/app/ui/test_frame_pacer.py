@@ -6,6 +6,7 @@ import pytest
 
 from app.ui.frame_pacer import (
     DRAWING_SHARE,
+    FRAME_BUDGET_SECONDS,
     FRAME_REFRESHES,
     LONGEST_FRAME_GAP_SECONDS,
     MAX_HOLD_SECONDS,
@@ -199,3 +200,27 @@ def test_panes_left_out_of_a_frame_keep_their_hold_from_the_frame_before() -> No
     assert pacer.hold(drawn_at=60.0) == 0.0  # not held another MAX_HOLD_SECONDS by the frame "a" drew in
     pacer.join("c")  # draws with "d": nobody is left out
     assert pacer.hold(drawn_at=60.0) == pytest.approx(TYPING_HOLD_SECONDS)  # held together again
+
+
+def test_without_typing_a_frame_draws_as_many_panes_as_its_budget_fits_at_the_measured_cost() -> None:
+    """A key pressed after a pause waits for the frame being drawn: 8 costly panes in one frame
+    made it ~400 ms, so a frame takes as many panes as FRAME_BUDGET_SECONDS holds at the cost a
+    pane of the last frame measured; before any measure (or when panes are cheap), all of them."""
+    clock, cpu = Clock(70.0), Clock(0.0)
+    pacer = FramePacer(clock, cpu)
+    drawn: list[str] = []
+    for pane in "bcdefgh":
+        pacer.wait(pane, lambda pane=pane: drawn.append(pane))
+    assert pacer.frame_begun()
+    pacer.join("a")  # nothing measured yet: every waiting pane draws in this frame
+    assert drawn == list("bcdefgh") and not pacer.crowded()
+    cpu.now += 8 * FRAME_BUDGET_SECONDS / 2  # the 8 panes cost half the budget each
+    show(pacer)
+    clock.now += 1.0
+    for pane in "bcdefgh":
+        pacer.wait(pane, lambda pane=pane: drawn.append(pane))
+    pacer.join("a")
+    assert drawn[7:] == ["b"]  # two panes in all fit the budget
+    assert pacer.crowded()  # the rest draw in the next frames
+    pacer.frame_shown()
+    assert not pacer.crowded()
