@@ -91,6 +91,25 @@ def test_12bit_products_are_the_bf16_products_bit_for_bit(native, distribution, 
         assert same_bits(out_12, out_16), m
 
 
+def test_12bit_products_split_between_threads_are_the_bf16_products_bit_for_bit(native):
+    """The tests run on one thread; serving runs on all cores, where panels are split between
+    threads and each decodes its k-chunks into a buffer of its own (shared, the rows would mix)."""
+    weight = weight_of("specials", 512, 640)
+    panels = pack_panels(weight, PAIR, native.PANEL)
+    packed = pack_bf12(panels, native.BF12_SWAP_MIDDLE, limit=1.0)
+    assert packed is not None
+    operands = [getattr(packed, name) for name in bf12._OPERANDS["bf12"]]
+    generator = torch.Generator().manual_seed(2)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        for m in (3, 64, 200):
+            x = torch.randn(m, 640, generator=generator).to(torch.bfloat16)
+            assert same_bits(native.linear_bf12(x, *operands, 512), native.linear_bf16(x, panels, 512)), m
+    finally:
+        torch.set_num_threads(threads)
+
+
 def test_trained_shaped_weights_take_12_bits_with_few_exceptions():
     weight = weight_of("normal_rows", 1024, 1024)
     packed = pack_bf12(pack_panels(weight, PAIR, 32), swap_middle=True)
