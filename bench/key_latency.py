@@ -137,6 +137,14 @@ async def _until(check: Callable[[], bool], what: str) -> None:
         await asyncio.sleep(0.05)
 
 
+def _has_answered(pane: ChatPane) -> bool:
+    """Text shown, or the reply already over (a --demo reply can end at a random end of text)."""
+    turn = pane.session.turn
+    if turn is not None:
+        return bool(turn.text)
+    return any(message.role == "assistant" for message in pane.conversation.messages)
+
+
 def _received(panes: list[ChatPane]) -> int:
     return sum(len(p.session.turn.ids) for p in panes if p.session.turn is not None)
 
@@ -167,9 +175,7 @@ async def measure(
         *streaming, typing = screen.panes
         for pane in streaming:
             await pane.session.send("Tell me a long story.")
-        await _until(
-            lambda: all(p.session.turn is not None and p.session.turn.text for p in streaming), "every stream"
-        )
+        await _until(lambda: all(_has_answered(p) for p in streaming), "every stream")
         typing.focus_input()
         await _until(lambda: app.focused is typing.prompt_input, "focus on the typing pane")
         if zoom:
