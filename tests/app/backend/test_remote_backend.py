@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import queue
+import time
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -13,6 +15,7 @@ from app.backend.http_errors import ServerError
 from app.backend.remote import RemoteBackend, pick_model
 from app.backend.server_metrics import ServerSnapshot
 from app.core.conversation import ChatMessage, ChatSettings, Conversation
+from bench.paced_server import PacedServer
 from engine import TokenEvent
 from tests.app.fake_openai import FakeServer
 from tests.waiting import HANG_GUARD, wait_for
@@ -88,6 +91,32 @@ def test_a_reply_streams_with_usage_and_timing(server: FakeServer) -> None:
     body = server.bodies[0]
     assert body["stream_options"] == {"include_usage": True} and body["messages"] == CHAT
     assert body["top_k"] == 5 and body["min_p"] == 0.1 and body["temperature"] == 0.0
+
+
+def test_tokens_written_apart_are_read_a_few_at_a_time() -> None:
+    """A read costs the same whatever it holds and servers write each token apart: the stream
+    waits a little after each read (READ_GATHER_SECONDS), so tokens 5 ms apart arrive in groups
+    (one read's tokens reach the pane together), all of them, in order."""
+    arrivals: list[tuple[float, str]] = []
+    with PacedServer(rate=200) as paced:
+        backend = RemoteBackend.connect(paced.url, None, None)
+        try:
+            settings = ChatSettings(max_tokens=120)
+            inbox: queue.Queue[TokenEvent] = queue.Queue()
+
+            def put(event: TokenEvent) -> None:
+                arrivals.append((time.monotonic(), event.text))
+                inbox.put(event)
+
+            backend.submit(Prompt(CHAT), settings, settings.max_tokens, "pane-1", put)
+            while not inbox.get(timeout=HANG_GUARD).finished:
+                pass
+        finally:
+            backend.close()
+    texts = [text for _, text in arrivals if text]
+    assert len(texts) == 120
+    groups = 1 + sum(b - a > 0.002 for (a, _), (b, _) in itertools.pairwise(arrivals))
+    assert groups < len(texts) / 3, groups  # each token read on its own: ~120 groups
 
 
 def test_fields_the_server_refuses_are_dropped_with_a_notice(server: FakeServer) -> None:
