@@ -114,9 +114,12 @@ class FramePacer:
             self._in_frame.add(waiting)  # counted now: its draw comes later in this frame
             self._waiting.pop(waiting)()
 
-    def crowded(self) -> bool:
-        """True: a pane due now waits for the next frame, as this one has its panes."""
-        return len(self._in_frame) >= self._room()
+    def crowded(self, pane: Hashable) -> bool:
+        """True: `pane`, due now, waits for the next frame: this one has its panes, or the room
+        left is for panes that have waited longer (otherwise a pane whose timer fires first would
+        draw every frame and a slower one never)."""
+        room = self._room() - len(self._in_frame)
+        return room <= 0 or (pane in self._waiting and pane not in list(self._waiting)[:room])
 
     def _room(self) -> int:
         """The panes the frame being drawn may hold in all."""

@@ -52,7 +52,7 @@ class PacedFrames(Widget):
         if (hold := self.context.pacer.hold(self._drawn_at)) > 0:
             self._frame_timer = self.set_timer(hold, self._draw_frame)
             return
-        if self.context.pacer.crowded():  # keys arrive and this frame has its panes: the next one
+        if self.context.pacer.crowded(self):  # the frame has its panes, or panes waiting longer: the next
             self._frame_timer = self.set_timer(STREAM_FRAME_SECONDS / 2, self._draw_frame)
             return
         self._frame_timer = None

@@ -161,7 +161,7 @@ def test_while_keys_arrive_a_frame_draws_one_pane_by_default() -> None:
     pacer.key_pressed()
     pacer.join("a")
     assert drawn == []  # "b" and "c" wait for the next frames
-    assert pacer.crowded()
+    assert pacer.crowded("c")
 
 
 def test_while_keys_arrive_a_frame_draws_a_few_panes_and_the_rest_the_next_frames() -> None:
@@ -174,9 +174,9 @@ def test_while_keys_arrive_a_frame_draws_a_few_panes_and_the_rest_the_next_frame
     assert pacer.frame_begun()
     pacer.join("a")  # "a" draws and pulls in the longest waiting, up to 2 panes in all
     assert drawn == ["b"]
-    assert pacer.crowded()  # the others, due, wait for the next frame
+    assert pacer.crowded("c")  # the others, due, wait for the next frame
     pacer.frame_shown()  # the screen shows the frame (and the keys typed meanwhile)
-    assert not pacer.crowded()
+    assert not pacer.crowded("c")
     pacer.join("c")
     assert drawn == ["b", "d"]  # the next frame: again a few
     clock.now += TYPING_HOLD_SECONDS + 0.01  # the typing paused: a frame draws every waiting pane
@@ -213,7 +213,7 @@ def test_without_typing_a_frame_draws_as_many_panes_as_its_budget_fits_at_the_me
         pacer.wait(pane, lambda pane=pane: drawn.append(pane))
     assert pacer.frame_begun()
     pacer.join("a")  # nothing measured yet: every waiting pane draws in this frame
-    assert drawn == list("bcdefgh") and not pacer.crowded()
+    assert drawn == list("bcdefgh") and not pacer.crowded("b")
     cpu.now += 8 * FRAME_BUDGET_SECONDS / 2  # the 8 panes cost half the budget each
     show(pacer)
     clock.now += 1.0
@@ -221,6 +221,11 @@ def test_without_typing_a_frame_draws_as_many_panes_as_its_budget_fits_at_the_me
         pacer.wait(pane, lambda pane=pane: drawn.append(pane))
     pacer.join("a")
     assert drawn[7:] == ["b"]  # two panes in all fit the budget
-    assert pacer.crowded()  # the rest draw in the next frames
+    assert pacer.crowded("c")  # the rest draw in the next frames
     pacer.frame_shown()
-    assert not pacer.crowded()
+    assert not pacer.crowded("c") and not pacer.crowded("d")
+    assert pacer.crowded("e")  # the room is for the two that waited longest
+    pacer.join("c")
+    pacer.wait("c", lambda: drawn.append("c"))  # "c" drew and has more: it waits behind the others
+    pacer.frame_shown()
+    assert pacer.crowded("c") and not pacer.crowded("e")
