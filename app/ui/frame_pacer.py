@@ -154,9 +154,10 @@ class FramePacer:
         if self._refreshes < FRAME_REFRESHES:
             return True
         (began, cpu), self._frame_began, self._refreshes = self._frame_began, None, 0
-        self._pane_cost = (self._cpu_clock() - cpu) / max(1, self._frame_panes)
+        cost = self._cpu_clock() - cpu
+        self._pane_cost = cost / max(1, self._frame_panes)
         if self.drawing_share is not None:
-            gap = (self._cpu_clock() - cpu) / self.drawing_share
+            gap = cost / self.drawing_share
             self._next_beat_from = began + min(gap, LONGEST_FRAME_GAP_SECONDS)
         return False
 
