@@ -29,6 +29,7 @@ from app.store.persistence import Saver
 from app.ui.keys import PANE_KEYS, key, key_named, palette_commands
 from app.ui.layout import plan_layout
 from app.ui.pane_context import PaneContext
+from app.ui.patches.dirty_regions import DirtyRegionsCompositor
 from app.ui.quiet_collections import COLLECT_SECONDS, QuietCollections
 from app.ui.screens.history import HistoryScreen
 from app.ui.widgets.chat_pane import ChatPane
@@ -86,6 +87,7 @@ class ChatScreen(Screen[None]):
         typed_ahead: str = "",
     ) -> None:
         super().__init__()
+        self._compositor = DirtyRegionsCompositor()  # a frame renders only what is under its changes
         self._typed_ahead = typed_ahead
         self.saver = saver
         self.saving = ConversationSaver(saver, self._show_save_problem)
