@@ -20,6 +20,7 @@ from textual.strip import Strip
 from textual.theme import Theme
 from textual.widget import Widget
 
+from app.ui.patches.laid_out_once import LaidOutOnce
 from app.ui.widgets.answer_segments import Segment
 from app.ui.widgets.markdown_blocks import MarkdownBlocks, fence_code, is_fence
 from app.ui.widgets.stream_slack import laid_out_rows
@@ -27,7 +28,7 @@ from app.ui.widgets.stream_slack import laid_out_rows
 CODE_THEMES = {True: "monokai", False: "default"}  # Pygments styles for dark and light app themes
 
 
-class BlockLines(Widget):
+class BlockLines(LaidOutOnce, Widget):
     """Markdown blocks drawn one under another (a blank row between them), each rendered once per
     width; the last may be live, rendered again at each change."""
 
@@ -145,7 +146,7 @@ class CodeBlock(BlockLines):
         return fence_code(self.blocks[0]) if self.blocks else ""
 
 
-class MarkdownSegment(Vertical):
+class MarkdownSegment(LaidOutOnce, Vertical):
     """A segment of the answer as Markdown (app/ui/widgets/answer_segments.py bounds its size);
     links are shown as their text and address, never opened (the text is untrusted)."""
 

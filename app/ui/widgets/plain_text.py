@@ -15,6 +15,7 @@ from textual.geometry import Size
 from textual.strip import Strip
 from textual.widget import Widget
 
+from app.ui.patches.laid_out_once import LaidOutOnce
 from app.ui.widgets.stream_slack import laid_out_rows
 
 TAB = "    "
@@ -33,7 +34,7 @@ def wrap_line(line: str, width: int) -> list[tuple[int, int]]:
     return rows
 
 
-class PlainText(Widget):
+class PlainText(LaidOutOnce, Widget):
     """Read-only text, hard wrapped at the widget's width; `append` adds to its end."""
 
     DEFAULT_CSS = """

@@ -22,12 +22,13 @@ from app.core.reply_parts import TOOL_END, TOOL_START, Part, answer_text, split_
 from app.core.sanitize import StreamStripper, without_disputed_widths
 from app.session.tools import calls_in, pretty_arguments
 from app.ui.keys import PANE_KEYS, key_named
+from app.ui.patches.laid_out_once import LaidOutOnce
 from app.ui.widgets.answer_segments import ALL_PLAIN, LIMITS, DrawingLimits, Segment, SegmentPlan
 from app.ui.widgets.markdown_lines import MarkdownSegment
 from app.ui.widgets.plain_text import PlainText
 
 
-class ThinkingBlock(Vertical):
+class ThinkingBlock(LaidOutOnce, Vertical):
     """A header line and the model's reasoning, dimmed; the body shows while thinking or when opened."""
 
     def __init__(self, part: Part, shown: bool) -> None:
@@ -78,7 +79,7 @@ class ThinkingBlock(Vertical):
         self.display = writing or bool(self.part.text.strip())
 
 
-class ToolCallBlock(Static):
+class ToolCallBlock(LaidOutOnce, Static):
     """A tool call the model wrote, under a label instead of raw special tokens: once the block is
     complete, each call as its tool's name and its arguments as indented JSON (what the user
     approves), or the block's text as written when it does not read as calls."""
@@ -139,7 +140,7 @@ class PlainSegment(PlainText):
 SegmentView = MarkdownSegment | WidgetMarkdownSegment | PlainSegment
 
 
-class AnswerMarkdown(Vertical):
+class AnswerMarkdown(LaidOutOnce, Vertical):
     """The answer text: Markdown where it is small, plain text where it is too big (the policy is
     app/ui/widgets/answer_segments.py). An update that extends the text extends the live segment
     (or adds one); any other text starts over."""
@@ -237,7 +238,7 @@ KINDS: dict[str, type[PartView]] = {
 }
 
 
-class Reply(Vertical):
+class Reply(LaidOutOnce, Vertical):
     """A reply's parts, kept in step with its text by `update`."""
 
     # True: drawn while another pane's zoom hides it, as before (bench.key_latency's "before").

@@ -16,9 +16,10 @@ from textual.widgets import Static
 from app.core.conversation import ChatMessage
 from app.core.sanitize import for_display
 from app.session.tools import folded
+from app.ui.patches.laid_out_once import LaidOutOnce
 
 
-class ToolMessage(Vertical):
+class ToolMessage(LaidOutOnce, Vertical):
     """One call's run, and then its result as the model was sent it."""
 
     def __init__(self, name: str, result: str | None = None, is_error: bool = False) -> None:

@@ -17,6 +17,7 @@ from app.core.conversation import ChatMessage
 from app.core.sanitize import for_display, strip_control, without_disputed_widths
 from app.core.versions import place
 from app.ui.keys import PANE_KEYS, key_named
+from app.ui.patches.laid_out_once import LaidOutOnce
 from app.ui.widgets.markdown_lines import CodeBlock
 from app.ui.widgets.reply import Reply
 from app.ui.widgets.tool_message import ToolMessage
@@ -43,7 +44,7 @@ class VersionLabel(Static):
         self.update(f"‹ {shown}/{total} › {older} / {newer}")
 
 
-class UserMessage(Static):
+class UserMessage(LaidOutOnce, Static):
     """A user turn; keeps its text for copying (Static's render is not the source)."""
 
     def __init__(self, text: str) -> None:
@@ -61,7 +62,7 @@ def copy_text(widget: Widget) -> str:
     return widget.answer
 
 
-class Transcript(VerticalScroll, can_focus=False):
+class Transcript(LaidOutOnce, VerticalScroll, can_focus=False):
     """Messages top to bottom, anchored to the end so a stream stays in view.
 
     Not focusable: Tab moves between panes' inputs, and the keys above scroll it.
