@@ -9,6 +9,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <type_traits>
@@ -76,24 +77,34 @@ inline Acc zero_acc() {
 // Every panel (split between threads) against all M rows in chunks of k-steps, each `step_bytes`
 // of a panel: run(R, m0, p, s0, s1, acc) adds steps [s0, s1) of R rows from m0 into acc[R][VECS],
 // finish(R, m0, p, acc) stores the finished sums; begin(p, s0, s1), before a chunk's tiles, may
-// prepare it (a 12-bit panel decodes it). `weights` is the first panel, the others following it:
-// with PREFETCH_TILES or more row tiles, while a chunk's tiles compute each asks for its share of
-// the next chunk's cache lines (into L2), so memory streams the next chunk under the arithmetic
-// instead of between chunks. (With fewer tiles the requests come in bursts too large to hide.)
+// prepare it. `weights` is the first panel, the others following it: with PREFETCH_TILES or more
+// row tiles, while a chunk's tiles compute each asks for its share of the next chunk's cache lines
+// (into L2), so memory streams the next chunk under the arithmetic instead of between chunks.
+// (With fewer tiles the requests come in bursts too large to hide.)
+// A begin taking a fourth argument, begin(p, s0, s1, scratch), prepares the chunk (then at most
+// CHUNK_BYTES, whatever M) in `scratch`, CHUNK_BYTES of the calling thread's own, and run gets it
+// as its last argument: a 12-bit panel decodes each chunk there. Not a thread_local buffer: in a
+// shared library its address is a call (__tls_get_addr), which GCC repeated for every row tile,
+// spilling and reloading the tile's sums around it.
 template <typename Acc, typename Run, typename Finish, typename Begin = void (*)(int64_t, int64_t, int64_t)>
 void for_each_chunked_tile(
     int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, const void* weights, Run&& run, Finish&& finish,
     Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
-  const int64_t chunk = M <= MR ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
+  constexpr bool scratch_chunks = std::is_invocable_v<Begin, int64_t, int64_t, int64_t, std::byte*>;
+  const int64_t chunk = M <= MR && !scratch_chunks ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
   const int64_t tiles = (M + MR - 1) / MR;
   const bool prefetch = weights != nullptr && chunk < steps && tiles >= PREFETCH_TILES;
   const int64_t lines_per_tile = prefetch ? (chunk * step_bytes / 64 + tiles - 1) / tiles : 0;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<Acc> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
+    alignas(64) std::byte scratch[scratch_chunks ? CHUNK_BYTES : 1];
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
         const int64_t s1 = std::min(steps, s0 + chunk);
-        begin(p, s0, s1);
+        if constexpr (scratch_chunks)
+          begin(p, s0, s1, scratch);
+        else
+          begin(p, s0, s1);
         row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
           if (prefetch) {
             const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes;
@@ -103,7 +114,10 @@ void for_each_chunked_tile(
           Acc acc[R.value][VECS];
           UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
             acc[r][j] = s0 == 0 ? zero_acc<Acc>() : partial[(m0 + r) * VECS + j];
-          run(R, m0, p, s0, s1, acc);
+          if constexpr (scratch_chunks)
+            run(R, m0, p, s0, s1, acc, scratch);
+          else
+            run(R, m0, p, s0, s1, acc);
           if (s1 == steps) {
             finish(R, m0, p, acc);
             return;
@@ -116,7 +130,7 @@ void for_each_chunked_tile(
 }
 
 // for_each_chunked_tile for tile_pairs, over a panel whose k-pairs take `pair_bytes` (in L1):
-// run(R, m0, p, rows, pair0, pair1, acc) with the activation rows from m0 as tile_pairs reads
+// run(R, m0, p, rows, pair0, pair1, acc[, scratch]) with the activation rows from m0 as tile_pairs reads
 // them: x itself, or where the vector layer says so (PAIRS_FROM_FLOATS) x widened to fp32 once
 // here, exactly, instead of every broadcast in every panel.
 template <typename Run, typename Finish, typename Begin = void (*)(int64_t, int64_t, int64_t)>
@@ -126,8 +140,8 @@ void for_each_pair_tile(
   const auto over = [&](const auto* rows) {
     for_each_chunked_tile<vf>(
         M, panels, K / 2, pair_bytes, weights,
-        [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc) {
-          run(R, m0, p, rows + m0 * K, s0, s1, acc);
+        [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc, auto*... scratch) {
+          run(R, m0, p, rows + m0 * K, s0, s1, acc, scratch...);
         },
         finish, begin);
   };
