@@ -28,9 +28,9 @@ EXCEPTION = 15  # the index that marks a value whose exponent is not in its pane
 EXCEPTION_LIMIT = 1 / 1024  # of a weight's values; beyond it the weight stays bf16
 # The kernels' instruction sets where 12-bit weights decode faster than bf16 ones (EngineConfig's
 # "auto"): one stream much faster, and 8 streams and prompts not slower, end to end
-# (`python -m bench.llamacpp_speed`; docs/PERFORMANCE.md has the figures). On the AVX2 build one
-# stream and 8 are faster but 128-token prompts were not shown level; AVX512_BF16 has not been measured.
-FASTER_ON: frozenset[str] = frozenset({"avx512f"})
+# (`python -m bench.llamacpp_speed`, `python -m bench`; docs/PERFORMANCE.md has the figures).
+# AVX512_BF16 has not been measured.
+FASTER_ON: frozenset[str] = frozenset({"avx512f", "avx2"})
 _VALUES_PER_CHUNK = 1 << 22  # values converted at once: int64 temporaries of a whole head would be ~4 GB
 
 
