@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.style import Style
 from textual.geometry import Region
 from textual.strip import Strip
 from textual.widgets import TextArea
@@ -23,7 +24,8 @@ from textual.widgets import TextArea
 class SturdyTextArea(TextArea):
     """TextArea whose frames before styling or after removal are blank lines."""
 
-    _styled_from: tuple[Any, ...] = ()  # what the theme was last filled from
+    _styled_style: Style | None = None  # the box's style the theme was last filled from
+    _styled_from: tuple[Any, ...] = ()  # and the theme objects and component styles, by identity
 
     def render_lines(self, crop: Region) -> list[Strip]:
         if not self._has_component_styles():
@@ -32,9 +34,9 @@ class SturdyTextArea(TextArea):
         if theme is not None:
             styled_from = (theme, self.app.current_theme, *self._component_styles.values())
             style = self.rich_style
-            if not _same(styled_from, self._styled_from[1:]) or style != self._styled_from[0]:
+            if style != self._styled_style or not _same(styled_from, self._styled_from):
                 theme.apply_css(self)
-                self._styled_from = (style, *styled_from)
+                self._styled_style, self._styled_from = style, styled_from
         return super(TextArea, self).render_lines(crop)  # TextArea's own fills the theme every time
 
     def _has_component_styles(self) -> bool:

@@ -92,8 +92,7 @@ struct Bf12Panel {
   template <typename Chunk>
   void decode(int64_t from, int64_t count, std::byte* chunk) const {
     Words group[BF12_VECTORS];
-    // counted in vectors, not divided out of ``at``: a signed division in this loop made 8 rows
-    // 5-10% slower (AVX512F)
+    // counted in vectors, not divided out of ``at``: a signed division here slowed the few-row case
     for (int64_t at = from, vector = 0; at < from + count; at += GROUP, vector += BF12_VECTORS) {
       decode_group(at, group);
       for (int v = 0; v < BF12_VECTORS; ++v) Chunk::put(chunk, vector + v, group[v]);
@@ -105,9 +104,8 @@ struct Bf12Panel {
 // tiles: as linear_bf16's panel (bf16 words) or, WIDE, as the very Pairs its loads make of them,
 // already widened to fp32 where the vector layer widens pairs (AVX2, AVX512F). WIDE spares every
 // row tile a shift and a mask per vector, on the two ports its FMAs need, for twice the bytes
-// stored per weight: worth it from WIDE_TILES row tiles on (forced AVX2 build, 12-bit against
-// plain bf16: 8 rows 0.83-0.91x -> 0.96-1.02x, 128 rows 0.97x -> 1.12x; AVX512F with 2 tiles,
-// 8 rows, a little slower widened).
+// stored per weight: worth it from WIDE_TILES row tiles on (measured: docs/PERFORMANCE.md, End to
+// end, 2026-11-29 late night).
 constexpr int64_t WIDE_TILES = 4;
 
 template <bool WIDE>
