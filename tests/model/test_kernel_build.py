@@ -7,11 +7,14 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
+from tests.conftest import RUNNABLE_ISAS
 from tests.waiting import HANG_GUARD
 
 # the package re-exports a function named build over its module of that name
@@ -117,3 +120,36 @@ def test_a_finished_build_loads_without_running_the_builder(monkeypatch):
     monkeypatch.setattr(cpp_extension, "load", no_builder)
     loaded, reason = build.build(isa)
     assert reason is None and loaded is not None and loaded.__file__ == module.__file__
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler")
+@pytest.mark.parametrize("isa", [isa for isa in build.ISAS if isa not in RUNNABLE_ISAS] or [None])
+def test_the_sources_compile_for_an_instruction_set_this_cpu_cannot_run(isa):
+    """A user's CPU builds its widest set, which the suite on a narrower CPU never runs: once a
+    change that compiled only for the sets at hand sent AVX512_BF16 CPUs back to PyTorch's kernels.
+    A syntax check (templates instantiated, no code generated) of every source with that set's flags."""
+    if isa is None:
+        pytest.skip("this CPU runs every instruction set: the suite builds them all")
+    from torch.utils.cpp_extension import include_paths
+
+    includes = [
+        flag for path in [*include_paths(), sysconfig.get_paths()["include"]] for flag in ("-isystem", path)
+    ]
+    command = [
+        "g++",
+        "-fsyntax-only",
+        "-std=c++20",
+        "-w",
+        *build.compile_flags(isa),
+        *includes,
+        "-DTORCH_EXTENSION_NAME=syntax_check",
+        "-DTORCH_API_INCLUDE_EXTENSION_H",
+    ]
+
+    def check(source: Path) -> str:
+        done = subprocess.run([*command, str(source)], capture_output=True, text=True, timeout=300)
+        return "" if done.returncode == 0 else f"{source.name}: {done.stderr[-2000:]}"
+
+    with ThreadPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+        failures = [failure for failure in pool.map(check, build.SOURCES) if failure]
+    assert not failures, "\n".join(failures)

@@ -127,14 +127,20 @@ struct DecodedChunk {
     if constexpr (!WIDE) {
       return load_pairs(reinterpret_cast<const bf16*>(data) + at * 2 * LANES);
     } else {
-      const Pairs& w = reinterpret_cast<const Pairs*>(data)[at];
-      // member by member: GCC copies a struct by 16-byte moves, which the wide loads after it would
-      // wait on (a failed store forward each, 10x slower)
-      if constexpr (std::is_class_v<Pairs>)
-        return {w.even, w.odd};
-      else
-        return w;
+      return copied(reinterpret_cast<const Pairs*>(data)[at]);
     }
+  }
+
+ private:
+  // member by member where Pairs is a struct of two vectors (AVX2, AVX512F): GCC copies a struct by
+  // 16-byte moves, which the wide loads after it would wait on (a failed store forward each, 10x
+  // slower). A template, so the struct branch is not compiled where Pairs is one vector (AVX512_BF16).
+  template <typename P>
+  static P copied(const P& w) {
+    if constexpr (std::is_class_v<P>)
+      return {w.even, w.odd};
+    else
+      return w;
   }
 };
 
