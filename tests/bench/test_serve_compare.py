@@ -44,11 +44,17 @@ def test_a_broken_stream_fails_with_a_sentence_saying_how(lines: list[str], said
         tally(*lines).tokens  # noqa: B018  (reading the count is what checks the stream's end)
 
 
-def test_prompts_have_the_asked_words_and_differ_from_the_first_word_between_clients_and_rounds():
-    prompts = [serve_compare.prompt(client, number) for client in range(3) for number in range(2)]
+def test_prompts_differ_from_the_first_word_between_clients_rounds_and_concurrencies():
+    """A prompt repeated at the next concurrency is a prefix-cache hit for a server that kept it."""
+    prompts = [
+        serve_compare.prompt(client, number, concurrency)
+        for concurrency in (8, 16)
+        for client in range(concurrency)
+        for number in range(2)
+    ]
     assert all(len(p.split()) == serve_compare.PROMPT_WORDS for p in prompts)
     assert len({p.split()[0] for p in prompts}) == len(prompts)
-    assert serve_compare.prompt(1, 1) == serve_compare.prompt(1, 1)
+    assert serve_compare.prompt(1, 1, 8) == serve_compare.prompt(1, 1, 8)
 
 
 def test_the_summary_gives_medians_each_round_the_ratio_and_why_vllm_was_skipped():
