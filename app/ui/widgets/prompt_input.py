@@ -62,8 +62,14 @@ class PromptInput(InstantKeys, SturdyTextArea):
     does; ctrl+y therefore yanks rather than redoes (redo stays on super+y).
     """
 
-    # What TextArea lacks of readline's keys; ctrl+a/e, ctrl+w/u/k/d and ctrl+z it binds already.
+    # What TextArea lacks of readline's keys (ctrl+w/d and ctrl+z it binds already). TextArea's
+    # ctrl+a/e/u/k stop at the edge of a wrapped row; a shell's take the whole line, as here (a line
+    # of the text: ctrl+j breaks them). home and end keep TextArea's rows.
     BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("ctrl+a", "cursor_text_line_start", "Cursor to the line's start", show=False),
+        Binding("ctrl+e", "cursor_text_line_end", "Cursor to the line's end", show=False),
+        Binding("ctrl+u", "delete_to_text_line_start", "Delete to the line's start", show=False),
+        Binding("ctrl+k", "delete_to_text_line_end", "Delete to the line's end", show=False),
         Binding("ctrl+b", "cursor_left", "Cursor left", show=False),
         Binding("ctrl+f", "cursor_right", "Cursor right", show=False),
         Binding("alt+b", "cursor_word_left", "Cursor word left", show=False),
@@ -148,11 +154,28 @@ class PromptInput(InstantKeys, SturdyTextArea):
     def action_delete_word_right(self) -> None:
         self._kill(super().action_delete_word_right)
 
-    def action_delete_to_start_of_line(self) -> None:
-        self._kill(super().action_delete_to_start_of_line)
+    def _text_line_edges(self) -> tuple[Location, Location]:
+        """The start and end of the cursor's line of text, however many rows it wraps to."""
+        row = self.cursor_location[0]
+        return (row, 0), (row, len(self.document[row]))
 
-    def action_delete_to_end_of_line(self) -> None:
-        self._kill(super().action_delete_to_end_of_line)
+    def action_cursor_text_line_start(self) -> None:
+        self.move_cursor(self._text_line_edges()[0])
+
+    def action_cursor_text_line_end(self) -> None:
+        self.move_cursor(self._text_line_edges()[1])
+
+    def action_delete_to_text_line_start(self) -> None:
+        """Deletes back to the line's start; at its start, the line break before it."""
+        start, cursor = self._text_line_edges()[0], self.selection.end
+        until = self.get_cursor_left_location() if cursor == start else start
+        self._kill(lambda: self._delete_via_keyboard(until, cursor))
+
+    def action_delete_to_text_line_end(self) -> None:
+        """Deletes on to the line's end; at its end, the line break after it (emacs' kill-line)."""
+        end, cursor = self._text_line_edges()[1], self.selection.end
+        until = self.get_cursor_right_location() if cursor == end else end
+        self._kill(lambda: self._delete_via_keyboard(cursor, until))
 
     def action_yank(self) -> None:
         if self._killed:

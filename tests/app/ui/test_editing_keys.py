@@ -51,6 +51,31 @@ async def test_line_editing_keys_edit_the_box_and_nothing_else(make_options: Mak
         assert app.focused is prompt
 
 
+async def test_line_keys_take_the_whole_line_however_many_rows_it_wraps_to(make_options: MakeOptions) -> None:
+    """A shell's ctrl+a/e/u/k act on the line typed; TextArea's stop at the edge of a wrapped row,
+    which put text typed after ctrl+a in the middle of a long message."""
+    app = await launch_with_a_chat(make_options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        prompt = screen.panes[0].prompt_input
+        prompt.focus()
+        line = " ".join(f"word{i}" for i in range(40))  # ~270 characters: five rows of a half-width pane
+        prompt.restore(f"first line\n{line}")
+        await wait_until(pilot, lambda: prompt.wrapped_document.height >= 5, "the line to wrap")
+        steps = [
+            (("ctrl+a", "x"), f"first line\nx{line}"),
+            (("ctrl+e", "y"), f"first line\nx{line}y"),
+            (("ctrl+u",), "first line\n"),  # the whole line, not its last row
+            (("ctrl+y", "ctrl+a", "ctrl+k"), "first line\n"),
+            (("ctrl+u",), "first line"),  # at a line's start: the break before it
+            (("ctrl+a", "ctrl+k"), ""),
+            (("ctrl+y", "home", "z"), "zfirst line"),  # home is TextArea's own
+        ]
+        for keys, expected in steps:
+            await pilot.press(*keys)
+            await wait_until(pilot, lambda e=expected: prompt.text == e, f"{keys} to leave {expected!r}")
+
+
 async def test_the_moved_actions_run_on_their_new_keys(make_options: MakeOptions) -> None:
     app = await launch_with_a_chat(make_options)
     async with app.run_test(size=(120, 36)) as pilot:
