@@ -14,6 +14,7 @@ do not run, a model never takes this form: PyTorch multiplies the plain bf16 wei
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, fields
 from types import ModuleType
 
@@ -29,7 +30,7 @@ EXCEPTION_LIMIT = 1 / 1024  # of a weight's values; beyond it the weight stays b
 # The kernels' instruction sets where 12-bit weights decode faster than bf16 ones (EngineConfig's
 # "auto"): one stream much faster, and 8 streams and prompts not slower, end to end
 # (`python -m bench.llamacpp_speed`, `python -m bench`; docs/PERFORMANCE.md has the figures).
-# AVX512_BF16 has not been measured.
+# AVX512_BF16 ("avx512") is not there: from 8 rows its 12-bit kernel is still slower than plain bf16.
 FASTER_ON: frozenset[str] = frozenset({"avx512f", "avx2"})
 _VALUES_PER_CHUNK = 1 << 22  # values converted at once: int64 temporaries of a whole head would be ~4 GB
 
@@ -38,8 +39,8 @@ _VALUES_PER_CHUNK = 1 << 22  # values converted at once: int64 temporaries of a 
 class Bf12Weight:
     """One weight's 12-bit form, in linear_bf12's operand order (cpu_linear_bf12.cpp has the layout)."""
 
-    bytes: torch.Tensor  # u8 per value: sign << 7 | mantissa (each 32 in the kernels' order)
-    nibbles: torch.Tensor  # u8 per two values: exponent indices, the even value's low
+    bytes: torch.Tensor  # u8 per value: sign << 7 | mantissa (each group in the kernels' order)
+    nibbles: torch.Tensor  # u8 per two values: exponent indices (each group in the kernels' order), low first
     tables: torch.Tensor  # u8 [panels, 16]: exponents by index
     starts: torch.Tensor  # i64 [panels]: the first exception at or after the panel's first value
     positions: torch.Tensor  # i64 [exceptions + 1]: ascending, then int64 max
@@ -50,15 +51,22 @@ class Bf12Weight:
         return self.positions.numel() - 1
 
 
-def pack_bf12(panels: torch.Tensor, swap_middle: bool, limit: float = EXCEPTION_LIMIT) -> Bf12Weight | None:
+def pack_bf12(
+    panels: torch.Tensor,
+    byte_order: Sequence[int],
+    nibble_order: Sequence[int],
+    limit: float = EXCEPTION_LIMIT,
+) -> Bf12Weight | None:
     """linear_bf16's packed weight [panels, ...] (bf16) in 12 bits, or None when more than ``limit``
-    of its values would be exceptions. ``swap_middle``: the kernels' ``BF12_SWAP_MIDDLE``, the order
-    their decode reads each 32 values' bytes in (AVX2: values 0-7, 16-23, 8-15, 24-31)."""
+    of its values would be exceptions. ``byte_order`` and ``nibble_order``: the kernels'
+    ``BF12_BYTE_ORDER`` and ``BF12_NIBBLE_ORDER``, the value each stored byte and nibble of a group
+    (the values one decode step rebuilds) holds, the order their decode reads them in."""
     count = panels.shape[0]
     words = panels.reshape(count, -1).view(torch.int16)
     per_panel = words.shape[1]
     step = max(1, _VALUES_PER_CHUNK // per_panel)
-    parts = [_pack_chunk(words[start : start + step], swap_middle) for start in range(0, count, step)]
+    order = (torch.tensor(byte_order), torch.tensor(nibble_order))
+    parts = [_pack_chunk(words[start : start + step], *order) for start in range(0, count, step)]
     positions, values = [], []
     for start, (_, _, _, chunk_positions, chunk_values) in zip(range(0, count, step), parts, strict=True):
         positions.append(chunk_positions + start * per_panel)
@@ -78,7 +86,9 @@ def pack_bf12(panels: torch.Tensor, swap_middle: bool, limit: float = EXCEPTION_
     )
 
 
-def _pack_chunk(words: torch.Tensor, swap_middle: bool) -> tuple[torch.Tensor, ...]:
+def _pack_chunk(
+    words: torch.Tensor, byte_order: torch.Tensor, nibble_order: torch.Tensor
+) -> tuple[torch.Tensor, ...]:
     """Panels of bf16 bits (int16 [n, values]) -> bytes, nibbles, tables, exception positions within
     the chunk (in value order), exception values (int16)."""
     n = words.shape[0]
@@ -94,8 +104,9 @@ def _pack_chunk(words: torch.Tensor, swap_middle: bool) -> tuple[torch.Tensor, .
     missing = (index == EXCEPTION).reshape(-1)
     tables = torch.cat((ranked, torch.zeros(n, 1, dtype=torch.int64)), dim=1).to(torch.uint8)
     stored = ((bits >> 8) & 0x80) | (bits & 0x7F)
-    if swap_middle:
-        stored, index = (t.view(n, -1, 4, 8)[:, :, (0, 2, 1, 3)].reshape(n, -1) for t in (stored, index))
+    group = byte_order.numel()
+    stored = stored.view(n, -1, group)[:, :, byte_order].reshape(n, -1)
+    index = index.view(n, -1, group)[:, :, nibble_order].reshape(n, -1)
     return (
         stored.to(torch.uint8),
         (index[:, 0::2] | (index[:, 1::2] << 4)).to(torch.uint8),
@@ -124,7 +135,7 @@ class Bf12Linear(QuantizedLinear):
             self.register_buffer("weight", weight)
             return
         panels = pack_panels(weight.to(torch.bfloat16), PAIR, kernels.PANEL)
-        packed = pack_bf12(panels, kernels.BF12_SWAP_MIDDLE, EXCEPTION_LIMIT)
+        packed = pack_bf12(panels, kernels.BF12_BYTE_ORDER, kernels.BF12_NIBBLE_ORDER, EXCEPTION_LIMIT)
         if packed is None:
             self.native_kind = "bf16"
             self.register_buffer("packed_weight", panels)

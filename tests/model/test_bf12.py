@@ -20,7 +20,8 @@ from model.native.linears import NativeLinear
 from model.quant import bf12
 from model.quant.bf12 import Bf12Linear, pack_bf12, packed_12bit
 
-# 1-16 rows (one register tile decodes in registers, more decode each panel once) and past a tile
+# 1-16 rows (one register tile decodes in registers; up to 16 rows on AVX512_BF16 tall tiles of part of
+# a panel do too; more rows decode each k-chunk once) and past them
 ROWS = [*range(1, 17), 33]
 # (out, in): whole panels, a partial last panel, K not a multiple of the vectors' width
 SHAPES = [(128, 256), (100, 192), (37, 68), (70, 640)]  # the last: k-chunks with exceptions in several
@@ -76,7 +77,8 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
 def test_12bit_products_are_the_bf16_products_bit_for_bit(native, distribution, n, k):
     weight = weight_of(distribution, n, k)
     panels = pack_panels(weight, PAIR, native.PANEL)
-    packed = pack_bf12(panels, native.BF12_SWAP_MIDDLE, limit=1.0)  # packed, however many exceptions
+    # packed, however many exceptions
+    packed = pack_bf12(panels, native.BF12_BYTE_ORDER, native.BF12_NIBBLE_ORDER, limit=1.0)
     assert packed is not None
     if distribution in ("many_exponents", "specials"):
         assert packed.exceptions > 0
@@ -96,7 +98,7 @@ def test_12bit_products_split_between_threads_are_the_bf16_products_bit_for_bit(
     threads and each decodes its k-chunks into a buffer of its own (shared, the rows would mix)."""
     weight = weight_of("specials", 512, 640)
     panels = pack_panels(weight, PAIR, native.PANEL)
-    packed = pack_bf12(panels, native.BF12_SWAP_MIDDLE, limit=1.0)
+    packed = pack_bf12(panels, native.BF12_BYTE_ORDER, native.BF12_NIBBLE_ORDER, limit=1.0)
     assert packed is not None
     operands = [getattr(packed, name) for name in bf12._OPERANDS["bf12"]]
     generator = torch.Generator().manual_seed(2)
@@ -112,7 +114,7 @@ def test_12bit_products_split_between_threads_are_the_bf16_products_bit_for_bit(
 
 def test_trained_shaped_weights_take_12_bits_with_few_exceptions():
     weight = weight_of("normal_rows", 1024, 1024)
-    packed = pack_bf12(pack_panels(weight, PAIR, 32), swap_middle=True)
+    packed = pack_bf12(pack_panels(weight, PAIR, 32), range(32), range(32))
     assert packed is not None
     assert packed.exceptions < weight.numel() * bf12.EXCEPTION_LIMIT
     stored = sum(t.nbytes for t in (packed.bytes, packed.nibbles, packed.tables, packed.starts))

@@ -13,8 +13,10 @@
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("ISA") = LFM_ISA_NAME;              // the instruction set this build was compiled for
   m.attr("PANEL") = lfm_kernels::linear_panel();  // outputs per panel of the packed linear weights
-  // 12-bit weights: each 32 values' bytes stored with the middle two blocks of 8 swapped (AVX2's decode order)
-  m.attr("BF12_SWAP_MIDDLE") = lfm_kernels::vec::BF12_SWAP_MIDDLE;
+  // 12-bit weights: the value each stored byte and nibble of a decode step's group holds (its decode order)
+  m.attr("BF12_BYTE_ORDER") = std::vector<int>(lfm_kernels::vec::BF12_BYTE_ORDER.begin(), lfm_kernels::vec::BF12_BYTE_ORDER.end());
+  m.attr("BF12_NIBBLE_ORDER") =
+      std::vector<int>(lfm_kernels::vec::BF12_NIBBLE_ORDER.begin(), lfm_kernels::vec::BF12_NIBBLE_ORDER.end());
   // each linear returns x's dtype [M, N], or fills `out` (fp32 [M, N], the values that dtype holds) and returns it
   m.def("linear_bf16", &lfm_kernels::linear_bf16, "x @ W.T: bf16 x [M, K], bf16 W packed in pair panels, N outputs",
         py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());

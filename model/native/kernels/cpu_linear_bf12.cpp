@@ -9,19 +9,21 @@
 // order, so the sums, and the logits, are bit-identical to the bf16 kernel's.
 //
 // Layout: the bf16 pair panels of linear_bf16 (model/native/kernels/layout.py), value by value in
-// memory order (within each group of 32, in the order vec/'s bf12_decode reads: BF12_SWAP_MIDDLE),
-// split into
+// memory order (within each group, the values one decode step rebuilds, in the order vec/'s
+// bf12_decode reads them: BF12_BYTE_ORDER, BF12_NIBBLE_ORDER), split into
 //   bytes      u8 [values]          sign << 7 | mantissa
-//   nibbles    u8 [values / 2]      the exponent index of value 2i (low nibble) and 2i + 1 (high)
+//   nibbles    u8 [values / 2]      two exponent indices (the first low)
 //   tables     u8 [panels, 16]      each panel's exponents by index; index 15 marks an exception
 //   starts     i64 [panels]         the first exception at or after each panel's first value
 //   positions  i64 [exceptions + 1] every exception's value position, ascending, then INT64_MAX
 //   values     bf16 [exceptions + 1] their exact bf16 (the last a placeholder)
-// A group of 32 values holding an exception is decoded as any other, then patched from the list.
-// Up to one register tile of rows (MR) decodes in registers; more rows would decode every weight
-// once per tile, so each k-chunk of a panel (cpu_panels.h) is decoded once, in L1 (DecodedChunk),
-// and every row tile multiplied from there. Either way the activation rows come as linear_bf16's do
-// (for_each_pair_tile: widened to fp32 once where the vector layer wants it).
+// A group holding an exception is decoded as any other, then patched from the list.
+// Up to one register tile of rows (MR) decodes in registers. With more rows, where pairs are one
+// register (AVX512_BF16), up to TALL_MAX rows go in tiles of TALL_ROWS rows against part of a
+// panel, still decoding in registers (tall_tiles); otherwise each k-chunk of a panel (cpu_panels.h)
+// is decoded once, in L1 (DecodedChunk), and every row tile multiplied from there. Either way the
+// activation rows come as linear_bf16's do (for_each_pair_tile: widened to fp32 once where the
+// vector layer wants it).
 
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -32,6 +34,7 @@
 #include <cstring>
 #include <optional>
 #include <type_traits>
+#include <vector>
 
 #include "cpu_panels.h"
 
@@ -40,26 +43,15 @@ namespace {
 
 using namespace vec;
 
-constexpr int64_t GROUP = 32;  // values a decode step rebuilds: BF12_VECTORS vectors of pairs
-static_assert(GROUP == BF12_VECTORS * 2 * LANES, "a decode step gives whole vectors of pairs");
+constexpr int64_t GROUP = BF12_VECTORS * 2 * LANES;  // values a decode step rebuilds: whole vectors of pairs
+static_assert(GROUP == int64_t(BF12_BYTE_ORDER.size()) && GROUP == int64_t(BF12_NIBBLE_ORDER.size()),
+              "the stored order spans one decode step");
+static_assert(VECS % BF12_VECTORS == 0, "a panel's pair step is whole decode steps");
 // Values ahead of the group being decoded that its decode asks the cache for. The decode keeps the
 // vector ports busy, so the out-of-order window reaches far fewer loads ahead than linear_bf16's
 // plain stream does, and the hardware prefetcher alone left the memory idle part of the time; the
 // load ports are free for the two requests (docs/PERFORMANCE.md has the measurement).
 constexpr int64_t AHEAD = 2048;
-
-// The decoded group of 32 values ending at ``end`` (its words in value order, as bf12_decode gives
-// them), its exceptions (from index ``next`` on) put back exactly; returns the next exception's
-// index. Out of line and given plain values, so the rare call leaves Bf12Panel's members in
-// registers around it.
-__attribute__((noinline)) int64_t patch(const int64_t* positions, const bf16* values, int64_t end, int64_t next,
-                                        Words (&words)[BF12_VECTORS]) {
-  uint16_t group[GROUP];
-  std::memcpy(group, words, sizeof(group));
-  for (; positions[next] < end; ++next) group[positions[next] - (end - GROUP)] = values[next].x;
-  std::memcpy(words, group, sizeof(group));
-  return next;
-}
 
 // A 12-bit panel, decoded group by group in increasing order (tile_pairs' loads, or all of it at
 // once), so a cursor walks the panel's exceptions once.
@@ -78,7 +70,18 @@ struct Bf12Panel {
     _mm_prefetch(reinterpret_cast<const char*>(bytes + at + AHEAD), _MM_HINT_T0);
     _mm_prefetch(reinterpret_cast<const char*>(nibbles + (at + AHEAD) / 2), _MM_HINT_T0);
     bf12_decode(bytes + at, nibbles + at / 2, table, out);  // an exception's index 15 decodes to a placeholder
-    if (positions[next] < end) next = patch(positions, values, end, next, out);
+    if (__builtin_expect(positions[next] < end, 0)) patch(end, out);
+  }
+
+  // The exceptions of the group of GROUP values ending at ``end`` put back exactly into its decoded
+  // words, in registers (a round trip through memory stalled on the stores); those before the group
+  // passed over: a pass over some of each pair's vectors (Bf12Part) skips the others' groups.
+  inline void patch(int64_t end, Words (&out)[BF12_VECTORS]) const {
+    for (; positions[next] < end; ++next) {
+      const int64_t at = positions[next] - (end - GROUP);
+      UNROLL for (int v = 0; v < BF12_VECTORS; ++v)
+        if (at >= v * 2 * LANES && at < (v + 1) * 2 * LANES) out[v] = set_word(out[v], at - v * 2 * LANES, values[next].x);
+    }
   }
 
   inline Pairs load(int64_t pair, int j) const {
@@ -99,6 +102,59 @@ struct Bf12Panel {
     }
   }
 };
+
+// Vectors [part * BF12_VECTORS, (part + 1) * BF12_VECTORS) of a 12-bit panel's pairs: one decode
+// step's group each pair, decoded in registers as tile_pairs loads them.
+struct Bf12Part {
+  const Bf12Panel& panel;
+  int part;
+  inline Pairs load(int64_t pair, int j) const { return panel.load(pair, part * BF12_VECTORS + j); }
+};
+
+// Where pairs are one register (AVX512_BF16) a tile of TALL_ROWS rows against one part of the
+// panel (TALL_ROWS x BF12_VECTORS sums) decodes each group in registers, once per TALL_ROWS rows,
+// between its dot products, instead of once per chunk into memory ahead of them (DecodedChunk: a
+// burst of decoding that the multiplies wait for). Each part of a k-chunk is such a pass, the sums
+// waiting in memory between chunks (exact), so each output still sums k in increasing order.
+constexpr bool TALL = !std::is_class_v<Pairs> && !PAIRS_FROM_FLOATS;
+constexpr int TALL_ROWS = 8;
+// Up to this many rows; past it decoding once per TALL_ROWS rows costs more than once per chunk.
+constexpr int64_t TALL_MAX = 2 * TALL_ROWS;
+constexpr int PARTS = VECS / BF12_VECTORS;
+
+template <typename PanelOf, typename Store>
+void tall_tiles(const bf16* x, int64_t M, int64_t K, int64_t panels, const int64_t* positions,
+                const int64_t* positions_end, PanelOf&& panel, Store&& store) {
+  const int64_t steps = K / 2;
+  const int64_t chunk = std::max<int64_t>(1, CHUNK_BYTES / (PANEL * 2 * int64_t(sizeof(bf16))));  // linear_bf16's
+  at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
+    std::vector<vf> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
+    for (int64_t p = p0; p < p1; ++p) {
+      const Bf12Panel whole = panel(p);
+      int64_t next = whole.next;
+      for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
+        const int64_t s1 = std::min(steps, s0 + chunk);
+        next = std::lower_bound(positions + next, positions_end, whole.first + s0 * 2 * PANEL) - positions;
+        for (int part = 0; part < PARTS; ++part)
+          row_tiles<TALL_ROWS>(M, p, [&](auto R, int64_t m0, int64_t) {
+            vf acc[R.value][BF12_VECTORS];
+            vf* saved = partial.data() + m0 * VECS + part * BF12_VECTORS;
+            UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < BF12_VECTORS; ++j)
+              acc[r][j] = s0 == 0 ? zero() : saved[r * VECS + j];
+            Bf12Panel cursor = whole;
+            cursor.next = next;
+            tile_pairs<R.value>(x + m0 * K, K, Bf12Part{cursor, part}, s0, s1, acc);
+            UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < BF12_VECTORS; ++j) {
+              if (s1 == steps)
+                store(m0 + r, p * PANEL + (part * BF12_VECTORS + j) * LANES, acc[r][j]);
+              else
+                saved[r * VECS + j] = acc[r][j];
+            }
+          });
+      }
+    }
+  });
+}
 
 // Pairs [first_pair, ...) of a panel's k-chunk, decoded once (Bf12Panel::decode) for all its row
 // tiles: as linear_bf16's panel (bf16 words) or, WIDE, as the very Pairs its loads make of them,
@@ -192,8 +248,14 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
         store);
     return result.tensor();
   }
-  // more rows: each k-chunk of a panel decoded once, into the thread's scratch, then every tile over it
   const int64_t* positions_end = pp + positions.numel();
+  if (TALL && M <= TALL_MAX) {
+    if constexpr (TALL)
+      tall_tiles(xp, M, K, panels, pp, positions_end, panel,
+                 [&](int64_t row, int64_t n0, vf sums) { result.store(row, n0, sums); });
+    return result.tensor();
+  }
+  // more rows: each k-chunk of a panel decoded once, into the thread's scratch, then every tile over it
   const auto chunked = [&](auto wide) {
     using Chunk = DecodedChunk<wide.value>;
     for_each_pair_tile(

@@ -40,13 +40,13 @@ inline void remainder_tile(int64_t rows, int64_t m, int64_t p, Tile&& tile) {
   }
 }
 
-// All M rows against panel p, MR at a time. tile(R, m0, p) runs one register tile; R is passed
-// as a compile-time constant.
-template <typename Tile>
+// All M rows against panel p, ROWS (MR unless given) at a time. tile(R, m0, p) runs one register
+// tile; R is passed as a compile-time constant.
+template <int ROWS = MR, typename Tile>
 inline void row_tiles(int64_t M, int64_t p, Tile&& tile) {
   int64_t m = 0;
-  for (; m + MR <= M; m += MR) tile(std::integral_constant<int, MR>{}, m, p);
-  remainder_tile<MR - 1>(M - m, m, p, tile);
+  for (; m + ROWS <= M; m += ROWS) tile(std::integral_constant<int, ROWS>{}, m, p);
+  remainder_tile<ROWS - 1>(M - m, m, p, tile);
 }
 
 // Every panel (split between threads) against all M rows.
@@ -163,15 +163,14 @@ struct Bf16Panel {
 };
 
 // R activation rows (bf16, or fp32 holding bf16 values; row stride K) against pairs [pair0, pair1)
-// of one pair panel, added into fp32 sums. Panel::load(pair, j) gives the pairs of vector j, called
-// once per (pair, j) in increasing order.
-template <int R, typename X, typename Panel>
-inline void tile_pairs(const X* x, int64_t K, const Panel& panel, int64_t pair0, int64_t pair1,
-                       vf (&acc)[R][VECS]) {
+// of one pair panel (or V < VECS of its vectors), added into fp32 sums. Panel::load(pair, j) gives
+// the pairs of vector j, called once per (pair, j) in increasing order.
+template <int R, typename X, typename Panel, int V>
+inline void tile_pairs(const X* x, int64_t K, const Panel& panel, int64_t pair0, int64_t pair1, vf (&acc)[R][V]) {
   for (int64_t p = pair0; p < pair1; ++p) {
     Pairs xb[R];
     UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_pair(x + r * K + 2 * p);
-    UNROLL for (int j = 0; j < VECS; ++j) {
+    UNROLL for (int j = 0; j < V; ++j) {
       const Pairs w = panel.load(p, j);
       UNROLL for (int r = 0; r < R; ++r) acc[r][j] = dot_pairs(acc[r][j], xb[r], w);
     }

@@ -29,9 +29,10 @@
 //     PAIRS_FROM_FLOATS: the linears broadcast activations widened to fp32 once per call
 //     (broadcast_pair(const float*)) instead of widening each broadcast
 //   12-bit bf16 (cpu_linear_bf12.cpp): Bf12Table, bf12_table (16 exponents -> lookup tables),
-//     bf12_decode (32 values' bf16 words rebuilt from their sign/mantissa bytes and index
-//     nibbles, as BF12_VECTORS Words of 2 * LANES), BF12_SWAP_MIDDLE (the bytes' stored order),
-//     store_words, words_pairs
+//     bf12_decode (a group's bf16 words rebuilt from their sign/mantissa bytes and index
+//     nibbles, as BF12_VECTORS Words of 2 * LANES), BF12_BYTE_ORDER and BF12_NIBBLE_ORDER (the
+//     value each stored byte and nibble of a decode step's group holds),
+//     store_words, words_pairs, set_word (one word of a decoded vector replaced: an exception)
 //   Quads: LANES groups of 4 int8 -- quad activations are stored + QUAD_OFFSET (as u8 where
 //     the instruction multiplies unsigned by signed); broadcast_quad, dot_quads (exact int32)
 //   Nibbles (int4 weights): load_nibbles splits 4 * LANES bytes into two Quads of u8 in [0, 15]
@@ -46,6 +47,7 @@
 #include <c10/util/BFloat16.h>
 #include <immintrin.h>
 
+#include <array>
 #include <cstdint>
 #include <cstring>
 

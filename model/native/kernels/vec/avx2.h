@@ -137,7 +137,12 @@ inline vf dot_pairs(vf acc, Pairs a, Pairs b) {
 // 32 values a step, in 256-bit registers: their bytes are stored with the middle two 8-value
 // blocks swapped (values 0-7, 16-23, 8-15, 24-31), so the in-lane byte interleave gives values
 // 0-15 and 16-31 in order; the nibbles follow the stored order.
-constexpr bool BF12_SWAP_MIDDLE = true;
+constexpr std::array<int, 32> BF12_BYTE_ORDER = [] {  // the value each stored byte holds
+  std::array<int, 32> order{};
+  for (int s = 0; s < 32; ++s) order[s] = (s / 8 == 1 ? 16 : s / 8 == 2 ? 8 : s / 8 * 8) + s % 8;
+  return order;
+}();
+constexpr std::array<int, 32> BF12_NIBBLE_ORDER = BF12_BYTE_ORDER;  // the value each stored nibble indexes
 using Words = __m256i;  // 2 * LANES bf16 words: one vector of pairs
 constexpr int BF12_VECTORS = 2;  // vectors of pairs a decode step gives
 struct Bf12Table {
@@ -159,6 +164,12 @@ inline void bf12_decode(const uint8_t* bytes, const uint8_t* nibbles, const Bf12
       _mm256_or_si256(_mm256_and_si256(b, _mm256_set1_epi8(char(0x80))), _mm256_shuffle_epi8(table.high, index));
   out[0] = _mm256_unpacklo_epi8(low, high);
   out[1] = _mm256_unpackhi_epi8(low, high);
+}
+// word i (0 <= i < 2 * LANES) replaced by value
+inline Words set_word(Words words, int64_t i, uint16_t value) {
+  const __m256i at = _mm256_cmpeq_epi16(_mm256_setr_epi16(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                                        _mm256_set1_epi16(int16_t(i)));
+  return _mm256_blendv_epi8(words, _mm256_set1_epi16(int16_t(value)), at);
 }
 inline void store_words(bf16* p, Words words) { _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), words); }
 inline Pairs words_pairs(Words words) { return split_pairs(words); }

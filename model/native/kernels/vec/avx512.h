@@ -150,12 +150,25 @@ inline vf dot_pairs(vf acc, Pairs a, Pairs b) {
 #endif
 
 // ---- 12-bit bf16 (cpu_linear_bf12.cpp): per value a byte of sign + 7 mantissa bits and a 4-bit
-// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa, 32 values (one vector
-// of pairs) a step, stored in order: one vpermw looks up all 32 exponents, one bit select puts each
-// value's sign and mantissa around its exponent (AVX512BW only: no VBMI needed).
-constexpr bool BF12_SWAP_MIDDLE = false;
+// index into 16 exponents; the bf16 word is sign | exponent << 7 | mantissa. 64 values (two vectors
+// of pairs) a step: each 128-bit lane of their 64 bytes holds 8 values of the first 32, then the 8
+// values 32 later, so one in-lane interleave of the bytes with themselves gives every word its byte
+// twice (sign at bit 15, mantissa at bits 0-6); nibble byte i holds the index of value i (low) and
+// of value i + 32 (high), widened to words once for both halves. One vpermw per 32 values looks up
+// the exponents in a 32-word table (the 16 twice, so a low nibble's stray fifth bit is ignored),
+// one bit select puts sign and mantissa around them (AVX512BW only: no VBMI needed).
+constexpr int BF12_VECTORS = 2;  // vectors of pairs a decode step gives
+constexpr std::array<int, 64> BF12_BYTE_ORDER = [] {  // the value each stored byte holds
+  std::array<int, 64> order{};
+  for (int s = 0; s < 64; ++s) order[s] = s / 16 * 8 + s % 8 + (s % 16 >= 8 ? 32 : 0);
+  return order;
+}();
+constexpr std::array<int, 64> BF12_NIBBLE_ORDER = [] {  // the value each stored nibble indexes
+  std::array<int, 64> order{};
+  for (int s = 0; s < 64; ++s) order[s] = s / 2 + (s % 2 ? 32 : 0);
+  return order;
+}();
 using Words = __m512i;  // 2 * LANES bf16 words: one vector of pairs
-constexpr int BF12_VECTORS = 1;  // vectors of pairs a decode step gives
 struct Bf12Table {
   __m512i words;  // word i and i + 16: exponent i at bits 7-14, as in a bf16 word
 };
@@ -163,15 +176,19 @@ inline Bf12Table bf12_table(const uint8_t* exponents) {
   const __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(exponents));
   return {_mm512_broadcast_i64x4(_mm256_slli_epi16(_mm256_cvtepu8_epi16(e), 7))};
 }
-// 32 values from 32 bytes and 16 bytes of nibbles (value 2i low, 2i + 1 high)
-inline void bf12_decode(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table, Words (&out)[1]) {
-  const __m512i b = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(bytes)));
-  const __m512i n = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(nibbles)));
-  // word 2i: nibble byte i (vpermw reads 5 bits: the high nibble's low bit lands in the table's
-  // second copy), word 2i + 1: its high nibble
-  const __m512i exponent = _mm512_permutexvar_epi16(_mm512_or_si512(n, _mm512_slli_epi32(n, 12)), table.words);
-  const __m512i sign_mantissa = _mm512_or_si512(b, _mm512_slli_epi16(b, 8));  // sign at bit 15, mantissa 0-6
-  out[0] = _mm512_ternarylogic_epi32(_mm512_set1_epi16(int16_t(0x807F)), sign_mantissa, exponent, 0xCA);  // a ? b : c
+// 64 values from 64 stored bytes and 32 bytes of nibbles
+inline void bf12_decode(const uint8_t* bytes, const uint8_t* nibbles, const Bf12Table& table, Words (&out)[2]) {
+  const __m512i b = _mm512_loadu_si512(bytes);
+  const __m512i n = _mm512_cvtepu8_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(nibbles)));
+  const __m512i keep = _mm512_set1_epi16(int16_t(0x807F));  // sign and mantissa from the doubled byte
+  out[0] = _mm512_ternarylogic_epi32(keep, _mm512_unpacklo_epi8(b, b), _mm512_permutexvar_epi16(n, table.words),
+                                     0xCA);  // a ? b : c
+  out[1] = _mm512_ternarylogic_epi32(keep, _mm512_unpackhi_epi8(b, b),
+                                     _mm512_permutexvar_epi16(_mm512_srli_epi16(n, 4), table.words), 0xCA);
+}
+// word i (0 <= i < 2 * LANES) replaced by value
+inline Words set_word(Words words, int64_t i, uint16_t value) {
+  return _mm512_mask_set1_epi16(words, __mmask32(1u << i), int16_t(value));
 }
 inline void store_words(bf16* p, Words words) { _mm512_storeu_si512(p, words); }
 inline Pairs words_pairs(Words words) { return split_pairs(words); }
