@@ -444,11 +444,22 @@ class PaneSession(ToolLoop):
         self.view.show_state(state, metrics, prefill)
 
     # ------------------------------------------------------------------ retries and forks
+    def _refused_while_busy(self, what: str) -> bool:
+        """While a reply is coming the chat cannot change under it: say so (a key that did nothing
+        looks broken) and how to go on."""
+        if self.busy:
+            self.view.notify(
+                f"The reply is still coming: stop it ({self.view.key_name('stop')}) first, then {what}.",
+                severity="warning",
+                markup=False,
+            )
+        return self.busy
+
     async def regenerate(self) -> None:
         """Ask again: the last reply (if the conversation ends with one) is set aside and a new one
         streams in its place; the old one stays a version of it (or comes back if none comes)."""
         messages = self.conversation.messages
-        if self.busy or not messages:
+        if self._refused_while_busy("regenerate") or not messages:
             return
         if messages[-1].role == "assistant":
             set_aside(self.conversation, len(messages) - 1)
@@ -462,7 +473,7 @@ class PaneSession(ToolLoop):
         is none or the pane is busy."""
         messages = self.conversation.messages
         last_user = next((i for i in range(len(messages) - 1, -1, -1) if messages[i].role == "user"), None)
-        if self.busy or last_user is None:
+        if self._refused_while_busy("edit") or last_user is None:
             return None
         text = strip_control(messages[last_user].content)
         set_aside(self.conversation, last_user)
@@ -475,7 +486,7 @@ class PaneSession(ToolLoop):
         """Show the previous (-1) or next (+1) version of message `index` (None: the last message
         that has versions), with the messages that followed it; the next prompt is built from what is
         shown. The index flipped, or None (with a notice) when there is no version that way."""
-        if self.busy:
+        if self._refused_while_busy("flip versions"):
             return None
         chat = self.conversation
         at = last_with_versions(chat) if index is None or not chat.messages[index].versions else index
@@ -498,7 +509,7 @@ class PaneSession(ToolLoop):
         """Extend a reply cut at its token limit: the prompt is the conversation with that reply as it
         is (no end of turn), whose ids the engine has cached, and the new tokens append to it."""
         messages = self.conversation.messages
-        if self.busy:
+        if self._refused_while_busy("continue"):
             return
         if not messages or not messages[-1].cut:
             self.view.notify(

@@ -252,6 +252,25 @@ async def test_regenerate_asks_again_and_edit_takes_the_message_back(
     assert session.conversation.messages == [] and view.shown[-1] == [] and session.context_used == 0
 
 
+async def test_changing_the_chat_while_a_reply_comes_says_how_and_changes_nothing(
+    backend: LocalBackend, store: Store, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """f5, alt+e, alt+arrows and alt+g mid-reply did nothing at all: a key that looks broken."""
+    slowed(engine, monkeypatch)
+    session, view = open_session(backend, store, Conversation(settings=LONG))
+    await session.send("Tell me a story.")
+    await run(session, view, until=lambda: session.turn is not None and session.turn.text)
+    await session.regenerate()
+    assert await session.edit_last() is None
+    assert await session.flip_version(None, -1) is None
+    await session.continue_reply()
+    said = "The reply is still coming: stop it (stop) first, then"
+    assert view.toasts == [f"{said} {what}." for what in ("regenerate", "edit", "flip versions", "continue")]
+    assert len(view.replies) == 1 and [m.role for m in session.conversation.messages] == ["user"]
+    session.stop()
+    await run(session, view)
+
+
 async def test_fork_copies_the_conversation_and_ends_before_a_user_message(
     backend: LocalBackend, store: Store
 ) -> None:
