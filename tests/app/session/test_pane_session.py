@@ -214,13 +214,21 @@ async def test_cancel_mid_turn_keeps_the_partial_reply_marked_stopped(
     assert saved is not None and saved.messages[-1].content == reply.content and saved.messages[-1].stopped
 
 
-async def test_settle_stops_the_reply_now_and_keeps_it_with_the_draft(
+async def mid_story(
     backend: LocalBackend, store: Store, engine: Engine, monkeypatch: pytest.MonkeyPatch
-) -> None:
+) -> tuple[PaneSession, RecordingView]:
+    """A session whose (slowed) reply to a long question has begun to stream."""
     slowed(engine, monkeypatch)
     session, view = open_session(backend, store, Conversation(settings=LONG))
     await session.send("Tell me a story.")
     await run(session, view, until=lambda: session.turn is not None and session.turn.text)
+    return session, view
+
+
+async def test_settle_stops_the_reply_now_and_keeps_it_with_the_draft(
+    backend: LocalBackend, store: Store, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    session, view = await mid_story(backend, store, engine, monkeypatch)
     view.draft = "and then?"
     await session.settle()  # a quit or a close: no waiting for the final event
 
@@ -256,10 +264,7 @@ async def test_changing_the_chat_while_a_reply_comes_says_how_and_changes_nothin
     backend: LocalBackend, store: Store, engine: Engine, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """f5, alt+e, alt+arrows and alt+g mid-reply did nothing at all: a key that looks broken."""
-    slowed(engine, monkeypatch)
-    session, view = open_session(backend, store, Conversation(settings=LONG))
-    await session.send("Tell me a story.")
-    await run(session, view, until=lambda: session.turn is not None and session.turn.text)
+    session, view = await mid_story(backend, store, engine, monkeypatch)
     await session.regenerate()
     assert await session.edit_last() is None
     assert await session.flip_version(None, -1) is None
