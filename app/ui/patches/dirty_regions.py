@@ -23,11 +23,10 @@ class DirtyRegionsCompositor(Compositor):
             return super().render_partial_update()
         _ = self.cuts  # every widget's edges, computed (and cached) before the widgets are narrowed
         widgets = self.visible_widgets
-        around = Region.from_union(changed)
         self._visible_widgets = {
             widget: (region, clip)
             for widget, (region, clip) in widgets.items()
-            if _under(region.intersection(clip), around, changed)
+            if _under(region.intersection(clip), changed)
         }
         try:
             return super().render_partial_update()
@@ -35,5 +34,5 @@ class DirtyRegionsCompositor(Compositor):
             self._visible_widgets = widgets
 
 
-def _under(shown: Region, around: Region, changed: list[Region]) -> bool:
-    return around.overlaps(shown) and any(shown.overlaps(region) for region in changed)
+def _under(shown: Region, changed: list[Region]) -> bool:
+    return any(shown.overlaps(region) for region in changed)
