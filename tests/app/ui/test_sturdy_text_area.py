@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from textual.app import App, ComposeResult
 from textual.geometry import Region
+from textual.strip import Strip
 from textual.widgets import TextArea
 
 from app.ui.widgets.prompt_input import PromptInput
@@ -41,13 +44,10 @@ def _filled(box: PromptInput) -> list[int]:
     return calls
 
 
-def _stock(box: PromptInput, crop: Region) -> list[str]:
-    """What Textual's own TextArea draws (it fills the theme first, every time)."""
-    return [line.text + repr(line._segments) for line in TextArea.render_lines(box, crop)]
-
-
-def _ours(box: PromptInput, crop: Region) -> list[str]:
-    return [line.text + repr(line._segments) for line in box.render_lines(crop)]
+def _drawn(render: Callable[[PromptInput, Region], list[Strip]], box: PromptInput, crop: Region) -> list[str]:
+    """The lines ``render`` draws, styles included: the box's own, or Textual's TextArea's (which
+    fills the theme first, every time)."""
+    return [line.text + repr(line._segments) for line in render(box, crop)]
 
 
 async def test_the_theme_is_filled_from_the_styles_only_when_they_changed() -> None:
@@ -63,12 +63,14 @@ async def test_the_theme_is_filled_from_the_styles_only_when_they_changed() -> N
         assert calls[0] <= 1  # Textual's TextArea fills it at each of the five
         box.blur()  # :focus styles the cursor and the box otherwise
         await pilot.pause()
-        drawn = _ours(box, crop)
+        drawn = _drawn(PromptInput.render_lines, box, crop)
         assert calls[0] >= 1
-        assert drawn == _stock(box, crop)
+        assert drawn == _drawn(TextArea.render_lines, box, crop)
         app.theme = "textual-light" if app.current_theme.dark else "textual-dark"
         await pilot.pause()
-        assert _ours(box, crop) == _stock(box, crop)  # Textual gives the box a new theme: filled again
+        assert _drawn(PromptInput.render_lines, box, crop) == _drawn(
+            TextArea.render_lines, box, crop
+        )  # Textual gives the box a new theme: filled again
         calls = _filled(box)
         for _ in range(3):
             box.render_lines(crop)
