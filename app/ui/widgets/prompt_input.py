@@ -154,6 +154,9 @@ class PromptInput(InstantKeys, SturdyTextArea):
     def action_delete_word_right(self) -> None:
         self._kill(super().action_delete_word_right)
 
+    def action_delete_to_start_of_line(self) -> None:  # TextArea's, on super+backspace: kept for ctrl+y too
+        self._kill(super().action_delete_to_start_of_line)
+
     def _text_line_edges(self) -> tuple[Location, Location]:
         """The start and end of the cursor's line of text, however many rows it wraps to."""
         row = self.cursor_location[0]

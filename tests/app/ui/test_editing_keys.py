@@ -76,6 +76,19 @@ async def test_line_keys_take_the_whole_line_however_many_rows_it_wraps_to(make_
             await wait_until(pilot, lambda e=expected: prompt.text == e, f"{keys} to leave {expected!r}")
 
 
+async def test_what_super_backspace_deletes_comes_back_with_ctrl_y(make_options: MakeOptions) -> None:
+    """TextArea's own delete-to-row-start (super+backspace) kills into the same ring as the shell keys."""
+    app = await launch_with_a_chat(make_options)
+    async with app.run_test(size=(120, 36)) as pilot:
+        screen = await chat_screen(app, pilot)
+        prompt = screen.panes[0].prompt_input
+        prompt.focus()
+        prompt.restore("keep this")
+        for keys, expected in ((("super+backspace",), ""), (("ctrl+y",), "keep this")):
+            await pilot.press(*keys)
+            await wait_until(pilot, lambda e=expected: prompt.text == e, f"{keys} to leave {expected!r}")
+
+
 async def test_the_moved_actions_run_on_their_new_keys(make_options: MakeOptions) -> None:
     app = await launch_with_a_chat(make_options)
     async with app.run_test(size=(120, 36)) as pilot:
