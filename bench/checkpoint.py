@@ -3,10 +3,19 @@
 Real weights cannot be downloaded on the build machines, and speed depends on the shape, not
 on the values, so a random checkpoint with the published hyper-parameters measures the same
 work. Each is generated once (bf16) into the user cache and reused.
+
+The work also depends on how many tokens a prompt is. The tests' tiny tokenizer knows almost no
+English ("pocket" is 'Ġp', 'o', 'cke', 't': a 100-word prompt ~440 tokens), while LFM2's real one
+has a token for each common word (~110). So the random checkpoints' tokenizer also learns
+`PROMPT_VOCABULARY`, the words bench/serve_compare.py's prompts are made of, each word one token
+with and without a leading space. The cached directory's name carries a digest of everything the
+tokenizer trains on, so a change to it writes a new checkpoint instead of reusing one with the old
+tokenizer (and the copies named after it, ``-vllm``, ``-chain``..., are new too).
 """
 
 from __future__ import annotations
 
+import hashlib
 import shutil
 import tempfile
 from collections.abc import Callable
@@ -19,7 +28,7 @@ import torch
 
 from model.arch.lfm2_config import ATTENTION, CONV
 from model.arch.lfm3_config import lfm3_layer_types
-from model.tiny.lfm2 import write_tiny_checkpoint
+from model.tiny.lfm2 import tokenizer_training_text, write_tiny_checkpoint
 from model.tiny.lfm2_moe import TINY_MOE_CONFIGS, write_tiny_moe_checkpoint
 from model.tiny.lfm3 import TINY_LFM3_CONFIGS, write_tiny_lfm3_checkpoint
 
@@ -95,6 +104,29 @@ SHAPES = {
 DEFAULT_SHAPE = "lfm2-350m"
 _COMPLETE = ".complete"  # written last, so an interrupted generation is never mistaken for a checkpoint
 
+# Common English words, each a single token in LFM2's 65,536-entry tokenizer (split where used): the
+# vocabulary of bench/serve_compare.py's prompts, and what the random checkpoints' tokenizer learns.
+PROMPT_VOCABULARY = (
+    "river stone light winter garden paper window market silver morning forest engine letter "
+    "island question mountain story harbour lantern orchard meadow thunder velvet copper bridge "
+    "candle valley pocket signal ladder compass feather shadow marble planet rocket saddle"
+)
+
+
+def tokenizer_text(words: str = PROMPT_VOCABULARY) -> str:
+    """What the random checkpoints' tokenizer trains on besides its corpus: each word at a line's
+    start and after a space ('word', 'Ġword' to the byte-level pre-tokenizer). Once each is enough:
+    at these vocabulary sizes the trainer merges every pair it sees long before the ids run out, so
+    every word it sees ends as one token (tests/bench/test_bench_tokenizer.py checks)."""
+    return "".join(f"{word} {word}\n" for word in words.split())
+
+
+def checkpoint_name(shape: str, text: str | None = None) -> str:
+    """The cached directory of ``shape``'s random checkpoint whose tokenizer also trained on ``text``
+    (`tokenizer_text()` by default): named after a digest of all its tokenizer's training text."""
+    training = tokenizer_training_text(tokenizer_text() if text is None else text)
+    return f"{shape}-shape-random-bf16-tok{hashlib.sha256(training.encode()).hexdigest()[:8]}"
+
 
 def default_cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("lfm-chat")) / "bench"
@@ -106,12 +138,15 @@ def random_checkpoint(
     """The cached random checkpoint of ``shape`` (a key of SHAPES), generated on first use."""
     spec = SHAPES[shape]
     root = cache_dir or default_cache_dir()
-    target = root / f"{shape}-shape-random-bf16"
+    target = root / checkpoint_name(shape)
     if is_whole(target):
         return target
     note(f"generating a random-weight {shape}-shape checkpoint in {target} (once, {spec.size})...")
     root.mkdir(parents=True, exist_ok=True)
-    return write_whole(target, lambda partial: spec.write(partial, **spec.fields, dtype=torch.bfloat16))
+    text = tokenizer_text()
+    return write_whole(
+        target, lambda partial: spec.write(partial, **spec.fields, dtype=torch.bfloat16, tokenizer_text=text)
+    )
 
 
 def is_whole(directory: Path) -> bool:

@@ -1,17 +1,23 @@
 """`python -m bench.serve_compare`: `lfm-chat serve` against vLLM's CPU build, one client for both.
 
-    python -m bench.serve_compare [--clients 1,8,16,32] [--rounds 2] [--tokens 128] [--vllm-python PATH]
-                                  [--quantize int8|w8a8|int4 [--vllm-bf16]]
+    python -m bench.serve_compare [--clients 1,8,16,32] [--rounds 2] [--tokens 128] [--words 100]
+                                  [--vllm-python PATH] [--quantize int8|w8a8|int4 [--vllm-bf16]]
 
 Both servers load the same random bf16 checkpoint at the LFM2-350M shape (bench/checkpoint.py)
 and answer the same client: every client sends one streamed ``/v1/completions`` request of a
-100-word prompt (its own words, so no prefix cache helps), greedy, ``ignore_eos``, 128 tokens
-out; a round's figure is the tokens all clients received over the round's wall time. Each
-concurrency runs ``--rounds`` rounds per server, the servers alternating round by round; the
+``--words``-word prompt (100; its own words, so no prefix cache helps), greedy, ``ignore_eos``,
+128 tokens out; a round's figure is the tokens all clients received over the round's wall time.
+Each concurrency runs ``--rounds`` rounds per server, the servers alternating round by round; the
 idle server is paused (SIGSTOP of its process group), so a busy-waiting thread of one cannot
 slow the other. The read-bandwidth probe (bench/bandwidth.py) runs with both paused before each
 concurrency and is printed beside its figures. The client runs on the same cores as the servers,
 the same for both.
+
+The prompts' words are common English ones (bench/checkpoint.py's PROMPT_VOCABULARY) that the
+random checkpoint's tokenizer knows as LFM2's real one does, one token each: a 100-word prompt is
+~113 tokens, about what LFM2-350M makes of it. The table's header gives the prompts' mean length in
+tokens, counted with the checkpoint's tokenizer.json as ``lfm-chat serve`` encodes a completion's
+prompt (vLLM adds a BOS token: one more).
 
 vLLM runs from its own venv (``--vllm-python``; docs/SCALE_OUT.md says how to install it) with
 both cores (``OMP_NUM_THREADS=2 VLLM_CPU_OMP_THREADS_BIND=0-1``). Where it is missing or cannot
@@ -43,9 +49,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from tokenizers import Tokenizer
 
 from bench.bandwidth import Bandwidth, measure_read_bandwidth
-from bench.checkpoint import random_checkpoint
+from bench.checkpoint import PROMPT_VOCABULARY, random_checkpoint
 from bench.report import render_table
 from bench.served import ServerDidNotStart, served_process
 from bench.vllm_quant import VLLM_COUNTERPART, quantized_checkpoint
@@ -59,7 +66,7 @@ ROUNDS = 2
 WARM_UP_TOKENS = 8
 REPO = Path(__file__).resolve().parents[1]  # `python -m cli serve` runs from here
 VLLM_PYTHON = Path("/work/vllm-venv/bin/python")
-VLLM_MAX_MODEL_LEN = 4096  # the prompts need ~300 tokens; a short context keeps vLLM's KV space small
+VLLM_MAX_MODEL_LEN = 4096  # the prompts need ~113 tokens; a short context keeps vLLM's KV space small
 START_LIMIT_S = 900.0  # vLLM's CPU build compiles at start-up
 MAX_LINE_CHARS = 1 << 20  # one server-sent event line; a longer one is a broken server, not a reply
 # vLLM's log prefix, "(VllmWorker-0 pid=1) ERROR 11-29 02:31:48 [file.py:953] ", and an exception line
@@ -68,11 +75,6 @@ _EXCEPTION = re.compile(r"^[A-Za-z_][\w.]*(?:Error|Exception): ")
 # On the CPU backend this is the share of memory vLLM reserves (weights and KV cache), checked
 # against what is free at start-up: its default 0.92 fails on a machine that runs anything else.
 VLLM_MEMORY_FRACTION = 0.25
-WORDS = (  # the prompts' vocabulary, split where used
-    "river stone light winter garden paper window market silver morning forest engine letter "
-    "island question mountain story harbour lantern orchard meadow thunder velvet copper bridge "
-    "candle valley pocket signal ladder compass feather shadow marble planet rocket saddle"
-)
 
 
 class BadStream(RuntimeError):
@@ -85,7 +87,17 @@ def prompt(client: int, round_number: int, concurrency: int, words: int = PROMPT
     (vLLM did, for ~30% of its prompt blocks, before the concurrency was part of the prompt)."""
     chooser = random.Random(f"{concurrency}:{round_number}:{client}")
     first = f"c{concurrency}-client{client}-round{round_number}"
-    return " ".join([first, *chooser.choices(WORDS.split(), k=words - 1)])
+    return " ".join([first, *chooser.choices(PROMPT_VOCABULARY.split(), k=words - 1)])
+
+
+def prompt_tokens(checkpoint: Path, clients: list[int], rounds: int, words: int) -> list[int]:
+    """The length in tokens of every timed prompt, by ``checkpoint``'s tokenizer.json without
+    special tokens, as ``lfm-chat serve`` encodes a completion's prompt."""
+    tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
+    texts = [
+        prompt(i, number, count, words) for count in clients for number in range(rounds) for i in range(count)
+    ]
+    return [len(encoding.ids) for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)]
 
 
 class StreamTally:
@@ -169,14 +181,17 @@ async def stream_completion(client: httpx.AsyncClient, url: str, text: str, toke
     return tally.tokens
 
 
-async def run_round(url: str, server: str, clients: int, tokens: int, round_number: int) -> Round:
-    """``clients`` concurrent streamed requests; the round lasts from the first send to the last [DONE]."""
+async def run_round(
+    url: str, server: str, clients: int, tokens: int, round_number: int, words: int = PROMPT_WORDS
+) -> Round:
+    """``clients`` concurrent streamed requests of ``words``-word prompts; the round lasts from the
+    first send to the last [DONE]."""
     limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
     async with httpx.AsyncClient(timeout=httpx.Timeout(600.0), limits=limits) as client:
         began = time.perf_counter()
         received = await asyncio.gather(
             *(
-                stream_completion(client, url, prompt(i, round_number, clients), tokens)
+                stream_completion(client, url, prompt(i, round_number, clients, words), tokens)
                 for i in range(clients)
             )
         )
@@ -309,6 +324,7 @@ def compare(
     rounds: int,
     tokens: int,
     threads: int,
+    words: int = PROMPT_WORDS,
 ) -> tuple[list[Round], dict[int, Bandwidth]]:
     """Every concurrency: the probe, then rounds alternating the servers. The servers come paused
     and each runs during its own rounds only."""
@@ -320,7 +336,7 @@ def compare(
             for name in list(servers) if number % 2 == 0 else list(reversed(servers)):
                 url, process = servers[name]
                 with resumed(process):
-                    results.append(asyncio.run(run_round(url, name, count, tokens, number)))
+                    results.append(asyncio.run(run_round(url, name, count, tokens, number, words)))
                 said = f"{count} clients, round {number + 1}, {name}: {results[-1].tok_per_s:.1f} tok/s"
                 print(said, file=sys.stderr, flush=True)
     return results, bandwidths
@@ -360,7 +376,8 @@ def _exit_on_signal(signum: int, _frame: object) -> None:
     raise SystemExit(128 + signum)
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    """The command line, ``clients`` as a list of numbers; every count positive."""
     parser = argparse.ArgumentParser(
         prog="python -m bench.serve_compare", description=__doc__.split("\n\n")[0]
     )
@@ -369,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per server and concurrency")
     parser.add_argument("--tokens", type=int, default=NEW_TOKENS, help="tokens out per request")
+    parser.add_argument("--words", type=int, default=PROMPT_WORDS, help="words per prompt")
     parser.add_argument("--threads", type=int, default=2, help="vLLM's threads and the probe's")
     parser.add_argument(
         "--quantize",
@@ -382,10 +400,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-vllm", action="store_true", help="lfm-chat serve alone")
     parser.add_argument("--logs", type=Path, default=Path("."), help="where the servers' logs go")
     args = parser.parse_args(argv)
-    clients = [int(c) for c in args.clients.split(",")]
-    if min(clients) < 1 or args.rounds < 1 or args.tokens < 1:
-        parser.error("--clients, --rounds and --tokens take positive numbers")
+    args.clients = [int(c) for c in args.clients.split(",")]
+    if min(args.clients) < 1 or args.rounds < 1 or args.tokens < 1 or args.words < 1:
+        parser.error("--clients, --rounds, --tokens and --words take positive numbers")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    clients = args.clients
     checkpoint = args.checkpoint or random_checkpoint()
+    lengths = prompt_tokens(checkpoint, clients, args.rounds, args.words)
+    said = f"{args.words}-word prompts of {statistics.mean(lengths):.1f} tokens on average"
+    print(f"{said} ({max(lengths)} at most), by {checkpoint.name}'s tokenizer", file=sys.stderr, flush=True)
+    if not args.no_vllm and max(lengths) + 1 + args.tokens > VLLM_MAX_MODEL_LEN:  # + the BOS vLLM adds
+        raise SystemExit(
+            f"{max(lengths)} prompt tokens and {args.tokens} out exceed vLLM's {VLLM_MAX_MODEL_LEN}"
+        )
     specs = [lfm_chat_spec(checkpoint, max(clients), args.quantize)]
     missing = "--no-vllm" if args.no_vllm else vllm_unavailable(args.vllm_python)
     if missing is None:
@@ -408,12 +439,13 @@ def main(argv: list[str] | None = None) -> int:
                 missing = f"{error} {failure(log)} (its log: {log})"
                 continue
             # untimed: the first requests pay for compilation and allocation on either server
-            asyncio.run(run_round(servers[spec.name][0], spec.name, max(clients), WARM_UP_TOKENS, -1))
+            url = servers[spec.name][0]
+            asyncio.run(run_round(url, spec.name, max(clients), WARM_UP_TOKENS, -1, args.words))
             pause(servers[spec.name][1])
-        results, bandwidths = compare(servers, clients, args.rounds, args.tokens, args.threads)
+        results, bandwidths = compare(servers, clients, args.rounds, args.tokens, args.threads, args.words)
     names = list(servers)
     print(
-        f"{args.tokens} tokens out per request, {PROMPT_WORDS}-word prompts, ignore_eos, streamed; "
+        f"{args.tokens} tokens out per request, {said}, ignore_eos, streamed; "
         f"output tok/s of each round over {args.rounds} rounds; {checkpoint.name}"
     )
     print(render_table(*summary(results, names, bandwidths, missing), markdown=True))

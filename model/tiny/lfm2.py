@@ -101,8 +101,13 @@ def default_layer_types(num_hidden_layers: int) -> list[str]:
     return [CONV if i % 2 == 0 else ATTENTION for i in range(num_hidden_layers)]
 
 
+def tokenizer_training_text(extra_text: str = "") -> str:
+    """All the text `tiny_tokenizer_json` trains on: the corpus, then ``extra_text``."""
+    return _CORPUS + extra_text
+
+
 @lru_cache(maxsize=8)
-def tiny_tokenizer_json(vocab_size: int, specials_last: bool = False) -> str:
+def tiny_tokenizer_json(vocab_size: int, specials_last: bool = False, extra_text: str = "") -> str:
     """A byte-level BPE tokenizer with exactly ``vocab_size`` ids and LFM2's special tokens.
 
     They take ids 0..13 as in LFM2, or with ``specials_last`` the last 14 ids in the same order
@@ -110,6 +115,9 @@ def tiny_tokenizer_json(vocab_size: int, specials_last: bool = False) -> str:
     Cached as JSON text: training is deterministic, so every checkpoint of one vocab size
     shares the same tokenizer. If the corpus yields too few merges, reserved special tokens
     fill the remaining ids so the vocabulary matches the embedding table.
+
+    ``extra_text`` is trained on after the corpus (`tokenizer_training_text`): the benchmarks'
+    checkpoints learn their prompts' words with it; without it the tokenizer is the tests' own.
     """
     minimum = len(LFM2_SPECIAL_TOKENS) + 256
     if vocab_size < minimum:
@@ -124,7 +132,7 @@ def tiny_tokenizer_json(vocab_size: int, specials_last: bool = False) -> str:
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tok.train_from_iterator(_CORPUS.splitlines(keepends=True), trainer)
+    tok.train_from_iterator(tokenizer_training_text(extra_text).splitlines(keepends=True), trainer)
     if specials_last:
         tok.add_special_tokens([f"<|reserved_{i}|>" for i in range(text_ids - tok.get_vocab_size(True))])
         tok.add_special_tokens(list(LFM2_SPECIAL_TOKENS))
@@ -168,11 +176,14 @@ def write_tiny_checkpoint(
     seed: int = 0,
     weight_std: float = 0.5,
     dtype: torch.dtype = torch.float32,
+    tokenizer_text: str = "",
 ) -> Path:
     """Write a random LFM2 checkpoint that both lfm-chat and transformers load; return its directory.
 
     ``intermediate_size`` defaults to 4x hidden, which LFM2's auto-adjust turns into ~8/3x.
     ``weight_std`` is large for a tiny width so logits are peaked and greedy decoding has no ties.
+    ``tokenizer_text`` is text the tokenizer trains on besides its corpus (`tiny_tokenizer_json`);
+    the weights do not depend on it.
     """
     out = Path(out_dir)
     im_end_id = LFM2_SPECIAL_TOKENS.index(IM_END)
@@ -191,7 +202,9 @@ def write_tiny_checkpoint(
         tie_word_embeddings=tie_word_embeddings,
         eos_token_id=[im_end_id],
     )
-    return save_random_checkpoint(out, config, seed=seed, weight_std=weight_std, dtype=dtype)
+    return save_random_checkpoint(
+        out, config, seed=seed, weight_std=weight_std, dtype=dtype, tokenizer_text=tokenizer_text
+    )
 
 
 def save_random_checkpoint(
@@ -202,20 +215,27 @@ def save_random_checkpoint(
     weight_std: float,
     dtype: torch.dtype,
     specials_last: bool = False,
+    tokenizer_text: str = "",
 ) -> Path:
-    """config.json, random weights of ``config``'s shapes and a tiny tokenizer, written to ``out``."""
+    """config.json, random weights of ``config``'s shapes and a tiny tokenizer (trained on
+    ``tokenizer_text`` too), written to ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     raw_config = config.to_dict()
     raw_config["dtype"] = str(dtype).removeprefix("torch.")
     (out / "config.json").write_text(json.dumps(raw_config, indent=2) + "\n", encoding="utf-8")
     save_random_weights(config, out, seed=seed, std=weight_std, dtype=dtype)
-    write_tiny_tokenizer(out, config.vocab_size, specials_last, config.max_position_embeddings)
+    write_tiny_tokenizer(
+        out, config.vocab_size, specials_last, config.max_position_embeddings, tokenizer_text
+    )
     return out
 
 
-def write_tiny_tokenizer(out: Path, vocab_size: int, specials_last: bool, model_max_length: int) -> None:
+def write_tiny_tokenizer(
+    out: Path, vocab_size: int, specials_last: bool, model_max_length: int, extra_text: str = ""
+) -> None:
     """tokenizer.json (`tiny_tokenizer_json`) and tokenizer_config.json with LFM2's chat template."""
-    (out / "tokenizer.json").write_text(tiny_tokenizer_json(vocab_size, specials_last), encoding="utf-8")
+    tokenizer = tiny_tokenizer_json(vocab_size, specials_last, extra_text)
+    (out / "tokenizer.json").write_text(tokenizer, encoding="utf-8")
     tokenizer_config = _tokenizer_config(model_max_length)
     (out / "tokenizer_config.json").write_text(
         json.dumps(tokenizer_config, indent=2) + "\n", encoding="utf-8"

@@ -58,12 +58,14 @@ def write_tiny_moe_checkpoint(
     seed: int = 0,
     weight_std: float = 0.5,
     dtype: torch.dtype = torch.float32,
+    tokenizer_text: str = "",
     **fields: Any,
 ) -> Path:
     """Write a random LFM2-MoE checkpoint that both lfm-chat and transformers load; return its directory.
 
     ``fields`` are any other Lfm2MoeConfig fields (a preset's); the dense width defaults to 2x
-    hidden, each expert's to hidden / 2.
+    hidden, each expert's to hidden / 2. ``tokenizer_text``: as model/tiny/lfm2.py's
+    `write_tiny_checkpoint` takes it.
     """
     hidden = fields.get("hidden_size", 64)
     config = Lfm2MoeConfig(
@@ -74,7 +76,9 @@ def write_tiny_moe_checkpoint(
         eos_token_id=[LFM2_SPECIAL_TOKENS.index(IM_END)],
         **fields,
     )
-    return save_random_checkpoint(Path(out_dir), config, seed=seed, weight_std=weight_std, dtype=dtype)
+    return save_random_checkpoint(
+        Path(out_dir), config, seed=seed, weight_std=weight_std, dtype=dtype, tokenizer_text=tokenizer_text
+    )
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -59,11 +59,13 @@ def write_tiny_lfm3_checkpoint(
     seed: int = 0,
     weight_std: float = 0.5,
     dtype: torch.dtype = torch.float32,
+    tokenizer_text: str = "",
     **fields: Any,
 ) -> Path:
     """Write a random LFM3 checkpoint that both lfm-chat and transformers load; return its directory.
 
     ``fields`` are any other Lfm3Config fields (a preset's); ``intermediate_size`` defaults to 2x hidden.
+    ``tokenizer_text``: as model/tiny/lfm2.py's `write_tiny_checkpoint` takes it.
     """
     first_special = vocab_size - len(LFM2_SPECIAL_TOKENS)
     hidden = fields.get("hidden_size", 64)
@@ -77,7 +79,13 @@ def write_tiny_lfm3_checkpoint(
         **fields,
     )
     return save_random_checkpoint(
-        Path(out_dir), config, seed=seed, weight_std=weight_std, dtype=dtype, specials_last=True
+        Path(out_dir),
+        config,
+        seed=seed,
+        weight_std=weight_std,
+        dtype=dtype,
+        specials_last=True,
+        tokenizer_text=tokenizer_text,
     )
 
 

@@ -10,6 +10,7 @@ import pytest
 
 from bench import serve_compare
 from bench.serve_compare import BadStream, Round, StreamTally
+from model.text.tokenizer import Tokenizer
 
 
 def tally(*lines: str) -> StreamTally:
@@ -55,6 +56,24 @@ def test_prompts_differ_from_the_first_word_between_clients_rounds_and_concurren
     assert all(len(p.split()) == serve_compare.PROMPT_WORDS for p in prompts)
     assert len({p.split()[0] for p in prompts}) == len(prompts)
     assert serve_compare.prompt(1, 1, 8) == serve_compare.prompt(1, 1, 8)
+
+
+def test_words_sets_the_prompts_length_and_they_are_counted_as_lfm_chat_serve_encodes_them(tiny_ckpt: Path):
+    args = serve_compare.parse_args(["--words", "30", "--clients", "1,2"])
+    assert (args.words, args.clients) == (30, [1, 2])
+    assert serve_compare.parse_args([]).words == serve_compare.PROMPT_WORDS
+    with pytest.raises(SystemExit):
+        serve_compare.parse_args(["--words", "0"])
+    served = Tokenizer.from_pretrained(tiny_ckpt)
+    texts = [
+        serve_compare.prompt(i, number, count, 30)
+        for count in (1, 2)
+        for number in range(2)
+        for i in range(count)
+    ]
+    assert all(len(text.split()) == 30 for text in texts)
+    counts = serve_compare.prompt_tokens(tiny_ckpt, [1, 2], 2, 30)
+    assert counts == [len(served.encode(text)) for text in texts]
 
 
 def test_the_summary_gives_medians_each_round_the_ratio_and_why_vllm_was_skipped():
