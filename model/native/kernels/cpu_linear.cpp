@@ -85,11 +85,12 @@ inline void tile_floats(const float* x, int64_t K, const Panel& panel, Store&& s
 }
 
 // R activation rows (int8 + QUAD_OFFSET, row stride K) against quads [q0, q1) of one int8 quad panel,
-// added into exact int32 sums.
+// added into exact int32 sums; ahead.step() once a quad.
 template <int R>
 inline void tile_quads(const uint8_t* x, int64_t K, const int8_t* panel, int64_t q0, int64_t q1,
-                       vi (&acc)[R][VECS]) {
+                       vi (&acc)[R][VECS], Ahead ahead) {
   for (int64_t q = q0; q < q1; ++q) {
+    ahead.step();
     const int8_t* g = panel + q * PANEL * 4;
     Quads xb[R];
     UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_quad(x + r * K + 4 * q);
@@ -142,8 +143,8 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
   const bf16* wp = w.data_ptr<bf16>();
   for_each_pair_tile(
       xp, M, K, (N + PANEL - 1) / PANEL, PANEL * 2 * sizeof(bf16), wp,
-      [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
-        tile_pairs<R.value>(rows, K, Bf16Panel{wp + p * PANEL * K}, s0, s1, acc);
+      [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead ahead) {
+        tile_pairs<R.value>(rows, K, Bf16Panel{wp + p * PANEL * K}, s0, s1, acc, ahead);
       },
       [&](auto R, int64_t m0, int64_t p, auto& acc) { result.store_tile<R.value>(m0, p, acc); });
   return result.tensor();
@@ -188,8 +189,8 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const vf unscale = set1(1.0f / INT8_PAIR_SCALE);  // a power of two: exact
   for_each_pair_tile(
       xp, M, K, (N + PANEL - 1) / PANEL, PANEL * 2, wp,
-      [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
-        tile_pairs<R.value>(rows, K, Int8Panel{wp + p * PANEL * K}, s0, s1, acc);
+      [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead ahead) {
+        tile_pairs<R.value>(rows, K, Int8Panel{wp + p * PANEL * K}, s0, s1, acc, ahead);
       },
       [&](auto R, int64_t m0, int64_t p, auto& acc) {
         UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j) {
@@ -218,8 +219,8 @@ at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const uint8_t* xp = xq.data();
   for_each_chunked_tile<vi>(
       M, padded / PANEL, K / 4, PANEL * 4, wp,
-      [&](auto R, int64_t m0, int64_t p, int64_t q0, int64_t q1, auto& acc) {
-        tile_quads<R.value>(xp + m0 * K, K, wp + p * PANEL * K, q0, q1, acc);
+      [&](auto R, int64_t m0, int64_t p, int64_t q0, int64_t q1, auto& acc, Ahead ahead) {
+        tile_quads<R.value>(xp + m0 * K, K, wp + p * PANEL * K, q0, q1, acc, ahead);
       },
       [&](auto R, int64_t m0, int64_t p, auto& acc) {
         UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j) {

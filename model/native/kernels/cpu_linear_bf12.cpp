@@ -242,7 +242,7 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
   if (M <= MR) {  // one register tile, all of K in one chunk: each weight decoded once, in registers
     for_each_pair_tile(
         xp, M, K, panels, PANEL * 2 * sizeof(bf16), nullptr,
-        [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc) {
+        [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead) {
           tile_pairs<R.value>(rows, K, panel(p), s0, s1, acc);
         },
         store);
@@ -260,7 +260,8 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
     using Chunk = DecodedChunk<wide.value>;
     for_each_pair_tile(
         xp, M, K, panels, Chunk::PAIR_BYTES, nullptr,
-        [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, std::byte* chunk) {
+        [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead,
+            std::byte* chunk) {
           tile_pairs<R.value>(rows, K, Chunk{chunk, s0}, s0, s1, acc);
         },
         store,

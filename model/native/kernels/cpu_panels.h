@@ -64,7 +64,25 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
 // tile multiplies it. Between chunks the sums wait in memory (stored and reloaded exactly), so each
 // output's sum still runs over k in increasing order: a row's result does not depend on M.
 constexpr int64_t CHUNK_BYTES = 16 << 10;
-constexpr int64_t PREFETCH_TILES = 8;
+
+// The cache lines of the next chunk one row tile asks for (into L2) while it multiplies the current
+// one, a few each k-step: `lines` from `next` spread evenly over `steps` k-steps. Asked for in one
+// burst at the tile's start instead, they queue behind each other and the tile waits on them; left
+// to the hardware prefetcher, memory idles while the later tiles compute from L1 (the prefetcher
+// runs ahead only of demand misses). A default Ahead asks for nothing.
+class Ahead {
+ public:
+  Ahead() = default;
+  Ahead(const void* next, int64_t lines, int64_t steps)
+      : next_(static_cast<const char*>(next)), lines_(lines), steps_(steps) {}
+  inline void step() {
+    for (debt_ += lines_; debt_ >= steps_; debt_ -= steps_, next_ += 64) _mm_prefetch(next_, _MM_HINT_T1);
+  }
+
+ private:
+  const char* next_ = nullptr;
+  int64_t lines_ = 0, steps_ = 1, debt_ = 0;
+};
 
 template <typename Acc>
 inline Acc zero_acc() {
@@ -75,12 +93,11 @@ inline Acc zero_acc() {
 }
 
 // Every panel (split between threads) against all M rows in chunks of k-steps, each `step_bytes`
-// of a panel: run(R, m0, p, s0, s1, acc) adds steps [s0, s1) of R rows from m0 into acc[R][VECS],
-// finish(R, m0, p, acc) stores the finished sums; begin(p, s0, s1), before a chunk's tiles, may
-// prepare it. `weights` is the first panel, the others following it: with PREFETCH_TILES or more
-// row tiles, while a chunk's tiles compute each asks for its share of the next chunk's cache lines
-// (into L2), so memory streams the next chunk under the arithmetic instead of between chunks.
-// (With fewer tiles the requests come in bursts too large to hide.)
+// of a panel: run(R, m0, p, s0, s1, acc, ahead) adds steps [s0, s1) of R rows from m0 into
+// acc[R][VECS], calling ahead.step() once a k-step; finish(R, m0, p, acc) stores the finished sums;
+// begin(p, s0, s1), before a chunk's tiles, may prepare it. `weights` is the first panel, the others
+// following it: with two or more row tiles each tile's Ahead asks for its share of the next chunk
+// of the thread's panels, so memory streams it under the arithmetic instead of between chunks.
 // A begin taking a fourth argument, begin(p, s0, s1, scratch), prepares the chunk (then at most
 // CHUNK_BYTES, whatever M) in `scratch`, CHUNK_BYTES of the calling thread's own, and run gets it
 // as its last argument: a 12-bit panel decodes each chunk there. Not a thread_local buffer: in a
@@ -93,31 +110,35 @@ void for_each_chunked_tile(
   constexpr bool scratch_chunks = std::is_invocable_v<Begin, int64_t, int64_t, int64_t, std::byte*>;
   const int64_t chunk = M <= MR && !scratch_chunks ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
   const int64_t tiles = (M + MR - 1) / MR;
-  const bool prefetch = weights != nullptr && chunk < steps && tiles >= PREFETCH_TILES;
-  const int64_t lines_per_tile = prefetch ? (chunk * step_bytes / 64 + tiles - 1) / tiles : 0;
+  const bool prefetch = weights != nullptr && chunk < steps && tiles >= 2;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<Acc> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
     alignas(64) std::byte scratch[scratch_chunks ? CHUNK_BYTES : 1];
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
         const int64_t s1 = std::min(steps, s0 + chunk);
+        // the next chunk in memory (this panel's, or the thread's next panel's first), shared out by tile
+        const int64_t next_steps = s1 < steps ? std::min(chunk, steps - s1) : p + 1 < p1 ? chunk : 0;
+        const int64_t next_lines = prefetch ? next_steps * step_bytes / 64 : 0;
+        const int64_t share = prefetch ? (next_lines + tiles - 1) / tiles : 0;
         if constexpr (scratch_chunks)
           begin(p, s0, s1, scratch);
         else
           begin(p, s0, s1);
         row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
-          if (prefetch) {
-            const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes;
-            const char* share = next + m0 / MR * lines_per_tile * 64;
-            for (int64_t line = 0; line < lines_per_tile; ++line) _mm_prefetch(share + line * 64, _MM_HINT_T1);
+          Ahead ahead;
+          if (share > 0) {
+            const int64_t first = m0 / MR * share;
+            const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes + first * 64;
+            ahead = Ahead(next, std::max<int64_t>(0, std::min(share, next_lines - first)), s1 - s0);
           }
           Acc acc[R.value][VECS];
           UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
             acc[r][j] = s0 == 0 ? zero_acc<Acc>() : partial[(m0 + r) * VECS + j];
           if constexpr (scratch_chunks)
-            run(R, m0, p, s0, s1, acc, scratch);
+            run(R, m0, p, s0, s1, acc, ahead, scratch);
           else
-            run(R, m0, p, s0, s1, acc);
+            run(R, m0, p, s0, s1, acc, ahead);
           if (s1 == steps) {
             finish(R, m0, p, acc);
             return;
@@ -130,9 +151,9 @@ void for_each_chunked_tile(
 }
 
 // for_each_chunked_tile for tile_pairs, over a panel whose k-pairs take `pair_bytes` (in L1):
-// run(R, m0, p, rows, pair0, pair1, acc[, scratch]) with the activation rows from m0 as tile_pairs reads
-// them: x itself, or where the vector layer says so (PAIRS_FROM_FLOATS) x widened to fp32 once
-// here, exactly, instead of every broadcast in every panel.
+// run(R, m0, p, rows, pair0, pair1, acc, ahead[, scratch]) with the activation rows from m0 as
+// tile_pairs reads them: x itself, or where the vector layer says so (PAIRS_FROM_FLOATS) x widened
+// to fp32 once here, exactly, instead of every broadcast in every panel.
 template <typename Run, typename Finish, typename Begin = void (*)(int64_t, int64_t, int64_t)>
 void for_each_pair_tile(
     const bf16* x, int64_t M, int64_t K, int64_t panels, int64_t pair_bytes, const void* weights, Run&& run,
@@ -140,8 +161,8 @@ void for_each_pair_tile(
   const auto over = [&](const auto* rows) {
     for_each_chunked_tile<vf>(
         M, panels, K / 2, pair_bytes, weights,
-        [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc, auto*... scratch) {
-          run(R, m0, p, rows + m0 * K, s0, s1, acc, scratch...);
+        [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc, Ahead ahead, auto*... scratch) {
+          run(R, m0, p, rows + m0 * K, s0, s1, acc, ahead, scratch...);
         },
         finish, begin);
   };
@@ -164,10 +185,12 @@ struct Bf16Panel {
 
 // R activation rows (bf16, or fp32 holding bf16 values; row stride K) against pairs [pair0, pair1)
 // of one pair panel (or V < VECS of its vectors), added into fp32 sums. Panel::load(pair, j) gives
-// the pairs of vector j, called once per (pair, j) in increasing order.
+// the pairs of vector j, called once per (pair, j) in increasing order; ahead.step() once a pair.
 template <int R, typename X, typename Panel, int V>
-inline void tile_pairs(const X* x, int64_t K, const Panel& panel, int64_t pair0, int64_t pair1, vf (&acc)[R][V]) {
+inline void tile_pairs(const X* x, int64_t K, const Panel& panel, int64_t pair0, int64_t pair1, vf (&acc)[R][V],
+                       Ahead ahead = {}) {
   for (int64_t p = pair0; p < pair1; ++p) {
+    ahead.step();
     Pairs xb[R];
     UNROLL for (int r = 0; r < R; ++r) xb[r] = broadcast_pair(x + r * K + 2 * p);
     UNROLL for (int j = 0; j < V; ++j) {
