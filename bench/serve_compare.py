@@ -16,8 +16,8 @@ the same for both.
 The prompts' words are common English ones (bench/checkpoint.py's PROMPT_VOCABULARY) that the
 random checkpoint's tokenizer knows as LFM2's real one does, one token each: a 100-word prompt is
 ~113 tokens, about what LFM2-350M makes of it. The table's header gives the prompts' mean length in
-tokens, counted with the checkpoint's tokenizer.json as ``lfm-chat serve`` encodes a completion's
-prompt (vLLM adds a BOS token: one more).
+tokens, counted with the checkpoint's tokenizer.json as both servers encode a completion's prompt
+(BOS first).
 
 vLLM runs from its own venv (``--vllm-python``; docs/SCALE_OUT.md says how to install it) with
 both cores (``OMP_NUM_THREADS=2 VLLM_CPU_OMP_THREADS_BIND=0-1``). Where it is missing or cannot
@@ -91,13 +91,13 @@ def prompt(client: int, round_number: int, concurrency: int, words: int = PROMPT
 
 
 def prompt_tokens(checkpoint: Path, clients: list[int], rounds: int, words: int) -> list[int]:
-    """The length in tokens of every timed prompt, by ``checkpoint``'s tokenizer.json without
-    special tokens, as ``lfm-chat serve`` encodes a completion's prompt."""
+    """The length in tokens of every timed prompt, by ``checkpoint``'s tokenizer.json with its
+    special tokens (BOS), as both servers encode a completion's prompt."""
     tokenizer = Tokenizer.from_file(str(checkpoint / "tokenizer.json"))
     texts = [
         prompt(i, number, count, words) for count in clients for number in range(rounds) for i in range(count)
     ]
-    return [len(encoding.ids) for encoding in tokenizer.encode_batch(texts, add_special_tokens=False)]
+    return [len(encoding.ids) for encoding in tokenizer.encode_batch(texts)]
 
 
 class StreamTally:
@@ -413,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     lengths = prompt_tokens(checkpoint, clients, args.rounds, args.words)
     said = f"{args.words}-word prompts of {statistics.mean(lengths):.1f} tokens on average"
     print(f"{said} ({max(lengths)} at most), by {checkpoint.name}'s tokenizer", file=sys.stderr, flush=True)
-    if not args.no_vllm and max(lengths) + 1 + args.tokens > VLLM_MAX_MODEL_LEN:  # + the BOS vLLM adds
+    if not args.no_vllm and max(lengths) + args.tokens > VLLM_MAX_MODEL_LEN:
         raise SystemExit(
             f"{max(lengths)} prompt tokens and {args.tokens} out exceed vLLM's {VLLM_MAX_MODEL_LEN}"
         )

@@ -87,7 +87,7 @@ async def chat_completions(request: Request) -> Response:
     chat = await _parsed(service, await read_body(request, service.config.max_body_bytes), parse_chat)
     tools = chat.tools.tools if chat.tools is not None else None
     text = await run_in_threadpool(_render_chat, service.engine, chat.messages, tools)
-    ids = await run_in_threadpool(_encode, service, text, "messages")
+    ids = await run_in_threadpool(_encode, service, text, "messages", False)
     return await _generate(request, service, chat, ids, chat=True)
 
 
@@ -96,7 +96,7 @@ async def completions(request: Request) -> Response:
     job = await _parsed(service, await read_body(request, service.config.max_body_bytes), parse_completion)
     prompt = job.prompt
     if isinstance(prompt, str):
-        prompt = await run_in_threadpool(_encode, service, prompt, "prompt")
+        prompt = await run_in_threadpool(_encode, service, prompt, "prompt", True)
     return await _generate(request, service, job, prompt, chat=False)
 
 
@@ -135,8 +135,12 @@ def _render_chat(engine: Engine, messages: list[dict[str, Any]], tools: list[dic
         raise bad_request(f"the chat template refused the messages: {exc}", "messages") from None
 
 
-def _encode(service: Service, text: str, param: str) -> list[int]:
-    """The prompt's ids, unless the text is too long to fit whatever its tokens (runs in a thread)."""
+def _encode(service: Service, text: str, param: str, special: bool) -> list[int]:
+    """The prompt's ids, unless the text is too long to fit whatever its tokens (runs in a thread).
+
+    ``special``: the tokenizer's own additions (LFM2's BOS) go around the text, as a completion
+    prompt gets them from vLLM and from transformers' ``tokenizer(prompt)``; a rendered chat has
+    them from its template already."""
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > service.max_prompt_bytes:
         context = service.engine.max_model_len
@@ -145,7 +149,7 @@ def _encode(service: Service, text: str, param: str) -> list[int]:
             f"(at most {service.max_prompt_bytes} bytes)"
         )
         raise ApiError(400, message, param, "context_length_exceeded")
-    return service.engine.tokenizer.encode(text, add_special_tokens=False)
+    return service.engine.tokenizer.encode(text, add_special_tokens=special)
 
 
 def _check_prompt(engine: Engine, ids: list[int], param: str) -> None:

@@ -275,6 +275,8 @@ def _prompt(value: Any) -> str | list[int]:
     if isinstance(value, list) and len(value) == 1 and isinstance(value[0], str | list):
         value = value[0]
     if isinstance(value, str):
+        if not value:  # the tokenizer would make it a lone BOS: nothing to continue
+            raise bad_request("prompt is empty", "prompt")
         return _unicode(value, "prompt")
     if isinstance(value, list) and all(isinstance(t, int) and not isinstance(t, bool) for t in value):
         return value

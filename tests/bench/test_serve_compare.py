@@ -58,7 +58,7 @@ def test_prompts_differ_from_the_first_word_between_clients_rounds_and_concurren
     assert serve_compare.prompt(1, 1, 8) == serve_compare.prompt(1, 1, 8)
 
 
-def test_words_sets_the_prompts_length_and_they_are_counted_as_lfm_chat_serve_encodes_them(tiny_ckpt: Path):
+def test_words_sets_the_prompts_length_and_they_are_counted_as_the_servers_encode_them(tiny_ckpt: Path):
     args = serve_compare.parse_args(["--words", "30", "--clients", "1,2"])
     assert (args.words, args.clients) == (30, [1, 2])
     assert serve_compare.parse_args([]).words == serve_compare.PROMPT_WORDS
@@ -73,7 +73,7 @@ def test_words_sets_the_prompts_length_and_they_are_counted_as_lfm_chat_serve_en
     ]
     assert all(len(text.split()) == 30 for text in texts)
     counts = serve_compare.prompt_tokens(tiny_ckpt, [1, 2], 2, 30)
-    assert counts == [len(served.encode(text)) for text in texts]
+    assert counts == [len(served.encode(text, add_special_tokens=True)) for text in texts]
 
 
 def test_the_summary_gives_medians_each_round_the_ratio_and_why_vllm_was_skipped():

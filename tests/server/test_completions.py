@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -84,9 +85,12 @@ def test_include_usage_reports_prefix_cache_hits_on_a_repeated_prompt(server: st
     assert second["completion_tokens"] == first["completion_tokens"]
 
 
-def test_completions_take_raw_text_and_token_ids(server: str, reference: Engine) -> None:
+def test_completions_take_raw_text_and_token_ids(server: str, reference: Engine, tiny_ckpt: Path) -> None:
+    """A text prompt is what transformers' tokenizer(prompt) makes of it, BOS first, as vLLM encodes it."""
+    transformers = pytest.importorskip("transformers")
     prompt = "The quick brown fox"
-    ids = reference.tokenizer.encode(prompt)
+    ids = transformers.AutoTokenizer.from_pretrained(tiny_ckpt)(prompt)["input_ids"]
+    assert ids[0] == reference.tokenizer.bos_token_id
     expected = reference.generate([ids], SamplingParams(temperature=0.0, max_tokens=16))[0].text
     for given in (prompt, ids):
         body = httpx.post(
@@ -94,6 +98,7 @@ def test_completions_take_raw_text_and_token_ids(server: str, reference: Engine)
         ).json()
         assert body["object"] == "text_completion"
         assert body["choices"][0]["text"] == expected
+        assert body["usage"]["prompt_tokens"] == len(ids)
     request = {"prompt": prompt, "temperature": 0, "max_tokens": 16, "stream": True}
     with httpx.stream("POST", f"{server}/v1/completions", json=request) as response:
         chunks = events(response)[:-1]

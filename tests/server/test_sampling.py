@@ -91,7 +91,7 @@ def test_completion_logprobs_streamed_and_not(client: openai.OpenAI, reference: 
     ask = {"model": MODEL, "prompt": "Once upon a time", "temperature": 0, "max_tokens": 6, "logprobs": 2}
     reply = client.completions.create(**ask)
     logprobs = reply.choices[0].logprobs
-    prompt = reference.tokenizer.encode("Once upon a time")
+    prompt = reference.tokenizer.encode("Once upon a time", add_special_tokens=True)
     expected = engine_reply(reference, SamplingParams(temperature=0, max_tokens=6, logprobs=2), prompt)
     shown = expected.logprobs[: len(logprobs.tokens)]
     assert logprobs.token_logprobs == pytest.approx([e.logprob for e in shown], abs=TOL)
