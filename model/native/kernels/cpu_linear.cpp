@@ -142,7 +142,7 @@ at::Tensor linear_bf16(const at::Tensor& x, const at::Tensor& w, int64_t N,
   const bf16* xp = x.data_ptr<bf16>();
   const bf16* wp = w.data_ptr<bf16>();
   for_each_pair_tile(
-      xp, M, K, (N + PANEL - 1) / PANEL, PANEL * 2 * sizeof(bf16), wp,
+      xp, M, K, (N + PANEL - 1) / PANEL, PANEL * 2 * sizeof(bf16), {{{wp, PANEL * 2 * sizeof(bf16)}}},
       [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead ahead) {
         tile_pairs<R.value>(rows, K, Bf16Panel{wp + p * PANEL * K}, s0, s1, acc, ahead);
       },
@@ -188,7 +188,7 @@ at::Tensor linear_int8(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const float* sp = scales.data_ptr<float>();
   const vf unscale = set1(1.0f / INT8_PAIR_SCALE);  // a power of two: exact
   for_each_pair_tile(
-      xp, M, K, (N + PANEL - 1) / PANEL, PANEL * 2, wp,
+      xp, M, K, (N + PANEL - 1) / PANEL, PANEL * 2, {{{wp, PANEL * 2}}},
       [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead ahead) {
         tile_pairs<R.value>(rows, K, Int8Panel{wp + p * PANEL * K}, s0, s1, acc, ahead);
       },
@@ -218,7 +218,7 @@ at::Tensor linear_w8a8(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   const float* sp = scales.data_ptr<float>();
   const uint8_t* xp = xq.data();
   for_each_chunked_tile<vi>(
-      M, padded / PANEL, K / 4, PANEL * 4, wp,
+      M, padded / PANEL, K / 4, PANEL * 4, {{{wp, PANEL * 4}}},
       [&](auto R, int64_t m0, int64_t p, int64_t q0, int64_t q1, auto& acc, Ahead ahead) {
         tile_quads<R.value>(xp + m0 * K, K, wp + p * PANEL * K, q0, q1, acc, ahead);
       },

@@ -124,9 +124,10 @@ constexpr int PARTS = VECS / BF12_VECTORS;
 
 template <typename PanelOf, typename Store>
 void tall_tiles(const bf16* x, int64_t M, int64_t K, int64_t panels, const int64_t* positions,
-                const int64_t* positions_end, PanelOf&& panel, Store&& store) {
+                const int64_t* positions_end, const Streams& streams, PanelOf&& panel, Store&& store) {
   const int64_t steps = K / 2;
   const int64_t chunk = std::max<int64_t>(1, CHUNK_BYTES / (PANEL * 2 * int64_t(sizeof(bf16))));  // linear_bf16's
+  const int64_t tiles = (M + TALL_ROWS - 1) / TALL_ROWS;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<vf> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
     for (int64_t p = p0; p < p1; ++p) {
@@ -135,6 +136,7 @@ void tall_tiles(const bf16* x, int64_t M, int64_t K, int64_t panels, const int64
       for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
         const int64_t s1 = std::min(steps, s0 + chunk);
         next = std::lower_bound(positions + next, positions_end, whole.first + s0 * 2 * PANEL) - positions;
+        const int64_t next_steps = chunk < steps ? next_chunk_steps(p, p1, s1, steps, chunk) : 0;
         for (int part = 0; part < PARTS; ++part)
           row_tiles<TALL_ROWS>(M, p, [&](auto R, int64_t m0, int64_t) {
             vf acc[R.value][BF12_VECTORS];
@@ -143,7 +145,9 @@ void tall_tiles(const bf16* x, int64_t M, int64_t K, int64_t panels, const int64
               acc[r][j] = s0 == 0 ? zero() : saved[r * VECS + j];
             Bf12Panel cursor = whole;
             cursor.next = next;
-            tile_pairs<R.value>(x + m0 * K, K, Bf12Part{cursor, part}, s0, s1, acc);
+            const int64_t pass = part * tiles + m0 / TALL_ROWS;
+            const Ahead ahead(streams, p * steps + s1, next_steps, pass, PARTS * tiles, s1 - s0);
+            tile_pairs<R.value>(x + m0 * K, K, Bf12Part{cursor, part}, s0, s1, acc, ahead);
             UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < BF12_VECTORS; ++j) {
               if (s1 == steps)
                 store(m0 + r, p * PANEL + (part * BF12_VECTORS + j) * LANES, acc[r][j]);
@@ -241,7 +245,7 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
   const auto store = [&](auto R, int64_t m0, int64_t p, auto& acc) { result.store_tile<R.value>(m0, p, acc); };
   if (M <= MR) {  // one register tile, all of K in one chunk: each weight decoded once, in registers
     for_each_pair_tile(
-        xp, M, K, panels, PANEL * 2 * sizeof(bf16), nullptr,
+        xp, M, K, panels, PANEL * 2 * sizeof(bf16), {},
         [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead) {
           tile_pairs<R.value>(rows, K, panel(p), s0, s1, acc);
         },
@@ -249,9 +253,10 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
     return result.tensor();
   }
   const int64_t* positions_end = pp + positions.numel();
+  const Streams streams = {{{bp, 2 * PANEL}, {np, PANEL}}};  // a k-pair's bytes and nibbles
   if (TALL && M <= TALL_MAX) {
     if constexpr (TALL)
-      tall_tiles(xp, M, K, panels, pp, positions_end, panel,
+      tall_tiles(xp, M, K, panels, pp, positions_end, streams, panel,
                  [&](int64_t row, int64_t n0, vf sums) { result.store(row, n0, sums); });
     return result.tensor();
   }
@@ -259,10 +264,10 @@ at::Tensor linear_bf12(const at::Tensor& x, const at::Tensor& bytes, const at::T
   const auto chunked = [&](auto wide) {
     using Chunk = DecodedChunk<wide.value>;
     for_each_pair_tile(
-        xp, M, K, panels, Chunk::PAIR_BYTES, nullptr,
-        [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead,
+        xp, M, K, panels, Chunk::PAIR_BYTES, streams,
+        [&](auto R, int64_t m0, int64_t p, const auto* rows, int64_t s0, int64_t s1, auto& acc, Ahead ahead,
             std::byte* chunk) {
-          tile_pairs<R.value>(rows, K, Chunk{chunk, s0}, s0, s1, acc);
+          tile_pairs<R.value>(rows, K, Chunk{chunk, s0}, s0, s1, acc, ahead);
         },
         store,
         [&](int64_t p, int64_t s0, int64_t s1, std::byte* chunk) {

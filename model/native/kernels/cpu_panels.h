@@ -9,6 +9,7 @@
 #include <ATen/ops/empty.h>
 
 #include <algorithm>
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -65,24 +66,53 @@ void for_each_tile(int64_t M, int64_t panels, Tile&& tile) {
 // output's sum still runs over k in increasing order: a row's result does not depend on M.
 constexpr int64_t CHUNK_BYTES = 16 << 10;
 
-// The cache lines of the next chunk one row tile asks for (into L2) while it multiplies the current
-// one, a few each k-step: `lines` from `next` spread evenly over `steps` k-steps. Asked for in one
+// Where a panel's stored weights are: `base` the first panel's, the others following it, each k-step
+// `step_bytes` of them. A 12-bit panel has two: its bytes and its nibbles.
+struct Stream {
+  const void* base = nullptr;
+  int64_t step_bytes = 0;
+};
+using Streams = std::array<Stream, 2>;
+
+// The cache lines of the next chunk one pass over a chunk (a row tile) asks for, into L2, while it
+// multiplies the current one: its share of each stream, a few lines every k-step. Asked for in one
 // burst at the tile's start instead, they queue behind each other and the tile waits on them; left
 // to the hardware prefetcher, memory idles while the later tiles compute from L1 (the prefetcher
 // runs ahead only of demand misses). A default Ahead asks for nothing.
 class Ahead {
  public:
   Ahead() = default;
-  Ahead(const void* next, int64_t lines, int64_t steps)
-      : next_(static_cast<const char*>(next)), lines_(lines), steps_(steps) {}
+  // Pass `pass` of `passes`, each `steps` k-steps long, shares out k-steps [from, from + count) of
+  // every stream (counted from the first panel's first k-step).
+  Ahead(const Streams& streams, int64_t from, int64_t count, int64_t pass, int64_t passes, int64_t steps)
+      : steps_(steps) {
+    for (size_t i = 0; i < streams.size(); ++i) {
+      if (streams[i].base == nullptr) continue;
+      const int64_t lines = count * streams[i].step_bytes / 64, share = (lines + passes - 1) / passes;
+      const int64_t first = std::min(lines, pass * share);
+      const char* base = static_cast<const char*>(streams[i].base);
+      lines_[i] = {base + from * streams[i].step_bytes + first * 64, std::min(share, lines - first)};
+    }
+  }
   inline void step() {
-    for (debt_ += lines_; debt_ >= steps_; debt_ -= steps_, next_ += 64) _mm_prefetch(next_, _MM_HINT_T1);
+    for (Lines& l : lines_)
+      for (l.debt += l.count; l.debt >= steps_; l.debt -= steps_, l.next += 64) _mm_prefetch(l.next, _MM_HINT_T1);
   }
 
  private:
-  const char* next_ = nullptr;
-  int64_t lines_ = 0, steps_ = 1, debt_ = 0;
+  struct Lines {
+    const char* next = nullptr;
+    int64_t count = 0, debt = 0;
+  };
+  std::array<Lines, 2> lines_{};
+  int64_t steps_ = 1;
 };
+
+// The k-steps of the chunk after [s0, s1) of panel p in memory, where a thread's panels run to p1:
+// the panel's own next chunk, the thread's next panel's first, or none.
+inline int64_t next_chunk_steps(int64_t p, int64_t p1, int64_t s1, int64_t steps, int64_t chunk) {
+  return s1 < steps ? std::min(chunk, steps - s1) : p + 1 < p1 ? std::min(chunk, steps) : 0;
+}
 
 template <typename Acc>
 inline Acc zero_acc() {
@@ -95,9 +125,9 @@ inline Acc zero_acc() {
 // Every panel (split between threads) against all M rows in chunks of k-steps, each `step_bytes`
 // of a panel: run(R, m0, p, s0, s1, acc, ahead) adds steps [s0, s1) of R rows from m0 into
 // acc[R][VECS], calling ahead.step() once a k-step; finish(R, m0, p, acc) stores the finished sums;
-// begin(p, s0, s1), before a chunk's tiles, may prepare it. `weights` is the first panel, the others
-// following it: with two or more row tiles each tile's Ahead asks for its share of the next chunk
-// of the thread's panels, so memory streams it under the arithmetic instead of between chunks.
+// begin(p, s0, s1), before a chunk's tiles, may prepare it. With two or more row tiles each tile's
+// Ahead asks for its share of the next chunk of the thread's panels in `streams`, so memory streams
+// it under the arithmetic instead of between chunks.
 // A begin taking a fourth argument, begin(p, s0, s1, scratch), prepares the chunk (then at most
 // CHUNK_BYTES, whatever M) in `scratch`, CHUNK_BYTES of the calling thread's own, and run gets it
 // as its last argument: a 12-bit panel decodes each chunk there. Not a thread_local buffer: in a
@@ -105,33 +135,25 @@ inline Acc zero_acc() {
 // spilling and reloading the tile's sums around it.
 template <typename Acc, typename Run, typename Finish, typename Begin = void (*)(int64_t, int64_t, int64_t)>
 void for_each_chunked_tile(
-    int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, const void* weights, Run&& run, Finish&& finish,
-    Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
+    int64_t M, int64_t panels, int64_t steps, int64_t step_bytes, const Streams& streams, Run&& run,
+    Finish&& finish, Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
   constexpr bool scratch_chunks = std::is_invocable_v<Begin, int64_t, int64_t, int64_t, std::byte*>;
   const int64_t chunk = M <= MR && !scratch_chunks ? steps : std::max<int64_t>(1, CHUNK_BYTES / step_bytes);
   const int64_t tiles = (M + MR - 1) / MR;
-  const bool prefetch = weights != nullptr && chunk < steps && tiles >= 2;
+  const bool prefetch = chunk < steps && tiles >= 2;
   at::parallel_for(0, panels, 1, [&](int64_t p0, int64_t p1) {
     std::vector<Acc> partial(chunk < steps ? M * VECS : 0);  // sums between chunks, [M][VECS]
     alignas(64) std::byte scratch[scratch_chunks ? CHUNK_BYTES : 1];
     for (int64_t p = p0; p < p1; ++p)
       for (int64_t s0 = 0; s0 < steps; s0 += chunk) {
         const int64_t s1 = std::min(steps, s0 + chunk);
-        // the next chunk in memory (this panel's, or the thread's next panel's first), shared out by tile
-        const int64_t next_steps = s1 < steps ? std::min(chunk, steps - s1) : p + 1 < p1 ? chunk : 0;
-        const int64_t next_lines = prefetch ? next_steps * step_bytes / 64 : 0;
-        const int64_t share = prefetch ? (next_lines + tiles - 1) / tiles : 0;
+        const int64_t next_steps = prefetch ? next_chunk_steps(p, p1, s1, steps, chunk) : 0;
         if constexpr (scratch_chunks)
           begin(p, s0, s1, scratch);
         else
           begin(p, s0, s1);
         row_tiles(M, p, [&](auto R, int64_t m0, int64_t) {
-          Ahead ahead;
-          if (share > 0) {
-            const int64_t first = m0 / MR * share;
-            const char* next = static_cast<const char*>(weights) + (p * steps + s1) * step_bytes + first * 64;
-            ahead = Ahead(next, std::max<int64_t>(0, std::min(share, next_lines - first)), s1 - s0);
-          }
+          const Ahead ahead(streams, p * steps + s1, next_steps, m0 / MR, tiles, s1 - s0);
           Acc acc[R.value][VECS];
           UNROLL for (int r = 0; r < R.value; ++r) UNROLL for (int j = 0; j < VECS; ++j)
             acc[r][j] = s0 == 0 ? zero_acc<Acc>() : partial[(m0 + r) * VECS + j];
@@ -156,11 +178,11 @@ void for_each_chunked_tile(
 // to fp32 once here, exactly, instead of every broadcast in every panel.
 template <typename Run, typename Finish, typename Begin = void (*)(int64_t, int64_t, int64_t)>
 void for_each_pair_tile(
-    const bf16* x, int64_t M, int64_t K, int64_t panels, int64_t pair_bytes, const void* weights, Run&& run,
+    const bf16* x, int64_t M, int64_t K, int64_t panels, int64_t pair_bytes, const Streams& streams, Run&& run,
     Finish&& finish, Begin&& begin = [](int64_t, int64_t, int64_t) {}) {
   const auto over = [&](const auto* rows) {
     for_each_chunked_tile<vf>(
-        M, panels, K / 2, pair_bytes, weights,
+        M, panels, K / 2, pair_bytes, streams,
         [&](auto R, int64_t m0, int64_t p, int64_t s0, int64_t s1, auto& acc, Ahead ahead, auto*... scratch) {
           run(R, m0, p, rows + m0 * K, s0, s1, acc, ahead, scratch...);
         },
