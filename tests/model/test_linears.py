@@ -8,6 +8,9 @@ equality with the torch path bit for bit.
 from __future__ import annotations
 
 import logging
+import sys
+import threading
+import time
 
 import pytest
 import torch
@@ -73,6 +76,38 @@ def test_native_bf16_product_is_as_exact_as_torchs(native, n, k, m):
     native_error = (NativeLinear(linear, native)(x).float() - exact).abs().max().item()
     # both round an fp32 sum to bf16 once; the sums differ only in order
     assert native_error <= 1.5 * torch_error + 1e-6
+
+
+def test_native_linears_let_other_threads_run_meanwhile(native):
+    """A kernel runs without the GIL: a prompt step's linears take up to hundreds of ms, through
+    which the server's threads and the app's UI thread must not wait."""
+    linear = NativeLinear(bf16_linear(4096, 4096), native)
+    x = torch.randn(1024, 4096, dtype=torch.bfloat16)
+    ticks: list[float] = []
+    stop = threading.Event()
+
+    def tick() -> None:
+        while not stop.is_set():
+            ticks.append(time.perf_counter())
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(0.001)  # a thread waiting for the GIL gets it ~1 ms after asking
+    ticker = threading.Thread(target=tick)
+    try:
+        ticker.start()
+        while not ticks:
+            time.sleep(0.001)
+        began = time.perf_counter()
+        linear(x)
+        ended = time.perf_counter()
+    finally:
+        stop.set()
+        ticker.join()
+        sys.setswitchinterval(interval)
+    # the quarter at each end may hold ticks from before the call started or after it ended
+    quarter = (ended - began) / 4
+    assert quarter > 0.005, "the product was too quick to tell"
+    assert any(began + quarter < t < ended - quarter for t in ticks)
 
 
 @pytest.mark.parametrize(("n", "k"), SHAPES)

@@ -17,38 +17,45 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.attr("BF12_BYTE_ORDER") = std::vector<int>(lfm_kernels::vec::BF12_BYTE_ORDER.begin(), lfm_kernels::vec::BF12_BYTE_ORDER.end());
   m.attr("BF12_NIBBLE_ORDER") =
       std::vector<int>(lfm_kernels::vec::BF12_NIBBLE_ORDER.begin(), lfm_kernels::vec::BF12_NIBBLE_ORDER.end());
+  // Every kernel runs without the GIL, as torch's own operators do: a prompt step's linears take up
+  // to hundreds of ms, through which the server's threads (reading requests, tokenizing them,
+  // streaming replies) and the app's UI thread would otherwise wait. Arguments and results convert
+  // with it held.
+  const auto released = py::call_guard<py::gil_scoped_release>();
   // each linear returns x's dtype [M, N], or fills `out` (fp32 [M, N], the values that dtype holds) and returns it
   m.def("linear_bf16", &lfm_kernels::linear_bf16, "x @ W.T: bf16 x [M, K], bf16 W packed in pair panels, N outputs",
-        py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());
+        py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none(), released);
   m.def("linear_bf12", &lfm_kernels::linear_bf12, "x @ W.T: bf16 x, bf16 W stored in 12 bits (model/quant/bf12.py)",
         py::arg("x"), py::arg("bytes"), py::arg("nibbles"), py::arg("tables"), py::arg("starts"),
-        py::arg("positions"), py::arg("values"), py::arg("N"), py::arg("out") = py::none());
+        py::arg("positions"), py::arg("values"), py::arg("N"), py::arg("out") = py::none(), released);
   m.def("linear_f32", &lfm_kernels::linear_f32, "x @ W.T: fp32 x [M, K], fp32 or bf16 W packed in G = 1 panels",
-        py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none());
+        py::arg("x"), py::arg("w"), py::arg("N"), py::arg("out") = py::none(), released);
   m.def("linear_int8", &lfm_kernels::linear_int8, "x @ (W * scales).T: bf16 x, int8 W packed in pair panels",
-        py::arg("x"), py::arg("w"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none());
+        py::arg("x"), py::arg("w"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none(), released);
   m.def("linear_w8a8", &lfm_kernels::linear_w8a8, "per-row int8 x times int8 W in quad panels, exact int32 sums",
-        py::arg("x"), py::arg("w"), py::arg("row_sums"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none());
+        py::arg("x"), py::arg("w"), py::arg("row_sums"), py::arg("scales"), py::arg("N"), py::arg("out") = py::none(),
+        released);
   m.def("linear_int4", &lfm_kernels::linear_int4, "x quantized per row and 32 k to int8, times int4 W in int4 panels",
-        py::arg("x"), py::arg("q"), py::arg("codes"), py::arg("steps"), py::arg("N"), py::arg("out") = py::none());
+        py::arg("x"), py::arg("q"), py::arg("codes"), py::arg("steps"), py::arg("N"), py::arg("out") = py::none(),
+        released);
   m.def("decode_attention", &lfm_kernels::decode_attention, "one query per sequence over the paged KV pool",
         py::arg("q"), py::arg("k_cache"), py::arg("v_cache"), py::arg("block_tables"), py::arg("context_lens"),
-        py::arg("block_size"), py::arg("scale"), py::arg("context_starts") = py::none());
-  m.def("add_rms_norm", &lfm_kernels::add_rms_norm, "hidden += delta (in place, if given), then RMSNorm");
-  m.def("swiglu", &lfm_kernels::swiglu, "silu(gate) * up from w13's [gate | up] output");
-  m.def("short_conv", &lfm_kernels::short_conv, "LFM2's gated short conv between in_proj and out_proj");
-  m.def("attention_prep", &lfm_kernels::attention_prep, "q/k norms and RoPE; k and v written to the KV pool");
+        py::arg("block_size"), py::arg("scale"), py::arg("context_starts") = py::none(), released);
+  m.def("add_rms_norm", &lfm_kernels::add_rms_norm, "hidden += delta (in place, if given), then RMSNorm", released);
+  m.def("swiglu", &lfm_kernels::swiglu, "silu(gate) * up from w13's [gate | up] output", released);
+  m.def("short_conv", &lfm_kernels::short_conv, "LFM2's gated short conv between in_proj and out_proj", released);
+  m.def("attention_prep", &lfm_kernels::attention_prep, "q/k norms and RoPE; k and v written to the KV pool", released);
   m.def("moe_route", &lfm_kernels::moe_route, "each token's experts and weights, and the pairs grouped by expert",
-        py::arg("logits"), py::arg("bias"), py::arg("k"), py::arg("normalize"), py::arg("scale"));
-  m.def("moe_combine", &lfm_kernels::moe_combine, "each token's weighted sum of its experts' outputs");
+        py::arg("logits"), py::arg("bias"), py::arg("k"), py::arg("normalize"), py::arg("scale"), released);
+  m.def("moe_combine", &lfm_kernels::moe_combine, "each token's weighted sum of its experts' outputs", released);
   m.def("argmax_rows", &lfm_kernels::argmax_rows, "torch.argmax(logits, -1) of float32 [B, V] logits",
-        py::arg("logits"));
+        py::arg("logits"), released);
   m.def("sample_rows", &lfm_kernels::sample_rows,
         "one token per row: penalties, temperature, top-k, top-p, min-p, then a draw at each row's uniform",
-        py::arg("logits"), py::arg("params"), py::arg("history"), py::arg("spans"));
+        py::arg("logits"), py::arg("params"), py::arg("history"), py::arg("spans"), released);
   m.def("process_rows", &lfm_kernels::process_rows,
         "each row's logits as sample_rows draws from them (greedy rows: after the penalties only)",
-        py::arg("logits"), py::arg("params"), py::arg("history"), py::arg("spans"));
+        py::arg("logits"), py::arg("params"), py::arg("history"), py::arg("spans"), released);
 
   // a decode step's whole decoder stack in one call (model/native/stack.py builds it); module_local:
   // each instruction set's build is its own module, and tests load several into one process
@@ -58,7 +65,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   py::class_<LinearRef>(m, "LinearRef", py::module_local(), "a native linear's packed operands and the kernel that reads them")
       .def(py::init<const std::string&, int64_t, std::vector<torch::Tensor>>(), py::arg("kind"),
            py::arg("out_features"), py::arg("operands"))
-      .def("__call__", &LinearRef::operator(), py::arg("x"));
+      .def("__call__", &LinearRef::operator(), py::arg("x"), released);
   py::class_<DecodeLayer>(m, "DecodeLayer", py::module_local(), "one decoder layer of a DecodeStack");
   m.def("conv_layer", &lfm_kernels::conv_layer, "a short-conv decoder layer", py::arg("operator_norm"),
         py::arg("ffn_norm"), py::arg("eps"), py::arg("in_proj"), py::arg("taps"), py::arg("bias"),
