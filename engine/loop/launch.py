@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import platformdirs
 
@@ -25,6 +27,9 @@ if TYPE_CHECKING:
     from engine.core.config import EngineConfig
     from engine.loop.engine import Engine
     from model.checkpoint.progress import Progress
+
+
+T = TypeVar("T")
 
 
 def default_cache_dir() -> Path:
@@ -92,6 +97,16 @@ def load_engine(
     `config` may be the keyword arguments of an EngineConfig: building one imports torch.
     """
     checkpoint = None if source.demo else locate_checkpoint(source.model, progress, source.revision)
+    return on_a_passing_thread(lambda: _engine_on(checkpoint, source, config, cache_dir, progress))
+
+
+def _engine_on(
+    checkpoint: Path | None,
+    source: ModelSource,
+    config: EngineConfig | dict[str, Any],
+    cache_dir: Path,
+    progress: Progress,
+) -> Engine:
     progress("importing PyTorch", None)
     from engine.core.config import EngineConfig
     from engine.loop.engine import Engine
@@ -102,3 +117,29 @@ def load_engine(
         progress("writing the demo checkpoint", None)
         checkpoint = demo_checkpoint(cache_dir)
     return Engine.from_pretrained(checkpoint, config, progress=progress)
+
+
+def on_a_passing_thread(build: Callable[[], T]) -> T:
+    """``build()`` on a thread that ends when it returns; its result or its exception.
+
+    Loading packs the weights in parallel loops, and OpenMP (libgomp) keeps a pool of worker
+    threads for every thread that ran one, for as long as that thread lives. Left on the caller's
+    thread (`serve`'s main thread), that idle pool makes the engine thread's team count more
+    threads than cores, and libgomp then stops spinning between parallel loops: each of a step's
+    ~100 kernels waits for its worker to wake, and a decode step took ~10% longer
+    (docs/PERFORMANCE.md, 2026-11-30)."""
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, build()))
+        except BaseException as exc:  # handed to the caller, who raises it as its own
+            outcome.append((False, exc))
+
+    thread = threading.Thread(target=run, name="lfm-load", daemon=True)  # daemon: ctrl+c still quits
+    thread.start()
+    thread.join()
+    succeeded, value = outcome[0]
+    if not succeeded:
+        raise value
+    return value

@@ -7,12 +7,13 @@ The loads are real (tiny checkpoints); only the two calls are wrapped, to count 
 from __future__ import annotations
 
 import os
+import threading
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from engine import Engine, EngineConfig, ModelSource, SamplingParams, load_engine
+from engine import CheckpointError, Engine, EngineConfig, ModelSource, SamplingParams, load_engine
 from model.checkpoint.loader import load_model
 from model.native import kernels as native_kernels
 from model.text.tokenizer import Tokenizer
@@ -114,3 +115,25 @@ def test_a_launch_says_building_kernels_only_when_they_are_not_built(tiny_ckpt, 
     load_engine(ModelSource(model=str(tiny_ckpt)), CONFIG, tmp_path, lambda stage, _: stages.append(stage))
     assert "loading weights" in stages
     assert not [s for s in stages if s.startswith("building CPU kernels")]
+
+
+def test_a_launch_builds_the_engine_on_a_thread_that_has_ended_when_it_returns(tiny_ckpt, tmp_path):
+    """OpenMP keeps a pool of workers for each thread that ran a parallel loop while that thread
+    lives; the loading thread's would slow every step of the engine thread's team (launch.py)."""
+    loaders: set[threading.Thread] = set()
+
+    def progress(stage: str, fraction: float | None) -> None:
+        loaders.add(threading.current_thread())
+
+    load_engine(ModelSource(model=str(tiny_ckpt)), CONFIG, tmp_path, progress)
+    builders = [t for t in loaders if t is not threading.current_thread()]
+    assert builders, "no stage of the load ran off the caller's thread"
+    assert not any(t.is_alive() for t in builders)
+
+
+def test_a_launch_that_fails_raises_in_the_caller(tmp_path):
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "config.json").write_text("{not json")
+    with pytest.raises(CheckpointError):
+        load_engine(ModelSource(model=str(broken)), CONFIG, tmp_path, lambda stage, _: None)
