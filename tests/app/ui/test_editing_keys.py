@@ -3,9 +3,12 @@ app's actions that sat on them moved, and nothing one keypress does loses a draf
 
 from __future__ import annotations
 
+from textual.pilot import Pilot
+
 from app.app import LfmChatApp
 from app.store.database import Store
 from app.ui.screens.chat import ChatScreen
+from app.ui.widgets.prompt_input import PromptInput
 from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
 from tests.app.ui.test_typed_keys_and_panes import chat, notes, seed
 
@@ -19,6 +22,13 @@ async def launch_with_a_chat(make_options: MakeOptions) -> LfmChatApp:
     options.data_dir.mkdir(parents=True)
     seed(Store(options.store_path), chat("First question"), chat("Other pane"))
     return LfmChatApp(options)
+
+
+async def press_each(pilot: Pilot, prompt: PromptInput, steps: list[tuple[tuple[str, ...], str]]) -> None:
+    """Press each step's keys in turn and wait until the box holds that step's text."""
+    for keys, expected in steps:
+        await pilot.press(*keys)
+        await wait_until(pilot, lambda e=expected: prompt.text == e, f"{keys} to leave {expected!r}")
 
 
 async def test_line_editing_keys_edit_the_box_and_nothing_else(make_options: MakeOptions) -> None:
@@ -71,9 +81,7 @@ async def test_line_keys_take_the_whole_line_however_many_rows_it_wraps_to(make_
             (("ctrl+a", "ctrl+k"), ""),
             (("ctrl+y", "home", "z"), "zfirst line"),  # home is TextArea's own
         ]
-        for keys, expected in steps:
-            await pilot.press(*keys)
-            await wait_until(pilot, lambda e=expected: prompt.text == e, f"{keys} to leave {expected!r}")
+        await press_each(pilot, prompt, steps)
 
 
 async def test_what_super_backspace_deletes_comes_back_with_ctrl_y(make_options: MakeOptions) -> None:
@@ -84,9 +92,7 @@ async def test_what_super_backspace_deletes_comes_back_with_ctrl_y(make_options:
         prompt = screen.panes[0].prompt_input
         prompt.focus()
         prompt.restore("keep this")
-        for keys, expected in ((("super+backspace",), ""), (("ctrl+y",), "keep this")):
-            await pilot.press(*keys)
-            await wait_until(pilot, lambda e=expected: prompt.text == e, f"{keys} to leave {expected!r}")
+        await press_each(pilot, prompt, [(("super+backspace",), ""), (("ctrl+y",), "keep this")])
 
 
 async def test_the_moved_actions_run_on_their_new_keys(make_options: MakeOptions) -> None:
