@@ -55,6 +55,11 @@ def exited_or_failed(app: App) -> str | None:
     return exited(app)
 
 
+def notices(app: App) -> str:
+    """Every notification the app shows now, joined (Textual posts them: wait for one, never assume it)."""
+    return " ".join(str(n.message) for n in app._notifications)
+
+
 async def wait_until(
     pilot: Pilot,
     predicate: Callable[[], object],

@@ -18,7 +18,7 @@ from app.app import LfmChatApp
 from app.core.conversation import ChatSettings
 from app.store.database import Store
 from app.ui.screens.settings import SettingsScreen
-from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
+from tests.app.pilot_helpers import MakeOptions, chat_screen, notices, submit, wait_replied, wait_until
 
 SHORT = ChatSettings(temperature=0.0, max_tokens=8)
 MARKUP = "In BBCode, what does [/] do? And [@click=app.quit]this[/] or [/bold]?"
@@ -133,7 +133,8 @@ async def test_a_corrupt_database_is_moved_aside_and_the_user_told(make_options:
     app = LfmChatApp(options)
     async with app.run_test(size=(120, 36)) as pilot:
         pane = (await chat_screen(app, pilot)).panes[0]
-        notes = " ".join(str(n.message) for n in app._notifications)
+        await wait_until(pilot, lambda: "corrupt" in notices(app), "the notice")
+        notes = notices(app)
         assert "corrupt" in notes and ".corrupt-" in notes
         await submit(pilot, pane, "a fresh start")
         await wait_replied(pilot, pane)

@@ -28,11 +28,14 @@ from tests.app.pilot_helpers import (
     MakeOptions,
     chat_screen,
     error_screen,
+    notices,
     submit,
     wait_replied,
     wait_until,
 )
 from tests.waiting import HANG_GUARD
+
+WARNING = "Native CPU kernels unavailable"  # how the app's notice of the slower fallback begins
 
 
 async def error_text(app: LfmChatApp, pilot: Pilot) -> str:
@@ -207,6 +210,9 @@ async def test_the_slower_fallback_kernels_are_announced(
         app = LfmChatApp(make_options(engine=EngineConfig(**{**ENGINE, "dtype": "bfloat16"})))
         async with app.run_test() as pilot:
             await chat_screen(app, pilot)
+            if reason is not None:  # a notification is a posted message: it may land after the screen
+                await wait_until(pilot, lambda: WARNING in notices(app), "the notice")
+            await pilot.pause()
             notes = [str(n.message) for n in app._notifications]
     finally:
         monkeypatch.undo()  # the real, cached `availability` back before its cache is cleared
@@ -214,7 +220,7 @@ async def test_the_slower_fallback_kernels_are_announced(
     assert native is None or reason is None
     if flags is not None:
         assert native is None and reason is not None and reason.startswith("this CPU lacks")
-    warned = [note for note in notes if "Native CPU kernels unavailable" in note]
+    warned = [note for note in notes if WARNING in note]
     assert warned == ([] if reason is None else [warned[0]])
     assert reason is None or reason in warned[0]
 

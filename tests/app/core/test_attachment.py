@@ -33,7 +33,7 @@ from app.ui.screens.attach import AttachScreen
 from app.ui.widgets.chat_pane import ChatPane
 from engine import DEFAULT_MODEL
 from tests.app.fake_openai import FakeServer
-from tests.app.pilot_helpers import MakeOptions, chat_screen, submit, wait_replied, wait_until
+from tests.app.pilot_helpers import MakeOptions, chat_screen, notices, submit, wait_replied, wait_until
 
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
 
@@ -118,8 +118,6 @@ def _write(path: Path, data: bytes) -> Path:
 
 
 # ---------------------------------------------------------------- in the running app
-def notices(app: LfmChatApp) -> str:
-    return " ".join(str(n.message) for n in app._notifications)
 
 
 async def test_a_file_that_fits_is_counted_then_sent_with_the_message(

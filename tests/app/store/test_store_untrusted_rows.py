@@ -11,7 +11,7 @@ from app.app import LfmChatApp
 from app.core.conversation import ChatMessage, Conversation
 from app.store.database import Store
 from app.store.rows import MESSAGE_LIMIT_CHARS, RowChecker
-from tests.app.pilot_helpers import MakeOptions, chat_screen
+from tests.app.pilot_helpers import MakeOptions, chat_screen, notices
 
 ESC = "\x1b]0;pwned\x07\x1b]52;c;aGk=\x07\x1b[2J"
 
@@ -92,8 +92,8 @@ async def test_hostile_rows_are_repaired_and_the_good_conversations_restore(
         await pilot.pause(0.5)
         assert "\x1b" not in app.export_screenshot()
         assert all("\x1b" not in str(p.border_title) for p in screen.panes)
-        notices = " ".join(str(n.message) for n in app._notifications)
-        assert "repaired" in notices and "everything else loaded" in notices
+        said = notices(app)
+        assert "repaired" in said and "everything else loaded" in said
         assert app.return_code is None
 
 

@@ -9,8 +9,8 @@ from app.app import LfmChatApp
 from app.store.database import Store
 from app.ui.screens.chat import ChatScreen
 from app.ui.widgets.prompt_input import PromptInput
-from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
-from tests.app.ui.test_typed_keys_and_panes import chat, notes, seed
+from tests.app.pilot_helpers import MakeOptions, chat_screen, notices, wait_until
+from tests.app.ui.test_typed_keys_and_panes import chat, seed
 
 
 def contents(screen: ChatScreen) -> list[list[str]]:
@@ -130,7 +130,7 @@ async def test_a_draft_survives_closing_and_editing_over_it(make_options: MakeOp
         first.prompt_input.focus()
         await pilot.press(*"draft")
         await pilot.press("alt+w")
-        await wait_until(pilot, lambda: "has a message not sent" in notes(app), "the close to ask first")
+        await wait_until(pilot, lambda: "has a message not sent" in notices(app), "the close to ask first")
         assert len(screen.panes) == 2
         assert first.prompt_input.text == "draft"
 

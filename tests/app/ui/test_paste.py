@@ -8,7 +8,7 @@ from textual import events
 from app.app import LfmChatApp
 from app.core.attachment import ATTACHMENT_LIMIT_BYTES
 from app.ui.paste import PASTE_LIMIT_BYTES, OversizedPaste, PasteSafeParser
-from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
+from tests.app.pilot_helpers import MakeOptions, chat_screen, notices, wait_until
 
 START, END = "\x1b[200~", "\x1b[201~"
 # What broke Textual's own parser: an ESC sequence over 32 characters (re-issued as keys, one
@@ -93,7 +93,7 @@ async def _pasted_then_typed(make_options: MakeOptions, *pastes: str) -> tuple[s
                     app.post_message(event)
         app.post_message(events.Key("z", "z"))  # after the pastes, through the app as they went
         await wait_until(pilot, lambda: pane.prompt_input.text.endswith("z"), "the key", limit=ANSWER_LIMIT)
-        return pane.prompt_input.text, " ".join(str(n.message) for n in app._notifications)
+        return pane.prompt_input.text, notices(app)
 
 
 async def test_a_huge_paste_is_refused_with_its_size_and_the_cap(make_options: MakeOptions) -> None:

@@ -18,7 +18,7 @@ from app.store.database import Store
 from app.ui.paste import PasteSafeParser
 from app.ui.screens.history import HistoryScreen
 from app.ui.screens.settings import SettingsScreen
-from tests.app.pilot_helpers import MakeOptions, chat_screen, wait_until
+from tests.app.pilot_helpers import MakeOptions, chat_screen, notices, wait_until
 
 HAIKU = "zzzz\x7f\x7f\x7f\x7fhaiku"  # zzzz, four Backspaces, haiku
 
@@ -39,10 +39,6 @@ def seed(store: Store, *conversations: Conversation, open_: bool = True) -> list
 
 def chat(text: str = "Hello there") -> Conversation:
     return Conversation(messages=[ChatMessage("user", text), ChatMessage("assistant", "Hi, plainly.")])
-
-
-def notes(app: LfmChatApp) -> str:
-    return " ".join(str(n.message) for n in app._notifications)
 
 
 async def settled(pilot: Pilot, value: Callable[[], str], expected: str, what: str) -> None:
@@ -95,7 +91,7 @@ async def test_ctrl_t_without_thinking_says_so(make_options: MakeOptions) -> Non
         pane = (await chat_screen(app, pilot)).panes[0]
         await wait_until(pilot, lambda: pane.transcript.replies, "the reply")
         await pilot.press("alt+t")
-        await wait_until(pilot, lambda: "No thinking to show" in notes(app), "a notice")
+        await wait_until(pilot, lambda: "No thinking to show" in notices(app), "a notice")
 
 
 async def test_a_restored_draft_has_the_cursor_at_its_end(make_options: MakeOptions) -> None:
@@ -139,7 +135,7 @@ async def test_deleting_a_conversation_open_in_a_pane_is_offered(make_options: M
         await pilot.press("ctrl+g")
         await wait_until(pilot, lambda: isinstance(app.screen, HistoryScreen), "History")
         await pilot.press("delete")
-        await wait_until(pilot, lambda: "open in a pane" in notes(app), "the offer")
+        await wait_until(pilot, lambda: "open in a pane" in notices(app), "the offer")
         await pilot.press("delete")
         assert app.store is not None
         await wait_until(pilot, lambda: app.store.load(saved) is None, "the row to go")  # type: ignore[union-attr]
