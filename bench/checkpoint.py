@@ -26,6 +26,7 @@ from typing import Any
 import platformdirs
 import torch
 
+from bench.workloads import DEPTHS
 from model.arch.lfm2_config import ATTENTION, CONV
 from model.arch.lfm3_config import lfm3_layer_types
 from model.tiny.lfm2 import tokenizer_training_text, write_tiny_checkpoint
@@ -172,4 +173,4 @@ def tiny_checkpoint(directory: Path, shape: str = DEFAULT_SHAPE) -> Path:
     """A tiny random checkpoint of ``shape``'s architecture for smoke runs, with room for the
     full-size prompts too."""
     spec = SHAPES[shape]
-    return spec.write(directory, **spec.tiny, max_position_embeddings=32768)
+    return spec.write(directory, **spec.tiny, max_position_embeddings=2 * max(DEPTHS.values()))

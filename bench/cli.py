@@ -8,6 +8,7 @@ lfm-chat bench --quick                           QUICK_WORKLOADS once each at sh
 lfm-chat bench --tiny --quick                    a smoke run in seconds
 lfm-chat bench --workloads quality               each --quantize scheme's KL divergence from bf16
 lfm-chat bench --engines ours --workloads depth4k,depth16k,depth32k   one stream deep into long contexts
+lfm-chat bench --engines ours --shape lfm3-1.7b --workloads depth64k  LFM3 past its sliding window
 """
 
 from __future__ import annotations

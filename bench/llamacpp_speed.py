@@ -12,8 +12,8 @@ ratio to each llama.cpp format: 1-stream decode (tg128 / single decode), 8 strea
 machine: every figure is a speed.
 
 With ``--depths`` each round also runs ``llama-bench -p 0 -n 64 -d DEPTHS`` (decode at each depth)
-and ``llama-bench -p DEPTHS -n 0`` (a prompt that long), against ``lfm-chat bench`` 's depth4k,
-depth16k and depth32k workloads (a prompt that long, then 64 tokens), in a second table.
+and ``llama-bench -p DEPTHS -n 0`` (a prompt that long), against ``lfm-chat bench`` 's depth
+workloads (4k, 16k, 32k and 64k tokens) (a prompt that long, then 64 tokens), in a second table.
 
 With ``--quantize none`` lfm-chat runs twice a round, plain bf16 weights then 12-bit ones
 (model/quant/bf12.py, the same logits), and the ratios are the 12-bit run's, to plain bf16 too.

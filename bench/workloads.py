@@ -222,7 +222,7 @@ def _measure_multi_turn(traces: list[RequestTrace]) -> dict[str, float | None]:
 
 # ---------------------------------------------------------------- one stream deep into a long context
 DEPTH_NEW_TOKENS = 64
-DEPTHS = {"depth4k": 4096, "depth16k": 16384, "depth32k": 32768}
+DEPTHS = {"depth4k": 4096, "depth16k": 16384, "depth32k": 32768, "depth64k": 65536}
 
 
 def _depth(name: str, context: int) -> Workload:
