@@ -54,7 +54,7 @@ def test_matches_dense_attention_over_scattered_blocks(native, heads, kv_heads, 
 
 
 def test_a_sequence_does_not_depend_on_its_batch(native):
-    q, k, v, tables, lens = paged_case([5, 64, 200, 31], heads=16, kv_heads=8, seed=1)
+    q, k, v, tables, lens = paged_case([5, 64, 200, 31, 1300], heads=16, kv_heads=8, seed=1)
     together = native.decode_attention(q, k, v, tables, lens, BLOCK, 0.125)
     for s in range(len(lens)):
         width = -(-int(lens[s]) // BLOCK)
@@ -64,11 +64,46 @@ def test_a_sequence_does_not_depend_on_its_batch(native):
         assert torch.equal(alone[0], together[s])
 
 
+@pytest.mark.parametrize(("heads", "kv_heads", "dim"), [(16, 4, 128), (6, 6, 40)])
+def test_a_long_context_split_into_pieces_matches_dense_attention(native, heads, kv_heads, dim):
+    """Past 512 positions a context is taken in pieces (over the threads) and the pieces combined:
+    one just over a piece, one of many pieces ending mid-piece, beside short rows."""
+    q, k, v, tables, lens = paged_case([513, 7, 2300, 1024], heads, kv_heads, dim, seed=3)
+    out = native.decode_attention(q, k, v, tables, lens, BLOCK, dim**-0.5)
+    expected = dense_reference(q, k, v, tables, lens)
+    assert (out.float() - expected).abs().max() <= 2**-7 * expected.abs().max()
+
+
+def test_the_threads_taking_the_pieces_change_no_bit(native):
+    q, k, v, tables, lens = paged_case([3000, 40, 1500], heads=8, kv_heads=2, dim=128, seed=4)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        alone = native.decode_attention(q, k, v, tables, lens, BLOCK, 128**-0.5)
+        torch.set_num_threads(max(2, threads))
+        shared = native.decode_attention(q, k, v, tables, lens, BLOCK, 128**-0.5)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(alone, shared)
+
+
+def test_one_peak_far_above_the_rest_does_not_drown_the_context(native):
+    """The running softmax rescales what it summed when a later position's score is far higher (and
+    the pieces when a later piece holds the peak): the result is that position's value."""
+    q, k, v, tables, lens = paged_case([1800], heads=2, kv_heads=1, dim=64, seed=5)
+    slot = int(tables[0, 1500 // BLOCK]) * BLOCK + 1500 % BLOCK
+    k[slot, 0] = (q[0, 0].float() * 40).to(torch.bfloat16)  # head 0 looks only at position 1500
+    out = native.decode_attention(q, k, v, tables, lens, BLOCK, 64**-0.5)
+    expected = dense_reference(q, k, v, tables, lens)
+    assert torch.allclose(out[0, 0].float(), v[slot, 0].float(), atol=2**-6)
+    assert (out.float() - expected).abs().max() <= 2**-7 * expected.abs().max()
+
+
 def test_a_windowed_row_attends_from_its_start_and_reads_no_block_before_it(native):
     """Sliding-window rows (LFM3): positions before the start count for nothing, and the blocks wholly
     before it may hold anything (the engine released them): -1 here, which the kernel would refuse."""
-    lens = torch.tensor([40, 100, 17, 333, 9])
-    starts = torch.tensor([0, 37, 16, 300, 8])  # mid-block, block-aligned, the last position only
+    lens = torch.tensor([40, 100, 17, 333, 9, 1400])
+    starts = torch.tensor([0, 37, 16, 300, 8, 250])  # mid-block, aligned, the last position only; pieces
     q, k, v, tables, _ = paged_case(lens.tolist(), heads=8, kv_heads=2, dim=128, seed=2)
     for s, start in enumerate(starts.tolist()):
         tables[s, : start // BLOCK] = -1

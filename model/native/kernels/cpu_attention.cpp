@@ -6,19 +6,25 @@
 // layer plus 7 ms of gathering, for ~50 MFLOP of work. This loop reads each sequence's K and V
 // where they lie (block table -> slot) and does nothing for padding.
 //
-// Per (sequence, kv head), for the rep = heads / kv_heads queries sharing that head:
+// Per sequence and query head (heads sharing a kv head read its rows once, from L1):
 //   scores[t] = q . k[t] * scale        fp32 sums of bf16 products (cpu_vec.h's dot_pairs), t < context
-//   p = softmax(scores)                 fp32, max-subtracted
+//   p = softmax(scores)                 fp32, online: LANES positions at a time against a running peak
 //   out = sum_t p[t] v[t]               fp32, rounded to bf16 once
 // Each sequence is computed alone, so its result never depends on the rest of the batch.
 // A sliding-window row (LFM3) attends to positions [start, context) only: context_starts gives
 // each row's start, and blocks before it are neither read nor checked (the engine released them).
+//
+// A context longer than SPLIT positions is cut into pieces of SPLIT from its start, each a task of
+// its own (as flash-decoding splits it), so one long sequence spreads over the threads; the pieces
+// meet in a fixed order (each piece's sums rescaled by exp(its peak - the overall peak)), so the
+// result depends on neither the batch nor the thread count.
 //
 // Scores are taken LANES positions at a time and reduced together (sum_each), not with one
 // horizontal sum per position; head_dim's chunk count is a template constant so q and the
 // accumulators stay in registers (docs/ARCHITECTURE.md has the figures).
 
 #include <ATen/Parallel.h>
+#include <immintrin.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -27,6 +33,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -42,91 +49,152 @@ constexpr int64_t MAX_DIM = 256;   // head_dim up to 256 (LFM2: 64)
 constexpr int CHUNK = 2 * LANES;   // head_dim values per pair chunk (the last one partial)
 constexpr int MAX_REP = 16;        // query heads per kv head
 
-// scores[0..n) -> exp(scores - max), returns their sum.
-float softmax_numerators(float* scores, int64_t n) {
-  float peak = -std::numeric_limits<float>::infinity();
-  for (int64_t t = 0; t < n; ++t) peak = std::max(peak, scores[t]);
-  const vf vpeak = set1(peak);
-  vf vsum = zero();
-  for (int64_t t = 0; t < n; t += LANES) {
-    const vf e = exp_nonpositive(sub(load(scores + t, n - t), vpeak));
-    store(scores + t, e, n - t);
-    vsum = add(vsum, n - t >= LANES ? e : load(scores + t, n - t));  // lanes past n stay out of the sum
-  }
-  return reduce_add(vsum);
-}
-
 #define UNROLL16 _Pragma("GCC unroll 16")
 
-// One sequence and one kv head: its `rep` query heads over `n` context positions whose rows
-// start at k + offsets[t] and v + offsets[t]. CH = pair chunks per head (head_dim <= CH * CHUNK),
-// a compile-time constant so q and the accumulators stay in registers.
-//
-// The heads take turns on each LANES positions of K and each V_BLOCK positions of V, so a row
-// read from memory serves every head from L1: one head after another over the whole context
-// read K and V rep times, and past a few thousand positions the repeats came from memory too.
-// Each head's sums run over the positions in the same order either way: the same bits.
-constexpr int64_t V_BLOCK = 16;
+// A task takes up to SPLIT positions of one sequence, every head at once.
+constexpr int64_t SPLIT = 512;
+// The next LANES positions' K and V rows are asked for (into L2) while these are computed: a
+// sequence's blocks lie anywhere in the pool, each a run of a few pages the hardware prefetchers
+// start over on (measured with and without: docs/PERFORMANCE.md, Kernels, 2026-11-30).
+constexpr int64_t AHEAD = LANES;
 
-template <int CH>
-void attend(const bf16* q, const bf16* k, const bf16* v, const int64_t* offsets, int64_t n, int64_t rep, int64_t D,
-            float scale, float* scores, bf16* out) {
+// One piece's softmax for one query head, unnormalized: `sums` = sum_t exp(score_t - peak) v_t over
+// the piece, `total` = sum_t exp(score_t - peak). A sequence's pieces are combined by `combine`.
+// The sums are kept in the V accumulation's order (`widened_at`), put back in order by `finish`.
+struct Partial {
+  float peak, total;
+  float* sums;  // head_dim values, rounded up to whole chunks
+};
+
+// Where value d of a row sits in the sums: each chunk of 2 * LANES values as its even values, then
+// its odd ones (load_widened's halves: a V row is widened to fp32 without a shuffle).
+inline int64_t widened_at(int64_t d) { return d / CHUNK * CHUNK + d % 2 * LANES + d % CHUNK / 2; }
+
+// Each head's output row from its sums: the bf16 of sums / total (rounded once).
+inline void finish(const float* sums, float total, int64_t D, bf16* out) {
+  alignas(64) float row[MAX_DIM];
+  for (int64_t d = 0; d < D; ++d) row[d] = sums[widened_at(d)];
+  const vf norm = set1(1.0f / total);
+  for (int64_t d = 0; d < D; d += LANES) store_bf16(out + d, mul(load(row + d, D - d), norm), D - d);
+}
+
+// Each head's running softmax over a piece, reused from piece to piece.
+struct Scratch {
+  std::vector<float> sums;  // [heads, head_dim in whole chunks], fp32
+  std::vector<float> peaks, totals;
+};
+
+// One piece of one sequence, every head: `n` positions whose rows (their first kv head's) start at
+// k + offsets[t] and v + offsets[t]. CH = pair chunks per head (head_dim <= CH * CHUNK), a constant
+// so q and the accumulators stay in registers; EXACT: head_dim is CH whole chunks, so no load
+// computes a mask.
+//
+// One pass, LANES positions at a time: every head's scores for them, then its running softmax
+// (rescaled when its peak rises, as flash attention does), then their V rows into its sums. K and
+// V are read together, a block of positions after another, so the memory streams while the heads
+// compute: two passes (scores, then V) left it idle during the second and read a 64k-token
+// context at a third of the machine's bandwidth. A row read from memory serves each head of its
+// kv head from L1.
+template <int CH, bool EXACT>
+void attend(const bf16* q, const bf16* k, const bf16* v, const int64_t* offsets, int64_t n, int64_t heads,
+            int64_t rep, int64_t head_dim, float scale, Scratch& scratch, bf16* out, Partial* partials) {
+  const int64_t D = EXACT ? CH * CHUNK : head_dim;
   const int64_t last_values = D - (CH - 1) * CHUNK;  // head_dim values in the last chunk
-  const int64_t vectors = (D + LANES - 1) / LANES;   // fp32 vectors of one output row
+  constexpr int64_t W = CH * CHUNK;
+  float* sums = scratch.sums.data();
+  float* peaks = scratch.peaks.data();
+  float* totals = scratch.totals.data();
+  std::fill_n(sums, heads * W, 0.0f);
+  std::fill_n(peaks, heads, -std::numeric_limits<float>::infinity());
+  std::fill_n(totals, heads, 0.0f);
   const vf vscale = set1(scale);
-  for (int64_t t0 = 0; t0 < n; t0 += LANES) {  // scores of LANES positions at a time, every head
+  alignas(64) float p[LANES];
+  const int64_t row_bytes = heads / rep * D * int64_t(sizeof(bf16));  // a position's K (or V), every kv head
+  for (int64_t t0 = 0; t0 < n; t0 += LANES) {
     const int64_t count = std::min<int64_t>(LANES, n - t0);
-    for (int64_t h = 0; h < rep; ++h) {
+    for (int64_t t = t0 + AHEAD; t < std::min(n, t0 + AHEAD + LANES); ++t)
+      for (int64_t byte = 0; byte < row_bytes; byte += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(k + offsets[t]) + byte, _MM_HINT_T1);
+        _mm_prefetch(reinterpret_cast<const char*>(v + offsets[t]) + byte, _MM_HINT_T1);
+      }
+    for (int64_t h = 0; h < heads; ++h) {
       const bf16* qh = q + h * D;
+      const int64_t kv = h / rep * D;
       Pairs qv[CH];
       UNROLL16 for (int c = 0; c < CH; ++c) qv[c] = load_pairs(qh + CHUNK * c, c + 1 < CH ? CHUNK : last_values);
-      vf acc[LANES];
+      vf dots[LANES];
       UNROLL16 for (int i = 0; i < LANES; ++i) {
-        acc[SUM_ORDER[i]] = zero();
+        dots[SUM_ORDER[i]] = zero();
         if (i < count) {
-          const bf16* kt = k + offsets[t0 + i];
+          const bf16* kt = k + offsets[t0 + i] + kv;
           UNROLL16 for (int c = 0; c < CH; ++c)  // past head_dim lies the next head (or the pool's end)
-            acc[SUM_ORDER[i]] = dot_pairs(acc[SUM_ORDER[i]], qv[c],
-                                          load_pairs(kt + CHUNK * c, c + 1 < CH ? CHUNK : last_values));
+            dots[SUM_ORDER[i]] = dot_pairs(dots[SUM_ORDER[i]], qv[c],
+                                           load_pairs(kt + CHUNK * c, c + 1 < CH ? CHUNK : last_values));
         }
       }
-      store(scores + h * n + t0, mul(sum_each(acc), vscale), count);
-    }
-  }
-  alignas(64) float sums[MAX_REP][2 * CH * LANES] = {};  // each head's output row, fp32, between V blocks
-  float norms[MAX_REP];
-  for (int64_t h = 0; h < rep; ++h) norms[h] = 1.0f / softmax_numerators(scores + h * n, n);
-  for (int64_t t0 = 0; t0 < n; t0 += V_BLOCK) {
-    const int64_t t1 = std::min(n, t0 + V_BLOCK);
-    for (int64_t h = 0; h < rep; ++h) {
-      const float* sc = scores + h * n;
-      vf acc[2 * CH];
-      UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = load(sums[h] + LANES * c);
-      for (int64_t t = t0; t < t1; ++t) {
-        const vf p = set1(sc[t]);
-        const bf16* vt = v + offsets[t];
-        UNROLL16 for (int c = 0; c < 2 * CH; ++c)
-          if (c < vectors) acc[c] = fmadd(p, load_bf16(vt + LANES * c, D - LANES * c), acc[c]);
+      store(p, mul(sum_each(dots), vscale));
+      const float peak = std::max(peaks[h], *std::max_element(p, p + count));
+      float* row = sums + h * W;
+      vf acc[2 * CH];  // chunk c's even values in acc[2c], its odd ones in acc[2c + 1]
+      UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = load(row + LANES * c);
+      if (peak > peaks[h]) {  // the sums so far were taken against a lower peak
+        const float rescale = std::exp(peaks[h] - peak);  // 0 for the first positions (peak -inf)
+        totals[h] *= rescale;
+        UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = mul(acc[c], set1(rescale));
+        peaks[h] = peak;
       }
-      UNROLL16 for (int c = 0; c < 2 * CH; ++c) store(sums[h] + LANES * c, acc[c]);
+      store(p, exp_nonpositive(sub(load(p), set1(peak))));
+      for (int64_t i = count; i < LANES; ++i) p[i] = 0.0f;
+      totals[h] += reduce_add(load(p));
+      for (int64_t i = 0; i < count; ++i) {
+        const vf weight = set1(p[i]);
+        const bf16* vt = v + offsets[t0 + i] + kv;
+        UNROLL16 for (int c = 0; c < CH; ++c) {
+          const Widened values = load_widened(vt + CHUNK * c, c + 1 < CH ? CHUNK : last_values);
+          acc[2 * c] = fmadd(weight, values.even, acc[2 * c]);
+          acc[2 * c + 1] = fmadd(weight, values.odd, acc[2 * c + 1]);
+        }
+      }
+      UNROLL16 for (int c = 0; c < 2 * CH; ++c) store(row + LANES * c, acc[c]);
     }
   }
-  for (int64_t h = 0; h < rep; ++h) {
-    const vf norm = set1(norms[h]);
-    UNROLL16 for (int c = 0; c < 2 * CH; ++c)
-      if (c < vectors) store_bf16(out + h * D + LANES * c, mul(load(sums[h] + LANES * c), norm), D - LANES * c);
+  for (int64_t h = 0; h < heads; ++h) {
+    if (partials == nullptr) {
+      finish(sums + h * W, totals[h], D, out + h * D);
+    } else {
+      partials[h] = {peaks[h], totals[h], partials[h].sums};
+      std::copy_n(sums + h * W, W, partials[h].sums);
+    }
   }
 }
 
-using AttendFn = void (*)(const bf16*, const bf16*, const bf16*, const int64_t*, int64_t, int64_t, int64_t, float,
-                          float*, bf16*);
-
-template <std::size_t... I>
-constexpr auto attend_table(std::index_sequence<I...>) {
-  return std::array<AttendFn, sizeof...(I)>{attend<int(I) + 1>...};
+// One query head's pieces, in order, into its output row: each rescaled to the largest peak.
+// W: the sums' length (head_dim in whole chunks), D: head_dim.
+void combine(const Partial* pieces, int64_t count, int64_t heads, int64_t W, int64_t D, float* scratch, bf16* out) {
+  float peak = -std::numeric_limits<float>::infinity();
+  for (int64_t c = 0; c < count; ++c) peak = std::max(peak, pieces[c * heads].peak);
+  float total = 0.0f;
+  std::fill_n(scratch, W, 0.0f);
+  for (int64_t c = 0; c < count; ++c) {
+    const Partial& piece = pieces[c * heads];
+    const float weight = std::exp(piece.peak - peak);
+    total += piece.total * weight;
+    const vf w = set1(weight);
+    for (int64_t d = 0; d < W; d += LANES) store(scratch + d, fmadd(load(piece.sums + d), w, load(scratch + d)));
+  }
+  finish(scratch, total, D, out);
 }
-// attend<CH> for every chunk count head_dim <= 256 may need
-constexpr auto ATTEND = attend_table(std::make_index_sequence<MAX_DIM / CHUNK>{});
+
+using AttendFn = void (*)(const bf16*, const bf16*, const bf16*, const int64_t*, int64_t, int64_t, int64_t,
+                          int64_t, float, Scratch&, bf16*, Partial*);
+
+template <bool EXACT, std::size_t... I>
+constexpr auto attend_table(std::index_sequence<I...>) {
+  return std::array<AttendFn, sizeof...(I)>{attend<int(I) + 1, EXACT>...};
+}
+// attend<CH, EXACT> for every chunk count head_dim <= 256 may need
+constexpr auto ATTEND = attend_table<false>(std::make_index_sequence<MAX_DIM / CHUNK>{});
+constexpr auto ATTEND_EXACT = attend_table<true>(std::make_index_sequence<MAX_DIM / CHUNK>{});
 
 }  // namespace
 
@@ -168,25 +236,46 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   const bf16* kp = k_cache.data_ptr<bf16>();
   const bf16* vp = v_cache.data_ptr<bf16>();
   bf16* op = out.data_ptr<bf16>();
-  const AttendFn attend_head = ATTEND[(D + CHUNK - 1) / CHUNK - 1];
+  const AttendFn attend_head = (D % CHUNK == 0 ? ATTEND_EXACT : ATTEND)[(D + CHUNK - 1) / CHUNK - 1];
 
-  at::parallel_for(0, S * Hkv, 1, [&](int64_t i0, int64_t i1) {
-    std::vector<float> scores;
-    std::vector<int64_t> offsets;  // where each context position's row of this kv head starts
+  // tasks: every sequence's pieces in order; a sequence of several keeps each head's partial sums
+  std::vector<int64_t> first_task(S + 1, 0), first_partial(S + 1, 0);
+  for (int64_t s = 0; s < S; ++s) {
+    const int64_t pieces = (lens[s] - starts[s] + SPLIT - 1) / SPLIT;
+    first_task[s + 1] = first_task[s] + pieces;
+    first_partial[s + 1] = first_partial[s] + (pieces > 1 ? pieces * H : 0);
+  }
+  std::vector<Partial> partials(first_partial[S]);
+  const int64_t W = (D + CHUNK - 1) / CHUNK * CHUNK;  // a head's sums: whole chunks
+  std::vector<float> partial_sums(first_partial[S] * W);
+  for (int64_t i = 0; i < first_partial[S]; ++i) partials[i].sums = partial_sums.data() + i * W;
+
+  at::parallel_for(0, first_task[S], 1, [&](int64_t i0, int64_t i1) {
+    Scratch scratch{std::vector<float>(H * W), std::vector<float>(H), std::vector<float>(H)};
+    std::vector<int64_t> offsets(SPLIT);  // where each position's row (its first kv head's) starts
+    int64_t s = std::upper_bound(first_task.begin(), first_task.end(), i0) - first_task.begin() - 1;
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t s = i / Hkv, g = i % Hkv, start = starts[s], n = lens[s] - start;
-      offsets.resize(n);
-      for (int64_t t0 = start; t0 < lens[s];) {  // block by block: no division per position
+      while (i >= first_task[s + 1]) ++s;
+      const int64_t piece = i - first_task[s], pieces = first_task[s + 1] - first_task[s];
+      const int64_t begin = starts[s] + piece * SPLIT, end = std::min(lens[s], begin + SPLIT), n = end - begin;
+      for (int64_t t0 = begin; t0 < end;) {  // block by block: no division per position
         const int64_t block = t0 / block_size, block_start = block * block_size;
-        const int64_t block_end = std::min(lens[s], block_start + block_size);
-        const int64_t first = (tables[s * B + block] * block_size * Hkv + g) * D;
-        for (int64_t t = t0; t < block_end; ++t) offsets[t - start] = first + (t - block_start) * Hkv * D;
+        const int64_t block_end = std::min(end, block_start + block_size);
+        const int64_t first = tables[s * B + block] * block_size * Hkv * D;
+        for (int64_t t = t0; t < block_end; ++t) offsets[t - begin] = first + (t - block_start) * Hkv * D;
         t0 = block_end;
       }
-      scores.resize(rep * n);
-      const int64_t head = s * H + g * rep;
-      attend_head(qp + head * D, kp, vp, offsets.data(), n, rep, D, static_cast<float>(scale), scores.data(),
-                  op + head * D);
+      Partial* kept = pieces > 1 ? partials.data() + first_partial[s] + piece * H : nullptr;
+      attend_head(qp + s * H * D, kp, vp, offsets.data(), n, H, rep, D, static_cast<float>(scale), scratch,
+                  op + s * H * D, kept);
+    }
+  });
+  // the split sequences' heads, each from its pieces in order
+  at::parallel_for(0, S * H, 1, [&](int64_t i0, int64_t i1) {
+    std::vector<float> scratch(W);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t s = i / H, h = i % H, pieces = first_task[s + 1] - first_task[s];
+      if (pieces > 1) combine(partials.data() + first_partial[s] + h, pieces, H, W, D, scratch.data(), op + i * D);
     }
   });
   return out;

@@ -28,6 +28,8 @@
 //     multiplies weights by (exact powers of two; the caller divides it back out);
 //     PAIRS_FROM_FLOATS: the linears broadcast activations widened to fp32 once per call
 //     (broadcast_pair(const float*)) instead of widening each broadcast
+//   Widened: 2 * LANES bf16 as fp32 without a shuffle, the even-indexed values and the odd ones in
+//     two vectors (load_widened, with an optional value count), on every variant
 //   12-bit bf16 (cpu_linear_bf12.cpp): Bf12Table, bf12_table (16 exponents -> lookup tables),
 //     bf12_decode (a group's bf16 words rebuilt from their sign/mantissa bytes and index
 //     nibbles, as BF12_VECTORS Words of 2 * LANES), BF12_BYTE_ORDER and BF12_NIBBLE_ORDER (the

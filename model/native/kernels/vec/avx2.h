@@ -120,6 +120,8 @@ inline Pairs load_pairs(const bf16* p, int64_t values) {
   return load_pairs(reinterpret_cast<const bf16*>(tmp));
 }
 inline Pairs broadcast_pair(const bf16* p) { return split_pairs(_mm256_set1_epi32(load_u32(p))); }
+using Widened = Pairs;  // pairs are widened here already
+inline Widened load_widened(const bf16* p, int64_t values = 2 * LANES) { return load_pairs(p, values); }
 constexpr bool PAIRS_FROM_FLOATS = false;  // each broadcast widened: a third vector port takes the shifts
 // 2 * LANES int8 (LANES pairs), each weight times INT8_PAIR_SCALE: sign-extended to 16 bits,
 // so a lane holds (k, k+1) as two int16; k+1 is then already the lane's int32 top half.

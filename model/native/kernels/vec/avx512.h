@@ -118,6 +118,14 @@ inline Pairs load_pairs(const bf16* p, int64_t values) {
   return split_pairs(_mm512_maskz_loadu_epi16(halves_upto(values), p));
 }
 inline Pairs broadcast_pair(const bf16* p) { return split_pairs(_mm512_set1_epi32(load_u32(p))); }
+struct Widened {
+  vf even, odd;  // fp32: values 2i and 2i+1 of the 2 * LANES loaded
+};
+inline Widened load_widened(const bf16* p, int64_t values = 2 * LANES) {
+  const __m512i words = _mm512_maskz_loadu_epi16(halves_upto(values), p);
+  return {_mm512_castsi512_ps(_mm512_slli_epi32(words, 16)),
+          _mm512_castsi512_ps(_mm512_and_si512(words, _mm512_set1_epi32(int32_t(0xFFFF0000u))))};
+}
 #if defined(__AVX512BF16__)
 constexpr bool PAIRS_FROM_FLOATS = false;
 #else
