@@ -8,7 +8,9 @@ so are the invisible characters that would make the text say something other tha
 
 from __future__ import annotations
 
+import functools
 import re
+import unicodedata
 
 # ESC sequences first (so their parameters vanish with the introducer), then lone controls.
 _SEQUENCES = re.compile(
@@ -49,10 +51,28 @@ def strip_control(text: str) -> str:
 _WIDTH_DISPUTED = dict.fromkeys([0xFE0F, *range(0x1F3FB, 0x1F400)])
 
 
+# Code points Unicode had not assigned when this Python was built: a terminal's wcwidth() calls
+# them unprintable and draws nothing there, where Rich counts a cell, so the rest of the line moved
+# (random tokens broke a pane's border in tmux). They are drawn as U+FFFD, one cell everywhere.
+# Emoji are added every year, in U+1F000-U+1FAFF: one this Python does not know yet is left to the
+# terminal, which may know it.
+REPLACEMENT = "\ufffd"
+_NON_ASCII = re.compile(r"[^\x00-\x7f]")
+
+
+@functools.lru_cache(maxsize=4096)
+def _drawn_as(char: str) -> str:
+    if unicodedata.category(char) != "Cn" or "\U0001f000" <= char < "\U0001fb00":
+        return char
+    return REPLACEMENT
+
+
 def without_disputed_widths(text: str) -> str:
-    """`text` without the characters whose width terminals disagree on (for text already through
-    `strip_control`, kept whole for copying, as a reply's source)."""
-    return text.translate(_WIDTH_DISPUTED)
+    """`text` without the characters whose width terminals disagree on, and unassigned code points
+    as U+FFFD (for text already through `strip_control`, kept whole for copying, as a reply's
+    source)."""
+    text = text.translate(_WIDTH_DISPUTED)
+    return text if text.isascii() else _NON_ASCII.sub(lambda found: _drawn_as(found[0]), text)
 
 
 def for_display(text: str) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import unicodedata
 
 import pytest
 from hypothesis import given, settings
@@ -89,12 +90,33 @@ def test_characters_terminals_disagree_on_are_not_drawn(raw: str, drawn: str, ce
     assert cell_len(for_display(raw)) == cells
 
 
+def as_drawn(char: str) -> str:
+    """What for_display should make of one character that strip_control keeps."""
+    if char in DISPUTED:
+        return ""
+    unassigned = unicodedata.category(char) == "Cn" and not "\U0001f000" <= char < "\U0001fb00"
+    return "\ufffd" if unassigned else char
+
+
+@pytest.mark.parametrize(
+    ("raw", "drawn"),
+    [
+        ("x\u074by\u07b8", "x\ufffdy\ufffd"),  # unassigned (Syriac, Thaana gaps): wcwidth() says -1, Rich 1
+        ("\U0001faf9 new", "\U0001faf9 new"),  # an emoji newer than some Pythons: the terminal decides
+        ("^\u06eb \u0301e \ue000", "^\u06eb \u0301e \ue000"),  # combining marks and private use are assigned
+    ],
+)
+def test_unassigned_code_points_are_drawn_as_the_replacement_character(raw: str, drawn: str) -> None:
+    assert for_display(raw) == drawn
+    assert strip_control(raw) == raw  # what is saved and copied keeps them
+
+
 @settings(max_examples=300, deadline=None)
 @given(st.text(st.sampled_from(DISPUTED) | st.characters(exclude_categories=("Cc", "Cs")).filter(visible)))
 def test_only_the_disputed_characters_are_dropped_from_what_is_drawn(raw: str) -> None:
     drawn = for_display(raw)
     assert not set(drawn) & set(DISPUTED)
-    assert drawn == "".join(c for c in raw if c not in DISPUTED)
+    assert drawn == "".join(as_drawn(c) for c in raw)
     assert for_display(drawn) == drawn
     assert for_display(raw + raw) == drawn + drawn  # a streamed reply may be drawn piece by piece
 
