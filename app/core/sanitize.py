@@ -48,8 +48,7 @@ def strip_control(text: str) -> str:
 # and a skin-tone modifier joins its emoji in Rich but is drawn as a second wide emoji by such
 # terminals. Without them every terminal draws the same cells: the symbol as text, the emoji in
 # its default tone.
-_WIDTH_DISPUTED = dict.fromkeys([0xFE0F, *range(0x1F3FB, 0x1F400)])
-
+_WIDTH_DISPUTED = frozenset(map(chr, [0xFE0F, *range(0x1F3FB, 0x1F400)]))
 
 # Code points Unicode had not assigned when this Python was built: a terminal's wcwidth() calls
 # them unprintable and draws nothing there, where Rich counts a cell, so the rest of the line moved
@@ -62,16 +61,19 @@ _NON_ASCII = re.compile(r"[^\x00-\x7f]")
 
 @functools.lru_cache(maxsize=4096)
 def _drawn_as(char: str) -> str:
+    """What is drawn for one non-ASCII character: nothing where its width is disputed, U+FFFD where
+    it is unassigned, else itself."""
+    if char in _WIDTH_DISPUTED:
+        return ""
     if unicodedata.category(char) != "Cn" or "\U0001f000" <= char < "\U0001fb00":
         return char
     return REPLACEMENT
 
 
 def without_disputed_widths(text: str) -> str:
-    """`text` without the characters whose width terminals disagree on, and unassigned code points
-    as U+FFFD (for text already through `strip_control`, kept whole for copying, as a reply's
-    source)."""
-    text = text.translate(_WIDTH_DISPUTED)
+    """`text` as every terminal draws it in Rich's cells: without the characters whose width
+    terminals disagree on, unassigned code points as U+FFFD (for text already through
+    `strip_control`, kept whole for copying, as a reply's source)."""
     return text if text.isascii() else _NON_ASCII.sub(lambda found: _drawn_as(found[0]), text)
 
 
