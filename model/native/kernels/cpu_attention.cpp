@@ -78,14 +78,8 @@ inline void finish(const float* sums, float total, int64_t D, bf16* out) {
   for (int64_t d = 0; d < D; d += LANES) store_bf16(out + d, mul(load(row + d, D - d), norm), D - d);
 }
 
-// Each head's running softmax over a piece, reused from piece to piece.
-struct Scratch {
-  std::vector<float> sums;  // [heads, head_dim in whole chunks], fp32
-  std::vector<float> peaks, totals;
-};
-
-// One piece of one sequence, every head: `n` positions whose rows (their first kv head's) start at
-// k + offsets[t] and v + offsets[t]. CH = pair chunks per head (head_dim <= CH * CHUNK), a constant
+// One piece of one sequence, every head, into `pieces[h]` (their sums zeroed): `n` positions whose
+// rows (their first kv head's) start at k + offsets[t] and v + offsets[t]. CH = pair chunks per head (head_dim <= CH * CHUNK), a constant
 // so q and the accumulators stay in registers; EXACT: head_dim is CH whole chunks, so no load
 // computes a mask.
 //
@@ -97,16 +91,13 @@ struct Scratch {
 // kv head from L1.
 template <int CH, bool EXACT>
 void attend(const bf16* q, const bf16* k, const bf16* v, const int64_t* offsets, int64_t n, int64_t heads,
-            int64_t rep, int64_t head_dim, float scale, Scratch& scratch, bf16* out, Partial* partials) {
+            int64_t rep, int64_t head_dim, float scale, Partial* pieces) {
   const int64_t D = EXACT ? CH * CHUNK : head_dim;
   const int64_t last_values = D - (CH - 1) * CHUNK;  // head_dim values in the last chunk
-  constexpr int64_t W = CH * CHUNK;
-  float* sums = scratch.sums.data();
-  float* peaks = scratch.peaks.data();
-  float* totals = scratch.totals.data();
-  std::fill_n(sums, heads * W, 0.0f);
-  std::fill_n(peaks, heads, -std::numeric_limits<float>::infinity());
-  std::fill_n(totals, heads, 0.0f);
+  for (int64_t h = 0; h < heads; ++h) {
+    pieces[h].peak = -std::numeric_limits<float>::infinity();
+    pieces[h].total = 0.0f;
+  }
   const vf vscale = set1(scale);
   alignas(64) float p[LANES];
   const int64_t row_bytes = heads / rep * D * int64_t(sizeof(bf16));  // a position's K (or V), every kv head
@@ -133,19 +124,19 @@ void attend(const bf16* q, const bf16* k, const bf16* v, const int64_t* offsets,
         }
       }
       store(p, mul(sum_each(dots), vscale));
-      const float peak = std::max(peaks[h], *std::max_element(p, p + count));
-      float* row = sums + h * W;
+      Partial& piece = pieces[h];
+      const float peak = std::max(piece.peak, *std::max_element(p, p + count));
       vf acc[2 * CH];  // chunk c's even values in acc[2c], its odd ones in acc[2c + 1]
-      UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = load(row + LANES * c);
-      if (peak > peaks[h]) {  // the sums so far were taken against a lower peak
-        const float rescale = std::exp(peaks[h] - peak);  // 0 for the first positions (peak -inf)
-        totals[h] *= rescale;
+      UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = load(piece.sums + LANES * c);
+      if (peak > piece.peak) {  // the sums so far were taken against a lower peak
+        const float rescale = std::exp(piece.peak - peak);  // 0 for the first positions (peak -inf)
+        piece.total *= rescale;
         UNROLL16 for (int c = 0; c < 2 * CH; ++c) acc[c] = mul(acc[c], set1(rescale));
-        peaks[h] = peak;
+        piece.peak = peak;
       }
       store(p, exp_nonpositive(sub(load(p), set1(peak))));
       for (int64_t i = count; i < LANES; ++i) p[i] = 0.0f;
-      totals[h] += reduce_add(load(p));
+      piece.total += reduce_add(load(p));
       for (int64_t i = 0; i < count; ++i) {
         const vf weight = set1(p[i]);
         const bf16* vt = v + offsets[t0 + i] + kv;
@@ -155,21 +146,13 @@ void attend(const bf16* q, const bf16* k, const bf16* v, const int64_t* offsets,
           acc[2 * c + 1] = fmadd(weight, values.odd, acc[2 * c + 1]);
         }
       }
-      UNROLL16 for (int c = 0; c < 2 * CH; ++c) store(row + LANES * c, acc[c]);
-    }
-  }
-  for (int64_t h = 0; h < heads; ++h) {
-    if (partials == nullptr) {
-      finish(sums + h * W, totals[h], D, out + h * D);
-    } else {
-      partials[h] = {peaks[h], totals[h], partials[h].sums};
-      std::copy_n(sums + h * W, W, partials[h].sums);
+      UNROLL16 for (int c = 0; c < 2 * CH; ++c) store(piece.sums + LANES * c, acc[c]);
     }
   }
 }
 
-// One query head's pieces, in order, into its output row: each rescaled to the largest peak.
-// W: the sums' length (head_dim in whole chunks), D: head_dim.
+// One query head's pieces, in order, into its output row: each rescaled to the largest peak (a
+// single piece by exactly 1). W: the sums' length (head_dim in whole chunks), D: head_dim.
 void combine(const Partial* pieces, int64_t count, int64_t heads, int64_t W, int64_t D, float* scratch, bf16* out) {
   float peak = -std::numeric_limits<float>::infinity();
   for (int64_t c = 0; c < count; ++c) peak = std::max(peak, pieces[c * heads].peak);
@@ -186,7 +169,7 @@ void combine(const Partial* pieces, int64_t count, int64_t heads, int64_t W, int
 }
 
 using AttendFn = void (*)(const bf16*, const bf16*, const bf16*, const int64_t*, int64_t, int64_t, int64_t,
-                          int64_t, float, Scratch&, bf16*, Partial*);
+                          int64_t, float, Partial*);
 
 template <bool EXACT, std::size_t... I>
 constexpr auto attend_table(std::index_sequence<I...>) {
@@ -238,26 +221,20 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
   bf16* op = out.data_ptr<bf16>();
   const AttendFn attend_head = (D % CHUNK == 0 ? ATTEND_EXACT : ATTEND)[(D + CHUNK - 1) / CHUNK - 1];
 
-  // tasks: every sequence's pieces in order; a sequence of several keeps each head's partial sums
-  std::vector<int64_t> first_task(S + 1, 0), first_partial(S + 1, 0);
-  for (int64_t s = 0; s < S; ++s) {
-    const int64_t pieces = (lens[s] - starts[s] + SPLIT - 1) / SPLIT;
-    first_task[s + 1] = first_task[s] + pieces;
-    first_partial[s + 1] = first_partial[s] + (pieces > 1 ? pieces * H : 0);
-  }
-  std::vector<Partial> partials(first_partial[S]);
+  // tasks: every sequence's pieces in order, each with its heads' partial softmax
+  std::vector<int64_t> first_task(S + 1, 0);
+  for (int64_t s = 0; s < S; ++s) first_task[s + 1] = first_task[s] + (lens[s] - starts[s] + SPLIT - 1) / SPLIT;
   const int64_t W = (D + CHUNK - 1) / CHUNK * CHUNK;  // a head's sums: whole chunks
-  std::vector<float> partial_sums(first_partial[S] * W);
-  for (int64_t i = 0; i < first_partial[S]; ++i) partials[i].sums = partial_sums.data() + i * W;
+  std::vector<float> sums(first_task[S] * H * W, 0.0f);
+  std::vector<Partial> partials(first_task[S] * H);
+  for (int64_t i = 0; i < first_task[S] * H; ++i) partials[i].sums = sums.data() + i * W;
 
   at::parallel_for(0, first_task[S], 1, [&](int64_t i0, int64_t i1) {
-    Scratch scratch{std::vector<float>(H * W), std::vector<float>(H), std::vector<float>(H)};
     std::vector<int64_t> offsets(SPLIT);  // where each position's row (its first kv head's) starts
     int64_t s = std::upper_bound(first_task.begin(), first_task.end(), i0) - first_task.begin() - 1;
     for (int64_t i = i0; i < i1; ++i) {
       while (i >= first_task[s + 1]) ++s;
-      const int64_t piece = i - first_task[s], pieces = first_task[s + 1] - first_task[s];
-      const int64_t begin = starts[s] + piece * SPLIT, end = std::min(lens[s], begin + SPLIT), n = end - begin;
+      const int64_t begin = starts[s] + (i - first_task[s]) * SPLIT, end = std::min(lens[s], begin + SPLIT);
       for (int64_t t0 = begin; t0 < end;) {  // block by block: no division per position
         const int64_t block = t0 / block_size, block_start = block * block_size;
         const int64_t block_end = std::min(end, block_start + block_size);
@@ -265,17 +242,17 @@ at::Tensor decode_attention(const at::Tensor& q, const at::Tensor& k_cache, cons
         for (int64_t t = t0; t < block_end; ++t) offsets[t - begin] = first + (t - block_start) * Hkv * D;
         t0 = block_end;
       }
-      Partial* kept = pieces > 1 ? partials.data() + first_partial[s] + piece * H : nullptr;
-      attend_head(qp + s * H * D, kp, vp, offsets.data(), n, H, rep, D, static_cast<float>(scale), scratch,
-                  op + s * H * D, kept);
+      attend_head(qp + s * H * D, kp, vp, offsets.data(), end - begin, H, rep, D, static_cast<float>(scale),
+                  partials.data() + i * H);
     }
   });
-  // the split sequences' heads, each from its pieces in order
+  // every head of every sequence from its pieces, in order
   at::parallel_for(0, S * H, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> scratch(W);
     for (int64_t i = i0; i < i1; ++i) {
-      const int64_t s = i / H, h = i % H, pieces = first_task[s + 1] - first_task[s];
-      if (pieces > 1) combine(partials.data() + first_partial[s] + h, pieces, H, W, D, scratch.data(), op + i * D);
+      const int64_t s = i / H, h = i % H;
+      combine(partials.data() + first_task[s] * H + h, first_task[s + 1] - first_task[s], H, W, D, scratch.data(),
+              op + i * D);
     }
   });
   return out;
